@@ -1,0 +1,81 @@
+# Every entry point of the kit, for students and instructors. `make help` lists them.
+# PY defaults to the kit's own .venv, created on first use by assignment/bootstrap.sh.
+# On a host whose python already has everything (e.g. a GPU node without network),
+# pass PY=python3 to skip the bootstrap.
+
+VENV      := .venv
+PY        ?= $(VENV)/bin/python
+T         ?=
+IMPL      ?=
+SUBMISSION ?= solutions
+OUT       ?= build/grade
+export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
+ifneq ($(IMPL),)
+export IMPL
+endif
+
+ifeq ($(PY),$(VENV)/bin/python)
+SETUP := $(VENV)/.kit-installed
+else
+SETUP :=
+endif
+
+PYTEST_TASK := $(if $(T),-m $(T),)
+HAVE_HIDDEN := $(wildcard grader/hidden)
+HAVE_NVCC := $(shell command -v nvcc 2>/dev/null)
+
+.PHONY: help test test-public demo starter check-starter check-cuda selfcheck grade handout bench profile clean
+
+help:
+	@echo "Students:"
+	@echo "  make test [T=t1]          public tests (all tasks, or one)"
+	@echo "  make bench T=t2           time your kernel against the reference and PyTorch"
+	@echo "  make profile T=t4         Nsight Compute metrics of one launch"
+	@echo "Instructors:"
+	@echo "  make demo                 grade the reference solutions, render the handout"
+	@echo "  make starter              regenerate starter/ from solutions/"
+	@echo "  make check-starter        fail when starter/ is out of sync"
+	@echo "  make check-cuda           compile every .cu (sm_80 and sm_90)"
+	@echo "  make selfcheck            solutions score full marks, starter scores zero"
+	@echo "  make grade SUBMISSION=dir|zip OUT=dir"
+	@echo "  make handout              build/handout/handout.html and .pdf"
+
+$(VENV)/.kit-installed: pyproject.toml assignment/bootstrap.sh
+	@bash assignment/bootstrap.sh 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+
+# The test command CI runs: generated files in sync, every .cu compiles, then pytest.
+test: $(SETUP) check-starter
+	$(PY) -m pytest tests $(if $(HAVE_HIDDEN),grader/hidden,) $(PYTEST_TASK)
+
+test-public: $(SETUP)
+	$(PY) -m pytest tests --ignore=tests/kit $(PYTEST_TASK)
+
+starter: $(SETUP)
+	$(PY) -m assignment.starter
+
+check-starter: $(SETUP)
+	$(PY) -m assignment.starter --check
+
+check-cuda: $(SETUP)
+	$(PY) -m assignment.cuda --check-all
+
+selfcheck: $(SETUP)
+	$(PY) -m grader.selfcheck
+
+grade: $(SETUP)
+	$(PY) -m grader.grade "$(SUBMISSION)" --out "$(OUT)"
+
+handout: $(SETUP)
+	$(PY) -m handout.render
+
+bench: $(SETUP)
+	$(PY) -m assignment.bench $(if $(T),--task $(T),)
+
+profile: $(SETUP)
+	$(PY) -m assignment.profile $(if $(T),--task $(T),)
+
+demo: $(SETUP)
+	$(PY) -m grader.demo
+
+clean:
+	rm -rf build .kit_cache .pytest_cache

@@ -1,0 +1,315 @@
+"""Typed loader for the assignment registry (``assignment/tasks.toml``).
+
+Every number the handout, the tests, the grader and the report use comes from
+here. ``load_registry()`` validates the file and raises ``RegistryError`` with
+the file, the task and the field when something is missing or inconsistent.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+ASSIGNMENT_DIR = Path(__file__).resolve().parent
+REGISTRY_PATH = ASSIGNMENT_DIR / "tasks.toml"
+TASK_ID_PATTERN = re.compile(r"^t[1-9][0-9]*$")
+DEVICES = ("any", "gpu")
+METRICS = ("time_vs_reference", "speedup_vs_naive")
+
+
+class RegistryError(ValueError):
+    """A problem in the registry, naming the file, the task and the field."""
+
+    def __init__(self, path: Path, task: str | None, field_name: str, message: str):
+        where = f"{path}"
+        if task:
+            where += f": task {task}"
+        where += f": field '{field_name}'"
+        super().__init__(f"{where}: {message}")
+        self.path, self.task, self.field_name = path, task, field_name
+
+
+@dataclass(frozen=True)
+class Threshold:
+    at: float  # time ratio (lower is better) or speedup (higher is better), per metric
+    points: float
+
+
+@dataclass(frozen=True)
+class TimingRule:
+    name: str
+    metric: str
+    shape: dict[str, Any]
+    reference: str
+    thresholds: tuple[Threshold, ...]
+    reasoning: str
+
+    @property
+    def max_points(self) -> float:
+        return max(t.points for t in self.thresholds)
+
+    def points_for(self, value: float) -> float:
+        """Points earned for a measured ratio (time_vs_reference) or speedup."""
+        if value is None or not math.isfinite(value):
+            return 0.0
+        earned = 0.0
+        for threshold in self.thresholds:
+            passed = value <= threshold.at if self.metric == "time_vs_reference" else value >= threshold.at
+            if passed:
+                earned = max(earned, threshold.points)
+        return earned
+
+
+@dataclass(frozen=True)
+class Points:
+    correctness: float
+    performance: float
+
+    @property
+    def total(self) -> float:
+        return self.correctness + self.performance
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    slug: str
+    title: str
+    available: bool
+    device: str
+    files: tuple[str, ...]
+    text: str
+    summary: str
+    hint: str
+    points: Points
+    tolerance: dict[str, dict[str, float]] = field(default_factory=dict)
+    public_shapes: tuple[dict[str, Any], ...] = ()
+    hidden_shapes: tuple[dict[str, Any], ...] = ()
+    timing: tuple[TimingRule, ...] = ()
+
+    @property
+    def needs_gpu(self) -> bool:
+        return self.device == "gpu"
+
+    @property
+    def number(self) -> int:
+        return int(self.id[1:])
+
+    def tol(self, dtype_name: str) -> dict[str, float]:
+        try:
+            return self.tolerance[dtype_name]
+        except KeyError:
+            raise KeyError(f"registry: task {self.id} has no tolerance for {dtype_name}") from None
+
+
+@dataclass(frozen=True)
+class Registry:
+    path: Path
+    title: str
+    subtitle: str
+    total_points: float
+    public_seed: int
+    tasks: tuple[Task, ...]
+
+    def task(self, task_id: str) -> Task:
+        for task in self.tasks:
+            if task.id == task_id:
+                return task
+        known = ", ".join(t.id for t in self.tasks)
+        raise KeyError(f"unknown task id {task_id!r} (the registry {self.path} has {known})")
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(t.id for t in self.tasks)
+
+    @property
+    def available(self) -> tuple[Task, ...]:
+        return tuple(t for t in self.tasks if t.available)
+
+    def tasks_owning(self, filename: str) -> tuple[Task, ...]:
+        return tuple(t for t in self.tasks if filename in t.files)
+
+    @property
+    def student_files(self) -> tuple[str, ...]:
+        seen: list[str] = []
+        for task in self.tasks:
+            for name in task.files:
+                if name not in seen:
+                    seen.append(name)
+        return tuple(seen)
+
+
+def _require(table: dict, key: str, kind: type | tuple, path: Path, task: str | None, prefix: str = ""):
+    name = f"{prefix}{key}"
+    if key not in table:
+        raise RegistryError(path, task, name, "is missing")
+    value = table[key]
+    if kind is float:
+        kind = (int, float)
+    if isinstance(value, bool) and kind in ((int, float), int):
+        raise RegistryError(path, task, name, f"must be a number, not {value!r}")
+    if not isinstance(value, kind):
+        expected = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise RegistryError(path, task, name, f"must be {expected}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _parse_timing(raw: Any, path: Path, task_id: str) -> tuple[TimingRule, ...]:
+    if not isinstance(raw, list):
+        raise RegistryError(path, task_id, "timing", "must be an array of tables ([[task.timing]])")
+    rules = []
+    for i, item in enumerate(raw):
+        prefix = f"timing[{i}]."
+        metric = _require(item, "metric", str, path, task_id, prefix)
+        if metric not in METRICS:
+            raise RegistryError(path, task_id, prefix + "metric", f"must be one of {METRICS}, got {metric!r}")
+        thresholds_raw = _require(item, "thresholds", list, path, task_id, prefix)
+        if not thresholds_raw:
+            raise RegistryError(path, task_id, prefix + "thresholds", "must list at least one threshold")
+        thresholds = []
+        for j, th in enumerate(thresholds_raw):
+            tprefix = f"{prefix}thresholds[{j}]."
+            at = float(_require(th, "at", float, path, task_id, tprefix))
+            pts = float(_require(th, "points", float, path, task_id, tprefix))
+            if at <= 0 or pts < 0:
+                raise RegistryError(path, task_id, tprefix[:-1], "needs at > 0 and points >= 0")
+            thresholds.append(Threshold(at, pts))
+        reasoning = _require(item, "reasoning", str, path, task_id, prefix)
+        if len(reasoning.strip()) < 20:
+            raise RegistryError(path, task_id, prefix + "reasoning", "must say where the numbers come from")
+        rules.append(
+            TimingRule(
+                name=_require(item, "name", str, path, task_id, prefix),
+                metric=metric,
+                shape=dict(_require(item, "shape", dict, path, task_id, prefix)),
+                reference=_require(item, "reference", str, path, task_id, prefix),
+                thresholds=tuple(thresholds),
+                reasoning=reasoning,
+            )
+        )
+    return tuple(rules)
+
+
+def parse_registry(data: dict, path: Path) -> Registry:
+    course = _require(data, "course", dict, path, None)
+    tasks_raw = _require(data, "task", list, path, None)
+    tasks: list[Task] = []
+    seen_ids: set[str] = set()
+    for index, raw in enumerate(tasks_raw):
+        task_id = raw.get("id") if isinstance(raw, dict) else None
+        label = task_id if isinstance(task_id, str) else f"#{index + 1}"
+        task_id = _require(raw, "id", str, path, label)
+        if not TASK_ID_PATTERN.match(task_id):
+            raise RegistryError(path, task_id, "id", "must look like t1, t2, ... (unknown task id)")
+        if task_id in seen_ids:
+            raise RegistryError(path, task_id, "id", "is defined twice")
+        seen_ids.add(task_id)
+        device = _require(raw, "device", str, path, task_id)
+        if device not in DEVICES:
+            raise RegistryError(path, task_id, "device", f"must be one of {DEVICES}, got {device!r}")
+        files = _require(raw, "files", list, path, task_id)
+        if not files or not all(isinstance(f, str) and f for f in files):
+            raise RegistryError(path, task_id, "files", "must list at least one file name")
+        points_raw = _require(raw, "points", dict, path, task_id)
+        points = Points(
+            correctness=float(_require(points_raw, "correctness", float, path, task_id, "points.")),
+            performance=float(_require(points_raw, "performance", float, path, task_id, "points.")),
+        )
+        if points.correctness < 0 or points.performance < 0:
+            raise RegistryError(path, task_id, "points", "must not be negative")
+        timing = _parse_timing(raw.get("timing", []), path, task_id)
+        timing_points = sum(rule.max_points for rule in timing)
+        available = _require(raw, "available", bool, path, task_id)
+        if available and not math.isclose(timing_points, points.performance):
+            raise RegistryError(
+                path,
+                task_id,
+                "points.performance",
+                f"is {points.performance:g} but the timing rubric awards at most {timing_points:g}; they must add up",
+            )
+        shapes = raw.get("shapes", {})
+        tolerance = raw.get("tolerance", {})
+        if available:
+            for key in ("public", "hidden"):
+                if not shapes.get(key):
+                    raise RegistryError(path, task_id, f"shapes.{key}", "is missing (available tasks need test shapes)")
+            if not tolerance:
+                raise RegistryError(path, task_id, "tolerance", "is missing (available tasks need tolerances)")
+        tasks.append(
+            Task(
+                id=task_id,
+                slug=_require(raw, "slug", str, path, task_id),
+                title=_require(raw, "title", str, path, task_id),
+                available=available,
+                device=device,
+                files=tuple(files),
+                text=_require(raw, "text", str, path, task_id),
+                summary=_require(raw, "summary", str, path, task_id),
+                hint=_require(raw, "hint", str, path, task_id).strip(),
+                points=points,
+                tolerance={k: dict(v) for k, v in tolerance.items()},
+                public_shapes=tuple(dict(s) for s in shapes.get("public", [])),
+                hidden_shapes=tuple(dict(s) for s in shapes.get("hidden", [])),
+                timing=timing,
+            )
+        )
+    numbers = sorted(t.number for t in tasks)
+    if numbers != list(range(1, len(numbers) + 1)):
+        raise RegistryError(path, None, "task", f"task ids must be t1..t{len(numbers)} without gaps, got {numbers}")
+    total = float(_require(course, "total_points", float, path, None, "course."))
+    summed = sum(t.points.total for t in tasks)
+    if not math.isclose(total, summed):
+        raise RegistryError(
+            path, None, "course.total_points", f"is {total:g} but the tasks' points add up to {summed:g}"
+        )
+    return Registry(
+        path=path,
+        title=_require(course, "title", str, path, None, "course."),
+        subtitle=course.get("subtitle", ""),
+        total_points=total,
+        public_seed=int(course.get("public_seed", 0)),
+        tasks=tuple(tasks),
+    )
+
+
+def load_registry(path: Path | str | None = None) -> Registry:
+    """Load and validate the registry (cached for the default path)."""
+    if path is None:
+        return _load_default()
+    return _load(Path(path))
+
+
+def _load(path: Path) -> Registry:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RegistryError(path, None, "-", "file not found") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RegistryError(path, None, "-", f"is not valid TOML: {exc}") from None
+    return parse_registry(data, path)
+
+
+@lru_cache(maxsize=1)
+def _load_default() -> Registry:
+    return _load(REGISTRY_PATH)
+
+
+def check_markers(marker_names: set[str], registry: Registry, where: str) -> None:
+    """Raise when a test uses a task marker (t<N>) the registry does not define."""
+    unknown = sorted(m for m in marker_names if TASK_ID_PATTERN.match(m) and m not in registry.ids)
+    if unknown:
+        raise RegistryError(
+            registry.path, unknown[0], "id", f"marker {unknown[0]!r} used by {where} has no task in the registry"
+        )

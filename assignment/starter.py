@@ -1,0 +1,226 @@
+"""Generate ``starter/`` from ``solutions/``: the single source of student files.
+
+Each region
+
+    # BEGIN SOLUTION t1: short description        (// in CUDA files)
+    # PLAN: a line of the plan, kept in the starter
+    # STUB: code kept in the starter after the failure (e.g. a return)
+    ...solution code, dropped...
+    # END SOLUTION
+
+becomes a stub that keeps the description and the plan and fails loudly:
+``raise NotImplementedError("t1: ...")`` in Python, ``KIT_TODO(t1);`` in CUDA
+(the loader refuses to launch a kernel whose task still has one). Everything
+outside the regions (signatures, docstrings, launch configurations) is copied
+unchanged.
+
+    python -m assignment.starter            # write starter/
+    python -m assignment.starter --check    # exit 1 when starter/ is out of date
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from assignment.registry import Registry, load_registry
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+COMMENT_FOR_SUFFIX = {".py": "#", ".cu": "//", ".cuh": "//", ".h": "//", ".cpp": "//"}
+_BEGIN = re.compile(r"^(?P<indent>\s*)(?P<c>#|//)\s*BEGIN SOLUTION\b\s*(?P<task>\S*?)\s*(?::\s*(?P<desc>.*?))?\s*$")
+_END = re.compile(r"^\s*(?P<c>#|//)\s*END SOLUTION\b.*$")
+_PLAN = re.compile(r"^\s*(?:#|//)\s*PLAN:")
+_STUB = re.compile(r"^(?P<indent>\s*)(?:#|//)\s*STUB:\s?(?P<code>.*)$")
+_TODO_CALL = re.compile(r"\bKIT_TODO\(\s*(t[0-9]+)\s*\)")
+IGNORED_NAMES = {"__pycache__", ".pytest_cache"}
+
+
+class MarkerError(ValueError):
+    """A malformed solution region, reported as file:line."""
+
+
+@dataclass(frozen=True)
+class Region:
+    task: str
+    description: str
+    begin_line: int
+    end_line: int
+
+
+def _fail_statement(comment: str, task: str, description: str, filename: str) -> str:
+    if comment == "#":
+        message = f"{task}: {description} is not implemented yet (TODO({task}) in {filename})"
+        return f"raise NotImplementedError({message!r})"
+    return f"KIT_TODO({task});"
+
+
+def strip_solutions(text: str, filename: str, registry: Registry | None = None) -> tuple[str, list[Region]]:
+    """Return the starter text for one solution file and the regions found."""
+    suffix = Path(filename).suffix
+    comment = COMMENT_FOR_SUFFIX.get(suffix)
+    out: list[str] = []
+    regions: list[Region] = []
+    open_region: tuple[int, str, str, str] | None = None  # line, task, desc, indent
+    kept: list[str] = []
+    lines = text.splitlines(keepends=True)
+    for number, line in enumerate(lines, start=1):
+        where = f"{filename}:{number}"
+        begin, end = _BEGIN.match(line), _END.match(line)
+        if begin or end:
+            marker_comment = (begin or end).group("c")
+            if comment is None:
+                raise MarkerError(f"{where}: solution markers are not supported in {suffix or 'extensionless'} files")
+            if marker_comment != comment:
+                raise MarkerError(f"{where}: use '{comment}' comments for markers in {suffix} files")
+        if begin:
+            if open_region is not None:
+                raise MarkerError(
+                    f"{where}: BEGIN SOLUTION inside the region opened at {filename}:{open_region[0]} (regions cannot nest)"
+                )
+            task = begin.group("task")
+            if not re.fullmatch(r"t[1-9][0-9]*", task or ""):
+                raise MarkerError(f"{where}: BEGIN SOLUTION needs a task id such as t1, got {task!r}")
+            if registry is not None:
+                if task not in registry.ids:
+                    raise MarkerError(f"{where}: task {task} is not in the registry {registry.path}")
+                if Path(filename).name not in registry.task(task).files:
+                    raise MarkerError(
+                        f"{where}: region of {task}, but the registry does not list {Path(filename).name} in {task}'s files"
+                    )
+            desc = (begin.group("desc") or "").strip() or f"the {task} solution"
+            open_region = (number, task, desc, begin.group("indent"))
+            kept = []
+            continue
+        if end:
+            if open_region is None:
+                raise MarkerError(f"{where}: END SOLUTION without a matching BEGIN SOLUTION")
+            start, task, desc, indent = open_region
+            stub_code = [m for m in kept if _STUB.match(m)]
+            out.append(f"{indent}{comment} TODO({task}): {desc}\n")
+            out.extend(m for m in kept if _PLAN.match(m))
+            out.append(f"{indent}{_fail_statement(comment, task, desc, Path(filename).name)}\n")
+            for stub_line in stub_code:
+                m = _STUB.match(stub_line)
+                out.append(f"{m.group('indent')}{m.group('code')}\n")
+            regions.append(Region(task, desc, start, number))
+            open_region = None
+            continue
+        if open_region is not None:
+            if _PLAN.match(line) or _STUB.match(line):
+                kept.append(line if line.endswith("\n") else line + "\n")
+            continue
+        out.append(line)
+    if open_region is not None:
+        raise MarkerError(f"{filename}:{open_region[0]}: BEGIN SOLUTION {open_region[1]} is never closed (END SOLUTION missing)")
+    return "".join(out), regions
+
+
+def todo_tasks(text: str) -> set[str]:
+    """Task ids that still have a ``KIT_TODO(tN)`` in non-comment CUDA code."""
+    found = set()
+    for line in text.splitlines():
+        code = line.split("//", 1)[0]
+        found.update(_TODO_CALL.findall(code))
+    return found
+
+
+def _solution_files(solutions: Path) -> list[Path]:
+    files = []
+    for path in sorted(solutions.rglob("*")):
+        if path.is_file() and not any(part in IGNORED_NAMES for part in path.relative_to(solutions).parts):
+            if path.suffix in (".pyc",):
+                continue
+            files.append(path)
+    return files
+
+
+def render_starter(solutions: Path, registry: Registry | None = None) -> dict[str, str | bytes]:
+    """Map of relative path -> starter content for every file in ``solutions``."""
+    result: dict[str, str | bytes] = {}
+    for path in _solution_files(solutions):
+        rel = path.relative_to(solutions).as_posix()
+        if path.suffix in COMMENT_FOR_SUFFIX:
+            text, _ = strip_solutions(path.read_text(encoding="utf-8"), f"solutions/{rel}", registry)
+            result[rel] = text
+        else:
+            result[rel] = path.read_bytes()
+    return result
+
+
+def write_starter(solutions: Path, starter: Path, registry: Registry | None = None) -> list[str]:
+    expected = render_starter(solutions, registry)
+    if starter.exists():
+        shutil.rmtree(starter)
+    starter.mkdir(parents=True)
+    for rel, content in expected.items():
+        target = starter / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            target.write_bytes(content)
+        else:
+            target.write_text(content, encoding="utf-8")
+    return sorted(expected)
+
+
+def check_starter(solutions: Path, starter: Path, registry: Registry | None = None) -> list[str]:
+    """Differences between ``starter`` and what the generator would write."""
+    expected = render_starter(solutions, registry)
+    actual = {}
+    if starter.is_dir():
+        for path in _solution_files(starter):
+            actual[path.relative_to(starter).as_posix()] = path
+    problems = []
+    for rel in sorted(set(expected) | set(actual)):
+        if rel not in actual:
+            problems.append(f"starter/{rel}: missing (run `make starter`)")
+            continue
+        if rel not in expected:
+            problems.append(f"starter/{rel}: not generated from solutions/ (delete it or add it to solutions/)")
+            continue
+        want = expected[rel]
+        if isinstance(want, bytes):
+            if actual[rel].read_bytes() != want:
+                problems.append(f"starter/{rel}: differs from solutions/{rel}")
+            continue
+        have = actual[rel].read_text(encoding="utf-8")
+        if have != want:
+            diff = difflib.unified_diff(
+                want.splitlines(), have.splitlines(), f"generated/{rel}", f"starter/{rel}", lineterm="", n=1
+            )
+            problems.append(f"starter/{rel}: differs from the generated file:\n" + "\n".join(list(diff)[:40]))
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when starter/ is out of sync")
+    parser.add_argument("--solutions", type=Path, default=REPO_ROOT / "solutions")
+    parser.add_argument("--starter", type=Path, default=REPO_ROOT / "starter")
+    args = parser.parse_args(argv)
+    registry = load_registry()
+    try:
+        if args.check:
+            problems = check_starter(args.solutions, args.starter, registry)
+            if problems:
+                print("starter/ is out of sync with solutions/:", file=sys.stderr)
+                for problem in problems:
+                    print("  " + problem, file=sys.stderr)
+                print("Run `make starter` and commit the result.", file=sys.stderr)
+                return 1
+            print("starter/ is in sync with solutions/")
+            return 0
+        written = write_starter(args.solutions, args.starter, registry)
+    except MarkerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(written)} files to {args.starter}: {', '.join(written)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""Helpers shared by the public and hidden tests: references, comparisons with
+messages that teach (max error, where, a hint), and an allocation tracker.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+SENTINEL = 12345.0  # outputs are pre-filled with this so unwritten elements show
+
+
+def reference_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, scale: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """float64 attention: (O, LSE). Rows that see no key give O = 0, LSE = -inf."""
+    qd, kd, vd = q.double(), k.double(), v.double()
+    lq, lk, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    scores = (qd @ kd.transpose(-2, -1)) * scale
+    if causal:
+        i = torch.arange(lq, device=q.device)[:, None]
+        j = torch.arange(lk, device=q.device)[None, :]
+        scores = scores.masked_fill(j > i + (lk - lq), float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    weights = torch.exp(scores - torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))[..., None])
+    out = weights @ vd
+    return out, lse
+
+
+def random_qkv(
+    batch: int,
+    heads: int,
+    lq: int,
+    lk: int,
+    d: int,
+    *,
+    seed: int,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+    magnitude: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Normal random q, k, v (never zeros); ``magnitude`` scales q to push the logits."""
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, heads, lq, d, generator=gen) * magnitude
+    k = torch.randn(batch, heads, lk, d, generator=gen)
+    v = torch.randn(batch, heads, lk, d, generator=gen)
+    return tuple(t.to(device=device, dtype=dtype) for t in (q, k, v))
+
+
+def _first_bad_index(bad: torch.Tensor) -> tuple[int, ...]:
+    flat = int(torch.nonzero(bad.reshape(-1))[0])
+    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), bad.shape))
+
+
+@dataclass
+class Comparison:
+    ok: bool
+    message: str
+    max_error: float
+
+
+def compare(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    *,
+    atol: float,
+    rtol: float,
+    name: str,
+    hint: str = "",
+    layout: str = "",
+) -> Comparison:
+    """Compare with a tolerance; -inf must match -inf, NaN never passes."""
+    where = f" ({layout})" if layout else ""
+    if tuple(actual.shape) != tuple(expected.shape):
+        return Comparison(False, f"{name}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}", math.inf)
+    a = actual.detach().to("cpu", torch.float64)
+    e = expected.detach().to("cpu", torch.float64)
+    if a.numel() == 0:
+        return Comparison(True, "", 0.0)
+    nan = torch.isnan(a)
+    if bool(nan.any()):
+        idx = _first_bad_index(nan)
+        return Comparison(
+            False,
+            f"{name}: {int(nan.sum())} NaN values, the first at index {idx}{where}; expected {e[idx].item():.6g}. "
+            f"NaN usually means exp(-inf - (-inf)) or 0/0 in a fully masked row. {hint}".strip(),
+            math.inf,
+        )
+    sentinel = a == SENTINEL
+    if bool(sentinel.any()):
+        idx = _first_bad_index(sentinel)
+        return Comparison(
+            False,
+            f"{name}: {int(sentinel.sum())} elements were never written (still the sentinel {SENTINEL:g}), "
+            f"the first at index {idx}{where}. Check the bounds of your loops and of the grid. {hint}".strip(),
+            math.inf,
+        )
+    both_inf = torch.isinf(a) & torch.isinf(e) & (torch.sign(a) == torch.sign(e))
+    err = torch.where(both_inf, torch.zeros_like(a), (a - e).abs())
+    err = torch.where(torch.isnan(err), torch.full_like(err, math.inf), err)
+    limit = atol + rtol * torch.where(torch.isinf(e), torch.zeros_like(e), e.abs())
+    bad = err > limit
+    max_error = float(err.max())
+    if bool(bad.any()):
+        idx = _first_bad_index(bad)
+        worst = _first_bad_index(err == err.max())
+        return Comparison(
+            False,
+            f"{name}: {int(bad.sum())} of {bad.numel()} elements out of tolerance (atol={atol:g}, rtol={rtol:g}); "
+            f"max abs error {max_error:.3g} at index {worst}{where}; first bad index {idx}: got {a[idx].item():.6g}, "
+            f"expected {e[idx].item():.6g}. {hint}".strip(),
+            max_error,
+        )
+    return Comparison(True, "", max_error)
+
+
+def assert_close(actual, expected, *, atol, rtol, name, hint="", layout="") -> float:
+    result = compare(actual, expected, atol=atol, rtol=rtol, name=name, hint=hint, layout=layout)
+    assert result.ok, result.message
+    return result.max_error
+
+
+def max_abs_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    a = actual.detach().to("cpu", torch.float64)
+    e = expected.detach().to("cpu", torch.float64)
+    finite = torch.isfinite(e)
+    if bool(torch.isnan(a).any()) or bool((~torch.isfinite(a) & finite).any()):
+        return math.inf
+    return float((a - e)[finite].abs().max()) if bool(finite.any()) else 0.0
+
+
+class LargestAllocation(TorchDispatchMode):
+    """Records the largest tensor any PyTorch operation produces inside the block.
+
+    Used to prove that a tiled implementation never materialises the Lq x Lk
+    score matrix: every op output is seen, on the CPU and on a GPU alike.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+        self.largest_op = ""
+        self.largest_shape: tuple[int, ...] = ()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor) and t.numel() > self.largest:
+                self.largest, self.largest_op, self.largest_shape = t.numel(), str(func), tuple(t.shape)
+        return out

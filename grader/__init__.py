@@ -1,0 +1,1 @@
+"""Instructor-only: hidden suites, scoring, isolation, reports and self-check."""

@@ -1,0 +1,79 @@
+"""``make selfcheck``: prove the kit is consistent.
+
+* the reference solutions score full marks on every available task that this
+  host can run (GPU tasks are reported "not run" without a GPU, never passed);
+* the starter scores zero on every task, and every one of its failures is a
+  clean NotImplementedError from a TODO stub (no import error, no crash).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+from assignment.registry import load_registry
+from grader.config import REPO_ROOT, GradeConfig
+from grader.grade import grade_submission
+
+
+def _starter_failure_problems(task_score) -> list[str]:
+    problems = []
+    if task_score.status not in ("ran", "not_run"):
+        problems.append(f"{task_score.task.id}: starter {task_score.status}: {task_score.reason}")
+    for test in task_score.tests:
+        if task_score.status == "ran" and not test.output.startswith("NotImplementedError"):
+            problems.append(f"{task_score.task.id}: starter check '{test.name}' did not fail with a "
+                            f"NotImplementedError: {test.output[:160]}")
+    return problems
+
+
+def run_selfcheck(repeats: int = 1) -> int:
+    registry = load_registry()
+    rows, problems = [], []
+    with tempfile.TemporaryDirectory(prefix="kit-selfcheck-") as tmp:
+        for attempt in range(repeats):
+            solution = grade_submission(REPO_ROOT / "solutions", Path(tmp) / f"solutions{attempt}", GradeConfig(),
+                                        registry, log=lambda *a, **k: None)
+            for ts in solution.tasks:
+                full = math.isclose(ts.score, ts.max_score)
+                rows.append((f"solutions#{attempt + 1}" if repeats > 1 else "solutions", ts))
+                if ts.status == "ran" and not full:
+                    failed = [t.name + ": " + t.output for t in ts.tests if not t.passed]
+                    problems.append(f"{ts.task.id}: solutions scored {ts.score:.2f}/{ts.max_score:g}: "
+                                    + "; ".join(failed[:3]))
+                elif ts.status not in ("ran", "not_run"):
+                    problems.append(f"{ts.task.id}: solutions {ts.status}: {ts.reason}")
+        starter = grade_submission(REPO_ROOT / "starter", Path(tmp) / "starter", GradeConfig(), registry,
+                                   log=lambda *a, **k: None)
+        for ts in starter.tasks:
+            rows.append(("starter", ts))
+            if ts.score != 0:
+                problems.append(f"{ts.task.id}: starter scored {ts.score:.2f}, expected 0")
+            problems.extend(_starter_failure_problems(ts))
+    print(f"{'implementation':<14} {'task':<4} {'title':<28} {'score':>13}  result")
+    for name, ts in rows:
+        result = {"ran": f"{ts.passed}/{ts.total} checks passed", "not_run": "NOT RUN (no GPU)"}.get(ts.status,
+                                                                                                   ts.status)
+        print(f"{name:<14} {ts.task.id:<4} {ts.task.title[:28]:<28} {ts.score:6.2f} / {ts.max_score:<5g} {result}")
+    if problems:
+        print("\nselfcheck FAILED:")
+        for problem in problems:
+            print("  - " + problem)
+        return 1
+    not_run = sorted({ts.task.id for _, ts in rows if ts.status == "not_run"})
+    print("\nselfcheck passed" + (f" (not run here: {', '.join(not_run)})" if not_run else ""))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=1, help="grade the solutions this many times")
+    args = parser.parse_args(argv)
+    return run_selfcheck(args.repeats)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

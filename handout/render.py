@@ -1,0 +1,134 @@
+"""Render the handout: build/handout/handout.html (self-contained) and handout.pdf.
+
+    python -m handout.render [--out build/handout] [--no-pdf]
+
+The PDF needs a Chromium (see handout/pdf.py). Without one the HTML is still
+written; the command then exits 1 unless --no-pdf or HANDOUT_PDF=optional says
+the PDF may be skipped (e.g. on a GPU host without network).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from assignment.registry import Registry, Task, TimingRule, load_registry
+from handout.api import REPO_ROOT, FileApi, task_api
+from handout.pdf import PdfError, html_to_pdf
+from handout.texts import TEXT_DIR, add_filters, format_number, render_text, task_text_html
+
+HANDOUT_DIR = Path(__file__).resolve().parent
+DEFAULT_OUT = REPO_ROOT / "build" / "handout"
+INTRO_TEXT = "intro.md"
+# What each tolerance key means; the values themselves come from the registry.
+TOLERANCE_MEANING = {
+    "atol": "absolute tolerance: |out − ref| ≤ atol + rtol·|ref| element-wise, against a float64 reference",
+    "rtol": "relative tolerance (see atol)",
+    "max_error_ratio": "your max error may be at most this multiple of a same-precision PyTorch implementation's",
+    "atol_floor": "added to that bound, so an exact-zero baseline error does not demand zero error",
+}
+
+
+@dataclass
+class TaskView:
+    """Everything the template shows for one task."""
+
+    task: Task
+    text_html: str | None
+    files: list[FileApi]
+    commands: list[tuple[str, str]]  # (command, what it does)
+
+
+def test_commands(task: Task) -> list[tuple[str, str]]:
+    commands = [(f"make test T={task.id}", "the public tests of this task")]
+    if task.needs_gpu:
+        commands += [
+            (f"make bench T={task.id}", "time your code against the reference and the naive baseline"),
+            (f"make profile T={task.id}", "Nsight Compute metrics of one launch"),
+        ]
+    return commands
+
+
+def describe_threshold(rule: TimingRule, at: float) -> str:
+    if rule.metric == "time_vs_reference":
+        return f"time ≤ {format_number(at)} × {rule.reference}"
+    return f"speedup ≥ {format_number(at)}× over {rule.reference}"
+
+
+def task_views(registry: Registry, root: Path = REPO_ROOT, text_dir: Path = TEXT_DIR) -> list[TaskView]:
+    return [
+        TaskView(task, task_text_html(task, registry, text_dir), task_api(task, registry, root), test_commands(task))
+        for task in registry.tasks
+    ]
+
+
+def template_environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HANDOUT_DIR / "templates"),
+        undefined=jinja2.StrictUndefined,
+        autoescape=jinja2.select_autoescape(["html", "j2"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.globals.update(describe_threshold=describe_threshold, tolerance_meaning=TOLERANCE_MEANING)
+    return add_filters(env)
+
+
+def render_html(registry: Registry | None = None, root: Path = REPO_ROOT, text_dir: Path = TEXT_DIR) -> str:
+    registry = registry or load_registry()
+    intro = text_dir / INTRO_TEXT
+    return template_environment().get_template("handout.html.j2").render(
+        registry=registry,
+        intro_html=render_text(intro, registry) if intro.is_file() else None,
+        views=task_views(registry, root, text_dir),
+        css=(HANDOUT_DIR / "style.css").read_text(encoding="utf-8"),
+    )
+
+
+def write_html(out_dir: Path, **kwargs) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    html_path = out_dir / "handout.html"
+    # Write atomically: a half-written handout must never be printed or served.
+    partial = html_path.with_suffix(".html.partial")
+    partial.write_text(render_html(**kwargs), encoding="utf-8")
+    partial.replace(html_path)
+    return html_path
+
+
+def pdf_is_optional(no_pdf_flag: bool) -> bool:
+    return no_pdf_flag or os.environ.get("HANDOUT_PDF", "").lower() == "optional"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Render the handout to HTML and PDF.")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default build/handout)")
+    parser.add_argument("--no-pdf", action="store_true", help="write only the HTML")
+    args = parser.parse_args(argv)
+
+    html_path = write_html(args.out)
+    print(f"handout: wrote {html_path}")
+    if args.no_pdf:
+        print("handout: PDF skipped (--no-pdf)")
+        return 0
+    try:
+        pdf_path = html_to_pdf(html_path, args.out / "handout.pdf")
+    except PdfError as exc:
+        optional = pdf_is_optional(False)
+        level = "warning" if optional else "error"
+        print(f"handout: {level}: PDF not written: {exc}", file=sys.stderr)
+        if optional:
+            print("handout: continuing without the PDF (HANDOUT_PDF=optional)", file=sys.stderr)
+            return 0
+        print("handout: pass --no-pdf or set HANDOUT_PDF=optional to accept the HTML alone", file=sys.stderr)
+        return 1
+    print(f"handout: wrote {pdf_path} ({pdf_path.stat().st_size // 1024} KiB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

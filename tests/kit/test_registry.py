@@ -1,0 +1,93 @@
+"""The registry loader rejects every inconsistency with file, task and field."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from assignment.registry import REGISTRY_PATH, RegistryError, check_markers, load_registry
+
+pytestmark = pytest.mark.kit
+
+
+def write_variant(tmp_path: Path, old: str, new: str, count: int = 1) -> Path:
+    text = REGISTRY_PATH.read_text()
+    assert old in text, f"test setup: {old!r} not in the registry"
+    path = tmp_path / "tasks.toml"
+    path.write_text(text.replace(old, new, count))
+    return path
+
+
+def test_real_registry_is_valid_and_complete():
+    registry = load_registry()
+    assert registry.ids == ("t1", "t2", "t3", "t4", "t5", "t6", "t7")
+    assert sum(t.points.total for t in registry.tasks) == registry.total_points
+    assert registry.task("t1").available
+
+
+def test_missing_field_names_file_task_and_field(tmp_path):
+    path = write_variant(tmp_path, 'slug = "cuda-softmax"\n', "")
+    with pytest.raises(RegistryError, match=r"tasks\.toml: task t2: field 'slug': is missing"):
+        load_registry(path)
+
+
+def test_unknown_task_id_is_rejected(tmp_path):
+    path = write_variant(tmp_path, 'id = "t7"', 'id = "task7"')
+    with pytest.raises(RegistryError, match=r"task task7: field 'id'"):
+        load_registry(path)
+
+
+def test_gap_in_task_ids_is_rejected(tmp_path):
+    path = write_variant(tmp_path, 'id = "t7"', 'id = "t9"')
+    with pytest.raises(RegistryError, match=r"without gaps"):
+        load_registry(path)
+
+
+def test_points_that_do_not_add_up(tmp_path):
+    path = write_variant(tmp_path, "total_points = 100", "total_points = 99")
+    with pytest.raises(RegistryError, match=r"course.total_points.*add up to 100"):
+        load_registry(path)
+
+
+def test_performance_points_must_match_the_timing_rubric(tmp_path):
+    # t1 is available with performance = 0 and no rubric; give it performance points but no rubric.
+    path = write_variant(tmp_path, "correctness = 10\nperformance = 0", "correctness = 10\nperformance = 5")
+    path.write_text(path.read_text().replace("total_points = 100", "total_points = 105"))
+    with pytest.raises(RegistryError, match=r"task t1: field 'points.performance'.*must add up"):
+        load_registry(path)
+
+
+def test_wrong_type_is_reported(tmp_path):
+    path = write_variant(tmp_path, "correctness = 7", 'correctness = "seven"')
+    with pytest.raises(RegistryError, match=r"task t2: field 'points.correctness': must be"):
+        load_registry(path)
+
+
+def test_invalid_toml_is_reported(tmp_path):
+    path = tmp_path / "tasks.toml"
+    path.write_text("[course\n")
+    with pytest.raises(RegistryError, match="not valid TOML"):
+        load_registry(path)
+
+
+def test_marker_with_no_task():
+    with pytest.raises(RegistryError, match=r"marker 't9' used by tests/x.py::test_a has no task"):
+        check_markers({"t9", "parametrize"}, load_registry(), "tests/x.py::test_a")
+    check_markers({"t1", "gpu", "kit"}, load_registry(), "ok")
+
+
+def test_pytest_rejects_a_test_with_an_unknown_task_marker(tmp_path):
+    test_file = tmp_path / "test_bad_marker.py"
+    test_file.write_text("import pytest\n\n@pytest.mark.t9\ndef test_x():\n    pass\n")
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", str(test_file), "-q", "-c", str(root / "pyproject.toml"),
+         "--rootdir", str(root), "-p", "no:cacheprovider"],
+        capture_output=True, text=True, cwd=root,
+    )
+    assert proc.returncode != 0
+    assert re.search(r"'t9'", proc.stdout + proc.stderr), proc.stdout + proc.stderr

@@ -1,0 +1,96 @@
+"""The starter generator: stubs, plans, marker errors and the sync check."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from assignment.registry import load_registry
+from assignment.starter import MarkerError, check_starter, strip_solutions, todo_tasks, write_starter
+
+pytestmark = pytest.mark.kit
+REPO = Path(__file__).resolve().parents[2]
+
+PY_SOURCE = '''def f(x):
+    """Docstring stays."""
+    y = 1
+    # BEGIN SOLUTION t1: the sum
+    # PLAN: add one
+    return x + y
+    # END SOLUTION
+'''
+
+CU_SOURCE = """__device__ float g(float x) {
+    float y = 0.0f;
+    // BEGIN SOLUTION t2: warp maximum
+    // PLAN: shuffle down
+    // STUB: return y;
+    y = x * 2.0f;
+    return y;
+    // END SOLUTION
+}
+"""
+
+
+def test_python_region_becomes_a_loud_stub():
+    text, regions = strip_solutions(PY_SOURCE, "t1_attention.py", load_registry())
+    assert '"""Docstring stays."""' in text
+    assert "# TODO(t1): the sum" in text and "# PLAN: add one" in text
+    assert "raise NotImplementedError('t1: the sum is not implemented yet (TODO(t1) in t1_attention.py)')" in text
+    assert "return x + y" not in text
+    assert [(r.task, r.begin_line, r.end_line) for r in regions] == [("t1", 4, 7)]
+    namespace: dict = {}
+    exec(compile(text, "stub", "exec"), namespace)
+    with pytest.raises(NotImplementedError, match="^t1: "):
+        namespace["f"](1)
+
+
+def test_cuda_region_becomes_kit_todo_and_keeps_stub_lines():
+    text, _ = strip_solutions(CU_SOURCE, "t2_softmax.cu", load_registry())
+    assert "// TODO(t2): warp maximum" in text and "KIT_TODO(t2);" in text
+    assert "    return y;\n" in text and "x * 2.0f" not in text
+    assert todo_tasks(text) == {"t2"}
+    assert todo_tasks(CU_SOURCE) == set()
+    assert todo_tasks("// KIT_TODO(t3); in a comment\n") == set()
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("# BEGIN SOLUTION t1\nx = 1\n", r"x\.py:1: BEGIN SOLUTION t1 is never closed"),
+        ("x = 1\n# END SOLUTION\n", r"x\.py:2: END SOLUTION without a matching BEGIN"),
+        ("# BEGIN SOLUTION t1\n# BEGIN SOLUTION t1\n# END SOLUTION\n", r"x\.py:2: BEGIN SOLUTION inside the region "
+                                                                       r"opened at x\.py:1"),
+        ("# BEGIN SOLUTION\n# END SOLUTION\n", r"x\.py:1: BEGIN SOLUTION needs a task id"),
+        ("// BEGIN SOLUTION t1\n", r"x\.py:1: use '#' comments"),
+    ],
+)
+def test_malformed_markers_are_rejected_with_file_and_line(source, message):
+    with pytest.raises(MarkerError, match=message):
+        strip_solutions(source, "x.py")
+
+
+def test_region_of_a_task_that_does_not_own_the_file():
+    with pytest.raises(MarkerError, match=r"t1_attention\.py:1: region of t2"):
+        strip_solutions("# BEGIN SOLUTION t2\n# END SOLUTION\n", "t1_attention.py", load_registry())
+
+
+def test_committed_starter_is_in_sync():
+    problems = check_starter(REPO / "solutions", REPO / "starter", load_registry())
+    assert not problems, "starter/ is out of sync; run `make starter`:\n" + "\n".join(problems)
+
+
+def test_check_detects_hand_edits_missing_and_extra_files(tmp_path):
+    starter = tmp_path / "starter"
+    write_starter(REPO / "solutions", starter, load_registry())
+    assert check_starter(REPO / "solutions", starter, load_registry()) == []
+    stub = starter / "t1_attention.py"
+    stub.write_text(stub.read_text() + "\n# a hand edit\n")
+    (starter / "extra.py").write_text("x = 1\n")
+    problems = "\n".join(check_starter(REPO / "solutions", starter, load_registry()))
+    assert "t1_attention.py: differs" in problems and "a hand edit" in problems
+    assert "extra.py: not generated" in problems
+    shutil.rmtree(starter)
+    assert "missing" in "\n".join(check_starter(REPO / "solutions", starter, load_registry()))
