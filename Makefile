@@ -3,6 +3,7 @@
 # On a host whose python already has everything (e.g. a GPU node without network),
 # pass PY=python3 to skip the bootstrap.
 
+SHELL     := /bin/bash
 VENV      := .venv
 PY        ?= $(VENV)/bin/python
 T         ?=
