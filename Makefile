@@ -45,7 +45,7 @@ $(VENV)/.kit-installed: pyproject.toml assignment/bootstrap.sh
 	@bash assignment/bootstrap.sh 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 
 # The test command CI runs: generated files in sync, every .cu compiles, then pytest.
-test: $(SETUP) check-starter
+test: $(SETUP) check-starter $(if $(HAVE_NVCC),check-cuda,)
 	$(PY) -m pytest tests $(if $(HAVE_HIDDEN),grader/hidden,) $(PYTEST_TASK)
 
 test-public: $(SETUP)
@@ -71,6 +71,7 @@ handout: $(SETUP)
 
 bench: $(SETUP)
 	$(PY) -m assignment.bench $(if $(T),--task $(T),)
+	$(if $(filter t4 t5,$(T)),$(PY) -m assignment.scaling --task $(T),)
 
 profile: $(SETUP)
 	$(PY) -m assignment.profile $(if $(T),--task $(T),)

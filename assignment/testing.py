@@ -152,3 +152,33 @@ class LargestAllocation(TorchDispatchMode):
             if isinstance(t, torch.Tensor) and t.numel() > self.largest:
                 self.largest, self.largest_op, self.largest_shape = t.numel(), str(func), tuple(t.shape)
         return out
+
+
+def run_timing_rule(rule, candidates: dict, make_inputs, *, check=None, flops=None, bytes_moved=None,
+                    record: dict | None = None, **measure_kwargs) -> float:
+    """Time a registry timing rule and return its value (the ratio or the speedup it scores).
+
+    ``candidates`` holds "student" and, per the rule's metric, "reference" (time_vs_reference:
+    student median / reference median, lower is better) or "naive" (speedup_vs_naive: naive
+    median / student median). Everything runs interleaved in this process through the one
+    timing module; ``record`` (pytest-json-report's json_metadata) receives the numbers.
+    """
+    from assignment.timing import gpu_info, measure
+
+    other = "reference" if rule.metric == "time_vs_reference" else "naive"
+    chosen = {"student": candidates["student"], other: candidates[other]}
+    results = measure(chosen, make_inputs, check=check, flops=flops, bytes_moved=bytes_moved, **measure_kwargs)
+    student, baseline = results["student"].median_ms, results[other].median_ms
+    value = student / baseline if rule.metric == "time_vs_reference" else baseline / student
+    if record is not None:
+        info = gpu_info()
+        record["timing"] = {
+            "rule": rule.name,
+            "metric": rule.metric,
+            "value": value,
+            "student_ms": student,
+            f"{other}_ms": baseline,
+            "reps": results["student"].reps,
+            "gpu": info.get("name", "?"),
+        }
+    return value

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 from assignment.registry import load_registry
 from grader.config import REPO_ROOT, GradeConfig

@@ -1,0 +1,281 @@
+"""``make bench T=t2``: time the implementation under test against the reference and PyTorch.
+
+    python -m assignment.bench --task t2|t3|t4|t5 [--quick]
+
+Every case goes through ``assignment.timing.measure`` (the grader's harness), so the numbers
+here are the numbers that are graded. Columns: median ms, GB/s (memory-bound t2) or TFLOP/s,
+a percentage against the hardware or library bar (copy bandwidth for t2, cuBLAS for t3,
+SDPA for t4/t5), and the time ratio against the reference solution. Results also go to
+``build/bench/<task>.json``. A new shape is one more ``Case`` in a ``cases_*`` function.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+OUT_DIR = REPO_ROOT / "build" / "bench"
+TASKS = ("t2", "t3", "t4", "t5")
+# Loose on purpose: the bench only guards against a fast-but-wrong kernel; the tests grade
+# correctness with the registry's tolerances.
+BENCH_MAX_RELATIVE_ERROR = 1e-3
+
+
+@dataclass
+class Case:
+    label: str
+    make_inputs: Callable[[int], Any]
+    candidates: dict[str, Callable[[Any], Any]]
+    flops: float | None
+    bytes_moved: float | None
+    metric: str                      # "GB/s" or "TFLOP/s": what the row reports
+    percent_of: str                  # "copy" (bandwidth) or a candidate name (speed relative to it)
+    notes: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- work counts
+
+
+def attention_pairs(Lq: int, Lk: int, causal: bool) -> int:
+    """(query, key) pairs a query sees: all, or j <= i + Lk - Lq under the causal mask."""
+    if not causal:
+        return Lq * Lk
+    return sum(min(Lk, max(0, i + Lk - Lq + 1)) for i in range(Lq))
+
+
+def attention_work(B: int, H: int, Lq: int, Lk: int, d: int, causal: bool) -> tuple[float, float]:
+    """(flops, ideal bytes): QKᵀ and PV are 2·d flops per visible pair each; read Q, K, V, write O and LSE once."""
+    flops = 4.0 * B * H * attention_pairs(Lq, Lk, causal) * d
+    bytes_moved = 4.0 * B * H * (2 * Lq * d + 2 * Lk * d + Lq)
+    return flops, bytes_moved
+
+
+# --------------------------------------------------------------------------- cases
+
+
+def _generator(i: int):
+    import torch
+
+    return torch.Generator(device="cuda").manual_seed(1000 + i)
+
+
+def _randn(*shape: int, seed: int, scale: float = 1.0):
+    import torch
+
+    return torch.randn(*shape, device="cuda", generator=_generator(seed)) * scale
+
+
+def cases_t2(student, reference, quick: bool) -> list[Case]:
+    import torch
+
+    shapes = [(4096, 1024), (4096, 4096), (256, 65536)] if quick else [(65536, 1024), (65536, 4096), (4096, 65536)]
+    cases = []
+    for rows, cols in shapes:
+        def naive(x):  # the textbook formula, one PyTorch kernel per step
+            e = torch.exp(x - x.max(dim=-1, keepdim=True).values)
+            return e / e.sum(dim=-1, keepdim=True)
+
+        candidates = {"pytorch": lambda x: torch.softmax(x, dim=-1), "naive pytorch": naive,
+                      "student": student.softmax}
+        if reference is not None:
+            candidates["reference"] = reference.softmax
+        cases.append(Case(f"softmax {rows}x{cols}", lambda i, r=rows, c=cols: _randn(r, c, seed=i, scale=4.0),
+                          candidates, flops=None, bytes_moved=8.0 * rows * cols, metric="GB/s", percent_of="copy"))
+    return cases
+
+
+def cases_t3(student, reference, quick: bool) -> list[Case]:
+    import torch
+
+    L, d, batch = (512, 64, 16) if quick else (1024, 64, 128)
+    big = 2048 if quick else 4096
+    # (label, batch, M, N, K, trans_b): a square GEMM, then attention's Q·Kᵀ and P·V.
+    shapes = [(f"{big}^3", 1, big, big, big, False), (f"Q·Kᵀ {batch}x{L}x{L}x{d}", batch, L, L, d, True),
+              (f"P·V {batch}x{L}x{d}x{L}", batch, L, d, L, False)]
+    cases = []
+    for label, b, M, N, K, trans_b in shapes:
+        def make(i, b=b, M=M, N=N, K=K, trans_b=trans_b):
+            return _randn(b, M, K, seed=2 * i), _randn(b, *((N, K) if trans_b else (K, N)), seed=2 * i + 1)
+
+        def torch_mm(ab, trans_b=trans_b):
+            return torch.matmul(ab[0], ab[1].transpose(-1, -2) if trans_b else ab[1])
+
+        candidates = {"cuBLAS": torch_mm, "student": lambda ab, t=trans_b: student.gemm(ab[0], ab[1], trans_b=t)}
+        if reference is not None:
+            candidates["reference"] = lambda ab, t=trans_b: reference.gemm(ab[0], ab[1], trans_b=t)
+        cases.append(Case(f"gemm {label}", make, candidates, flops=2.0 * b * M * N * K,
+                          bytes_moved=4.0 * b * (M * K + K * N + M * N), metric="TFLOP/s", percent_of="cuBLAS"))
+    return cases
+
+
+def cases_attention(student, reference, quick: bool, causal: bool) -> list[Case]:
+    import torch
+    import torch.nn.functional as F
+
+    shapes = [(8, 16, 4096, 64), (8, 16, 4096, 128), (4, 1, 128, 64), (64, 1, 4096, 64)]
+    if quick:
+        shapes = [(2, 8, 1024, 64), (2, 8, 1024, 128), (4, 1, 128, 64), (8, 1, 2048, 64)]
+    cases = []
+    for B, H, L, d in shapes:
+        def make(i, shape=(B, H, L, d)):
+            return tuple(_randn(*shape, seed=3 * i + j) for j in range(3))
+
+        def naive_pytorch(qkv):
+            q, k, v = qkv
+            s = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+            if causal:
+                s.masked_fill_(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu_(1), float("-inf"))
+            return torch.softmax(s, dim=-1) @ v
+
+        candidates = {
+            "SDPA": lambda qkv: F.scaled_dot_product_attention(*qkv, is_causal=causal),  # square: same alignment
+            "naive pytorch": naive_pytorch,
+            "naive cuda": lambda qkv: student.naive_cuda_attention(*qkv, causal=causal),
+            "student": lambda qkv: student.flash_attention(*qkv, causal=causal)[0],
+        }
+        if reference is not None:
+            candidates["reference"] = lambda qkv: reference.flash_attention(*qkv, causal=causal)[0]
+        flops, bytes_moved = attention_work(B, H, L, L, d, causal)
+        label = f"{'causal ' if causal else ''}attention B{B} H{H} L{L} d{d}"
+        cases.append(Case(label, make, candidates, flops, bytes_moved, metric="TFLOP/s", percent_of="SDPA"))
+    return cases
+
+
+CASES = {"t2": cases_t2, "t3": cases_t3, "t4": lambda s, r, q: cases_attention(s, r, q, False),
+         "t5": lambda s, r, q: cases_attention(s, r, q, True)}
+
+
+# --------------------------------------------------------------------------- running and printing
+
+
+def _bench_check(reference_name: str, case: Case):
+    """check(name, inputs, output) for measure(): compare with the first PyTorch candidate on the same inputs."""
+    def check(name: str, inputs, output) -> None:
+        if name == reference_name:
+            return
+        expected = case.candidates[reference_name](inputs)
+        error = (output - expected).abs().max().item() / max(expected.abs().max().item(), 1e-30)
+        if not error <= BENCH_MAX_RELATIVE_ERROR:
+            raise AssertionError(f"{case.label}: {name} is wrong during timing (max relative error {error:.2e})")
+    return check
+
+
+def _usable(case: Case) -> None:
+    """Drop candidates that cannot run (a TODO, no reference, out of memory), keeping the reason."""
+    import torch
+
+    inputs = case.make_inputs(0)
+    for name in list(case.candidates):
+        try:
+            case.candidates[name](inputs)
+        except (NotImplementedError, FileNotFoundError, torch.cuda.OutOfMemoryError, RuntimeError) as exc:
+            first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            case.notes.append(f"{name} skipped: {first_line}")
+            del case.candidates[name]
+    del inputs
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
+def run_case(case: Case, copy_gbps: float | None, settings: dict) -> dict:
+    from assignment.timing import ImpossibleTimeError, measure, ratio
+
+    _usable(case)
+    if not case.candidates:
+        return {"label": case.label, "notes": case.notes, "results": {}}
+    baseline = next(iter(case.candidates))
+    error = None
+    try:
+        results = measure(case.candidates, case.make_inputs, check=_bench_check(baseline, case), flops=case.flops,
+                          bytes_moved=case.bytes_moved, **settings)
+    except ImpossibleTimeError as exc:
+        results, error = exc.results, str(exc)
+    row = {"label": case.label, "flops": case.flops, "bytes_moved": case.bytes_moved, "notes": case.notes,
+           "error": error, "results": {n: r.to_dict() for n, r in results.items()}}
+    if "student" in results and "reference" in results:
+        row["ratio_student_reference"] = ratio(results["student"], results["reference"])
+    print_case(case, results, copy_gbps, error)
+    return row
+
+
+def print_case(case: Case, results: dict, copy_gbps: float | None, error: str | None) -> None:
+    any_result = next(iter(results.values()), None)
+    header = case.label
+    if any_result is not None:
+        header += f"  (floor {any_result.floor_ms:.4f} ms; stopped: {any_result.stop_reason})"
+    print(f"\n{header}")
+    percent_label = "% copy" if case.percent_of == "copy" else f"% {case.percent_of}"
+    print(f"  {'candidate':<14} {'ms':>10} {case.metric:>9} {percent_label:>9} {'rse':>6} {'reps':>5} {'÷ reference':>11}")
+    reference = results.get("reference")
+    for name, r in results.items():
+        value = r.gbps if case.metric == "GB/s" else r.tflops
+        if case.percent_of == "copy":
+            percent = 100 * r.gbps / copy_gbps if copy_gbps and r.gbps else None
+        else:
+            base = results.get(case.percent_of)
+            percent = 100 * base.median_ms / r.median_ms if base else None
+        vs_ref = f"{r.median_ms / reference.median_ms:.2f}x" if reference else "-"
+        shown = _fmt(value, ".1f" if case.metric == "GB/s" else ".2f")
+        print(f"  {name:<14} {r.median_ms:>10.4f} {shown:>9} {_fmt(percent, '.0f'):>9} "
+              f"{100 * r.rse:>5.1f}% {r.reps:>5} {vs_ref:>11}")
+    for note in case.notes:
+        print(f"  note: {note}")
+    if error:
+        print(f"  IMPOSSIBLE TIME: {error}")
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", choices=TASKS)
+    parser.add_argument("--quick", action="store_true", help="smaller shapes and fewer repetitions")
+    parser.add_argument("--out", type=Path, default=OUT_DIR)
+    args = parser.parse_args(argv)
+    if args.task is None:
+        print(f"choose a task: make bench T=t2 (one of {', '.join(TASKS)})", file=sys.stderr)
+        return 2
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("make bench needs a CUDA GPU, and PyTorch sees none (torch.cuda.is_available() is False). "
+              "Run it on a GPU node.", file=sys.stderr)
+        return 2
+    from assignment.impl import ImplError, student_dir
+    from assignment.kernels import Kernels
+    from assignment.timing import copy_bandwidth, format_gpu_info, gpu_info
+
+    torch.backends.cuda.matmul.allow_tf32 = False  # an fp32 contest: cuBLAS and SDPA may not use TF32
+    torch.backends.cudnn.allow_tf32 = False
+    student = Kernels()
+    try:
+        reference = Kernels(student_dir("solutions"))
+    except ImplError:
+        reference = None  # a student bundle has no solutions/
+    settings = {"max_reps": 30, "time_cap_s": 3.0} if args.quick else {}
+    info = gpu_info()
+    print(f"GPU: {format_gpu_info(info)}")
+    print(f"implementation under test: {student_dir()}")
+    copy = copy_bandwidth(64 * 2**20 if args.quick else 256 * 2**20)
+    print(f"device copy bandwidth: {copy.gbps:.0f} GB/s (read + write, {copy.median_ms:.3f} ms)")
+    rows = [run_case(case, copy.gbps, settings) for case in CASES[args.task](student, reference, args.quick)]
+    report = {"task": args.task, "quick": args.quick, "gpu": info, "copy_gbps": copy.gbps,
+              "implementation": str(student_dir()), "cases": rows}
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"{args.task}.json"
+    path.write_text(json.dumps(report, indent=2, default=str))
+    print(f"\nwrote {path}")
+    return 1 if any(row.get("error") for row in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

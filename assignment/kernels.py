@@ -1,0 +1,320 @@
+"""Python wrappers around the students' CUDA kernels (t2, t3, t4/t5).
+
+Tests, benchmarks and the grader call the kernels only through this module.
+Every wrapper, in this order:
+  1. refuses a file whose task still has ``KIT_TODO`` (NotImplementedError, no GPU touched),
+  2. checks dtype, shapes, contiguity, then device (TypeError / ValueError naming the argument),
+  3. builds/loads the library (cached), launches on the current PyTorch stream,
+  4. turns a non-zero cudaError_t into ``RuntimeError("<kernel> failed: <reason>")``.
+Steps 1 and 2 need no GPU, so a starter or a wrong call fails cleanly on any machine.
+
+The module-level functions test the implementation chosen by ``IMPL``;
+``Kernels("solutions")`` binds another one (the benchmark loads both).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import glob
+import math
+import os
+from ctypes import c_float, c_int, c_int64, c_void_p
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from assignment.cuda import load_library, require_implemented
+from assignment.impl import student_dir
+
+SOFTMAX_FILE = "t2_softmax.cu"
+GEMM_FILE = "t3_gemm.cu"
+ATTENTION_FILE = "t4_flash_attention.cu"
+ATTENTION_HEAD_DIMS = (32, 64, 128)
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class _Export:
+    file: str
+    symbol: str
+    argtypes: tuple
+
+
+SOFTMAX = _Export(SOFTMAX_FILE, "t2_softmax_forward", (c_void_p, c_void_p, c_int64, c_int64, c_void_p))
+GEMM = _Export(GEMM_FILE, "t3_gemm_batched", (c_void_p, c_void_p, c_void_p, c_int, c_int, c_int, c_int, c_int,
+                                              c_int, c_int64, c_int64, c_int64, c_float, c_void_p))
+FLASH = _Export(ATTENTION_FILE, "t4_flash_attention_forward", (c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+                                                                c_int, c_int, c_int, c_int, c_int, c_float, c_int,
+                                                                c_void_p))
+
+# A few cudaError_t names, used only when libcudart cannot be found to ask it.
+_KNOWN_ERRORS = {1: "invalid argument", 2: "out of memory", 9: "invalid configuration argument",
+                 98: "invalid device function", 209: "no kernel image is available for execution on the device",
+                 700: "an illegal memory access was encountered", 710: "device-side assert triggered",
+                 719: "unspecified launch failure"}
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@lru_cache(maxsize=1)
+def _cudart() -> ctypes.CDLL | None:
+    """libcudart: the one torch already loaded, torch's bundled copy, or the system's."""
+    candidates = []
+    try:
+        with open("/proc/self/maps") as maps:
+            candidates += sorted({line.split()[-1] for line in maps if "libcudart.so" in line})
+    except OSError:
+        pass
+    torch_dir = Path(torch.__file__).parent
+    for pattern in ("lib/libcudart.so*", "../nvidia/cuda_runtime/lib/libcudart.so*", "../nvidia/cu*/lib/libcudart.so*"):
+        candidates += sorted(glob.glob(str(torch_dir / pattern)))
+    if found := ctypes.util.find_library("cudart"):
+        candidates.append(found)
+    for name in candidates:
+        try:
+            lib = ctypes.CDLL(name)
+            lib.cudaGetErrorString.restype = ctypes.c_char_p
+            lib.cudaGetErrorString.argtypes = (c_int,)
+            return lib
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
+def cuda_error_string(code: int) -> str:
+    lib = _cudart()
+    if lib is not None:
+        text = lib.cudaGetErrorString(code)
+        if text:
+            return f"{text.decode()} (cudaError_t {code})"
+    return f"{_KNOWN_ERRORS.get(code, 'cudaError_t')} (cudaError_t {code})"
+
+
+def _check_status(code: int, kernel: str) -> None:
+    if code != 0:
+        raise RuntimeError(f"{kernel} failed: {cuda_error_string(code)}")
+
+
+# --------------------------------------------------------------------------- argument checks (no GPU needed)
+
+
+def _check_tensor(kernel: str, name: str, value, ndim: tuple[int, ...] | None = None) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{kernel}: {name} must be a torch.Tensor, got {type(value).__name__}")
+    if value.dtype != torch.float32:
+        raise TypeError(f"{kernel}: {name} must be torch.float32 (the kernels are fp32), got {value.dtype}")
+    if ndim is not None and value.dim() not in ndim:
+        wanted = " or ".join(f"{n}-D" for n in ndim)
+        raise ValueError(f"{kernel}: {name} must be {wanted}, got shape {tuple(value.shape)}")
+    return value
+
+
+def _check_shape(kernel: str, name: str, value: torch.Tensor, expected: tuple[int, ...], meaning: str) -> None:
+    if tuple(value.shape) != tuple(expected):
+        raise ValueError(f"{kernel}: {name} must have shape {tuple(expected)} ({meaning}), got {tuple(value.shape)}")
+
+
+def _check_layout_and_device(kernel: str, **tensors: torch.Tensor) -> torch.device:
+    for name, value in tensors.items():
+        if not value.is_contiguous():
+            raise ValueError(f"{kernel}: {name} must be contiguous (call .contiguous()), got strides {value.stride()}")
+    devices = {name: value.device for name, value in tensors.items()}
+    for name, device in devices.items():
+        if device.type != "cuda":
+            raise ValueError(f"{kernel}: {name} must be a CUDA tensor, got device {device} (move it with .cuda())")
+    if len(set(devices.values())) > 1:
+        listed = ", ".join(f"{n} on {d}" for n, d in devices.items())
+        raise ValueError(f"{kernel}: all tensors must be on the same device, got {listed}")
+    return next(iter(devices.values()))
+
+
+def _check_int32(kernel: str, **sizes: int) -> None:
+    for name, size in sizes.items():
+        if size > INT32_MAX:
+            raise ValueError(f"{kernel}: {name} = {size} does not fit the kernel's 32-bit int argument")
+
+
+def _launch(function, device: torch.device, kernel: str, *args) -> None:
+    with torch.cuda.device(device):
+        stream = torch.cuda.current_stream(device).cuda_stream
+        _check_status(function(*args, c_void_p(stream)), kernel)
+
+
+# --------------------------------------------------------------------------- the wrappers
+
+_implemented: set[tuple] = set()
+_functions: dict[tuple, object] = {}
+
+
+def _file_state(source: Path, tasks: tuple[str, ...]) -> tuple:
+    stat = source.stat()
+    return (str(source), stat.st_mtime_ns, stat.st_size, tasks)
+
+
+
+class Kernels:
+    """The kernels of one implementation directory (None: whatever ``IMPL`` names, looked up per call)."""
+
+    def __init__(self, impl: str | os.PathLike | None = None):
+        self.impl = None if impl is None else str(impl)
+
+    def source(self, filename: str) -> Path:
+        path = student_dir(self.impl) / filename
+        if not path.is_file():
+            raise FileNotFoundError(f"{filename} not found in {path.parent} (IMPL={self.impl or os.environ.get('IMPL')})")
+        return path
+
+    def _require(self, export: _Export, tasks: tuple[str, ...], kernel: str) -> Path:
+        source = self.source(export.file)
+        state = _file_state(source, tasks)
+        if state not in _implemented:  # re-read only when the file changed: wrapper overhead lands in timings
+            require_implemented(source, tasks, kernel)
+            _implemented.add(state)
+        return source
+
+    def _function(self, export: _Export, source: Path, tasks: tuple[str, ...]):
+        key = (_file_state(source, tasks), export.symbol, os.environ.get("KIT_CUDA_ARCH"))
+        if key not in _functions:
+            library = load_library(source, tasks)
+            function = getattr(library, export.symbol, None)
+            if function is None:
+                raise RuntimeError(f"{source.name} does not export {export.symbol} (declare it KIT_API with this exact name)")
+            function.argtypes, function.restype = export.argtypes, c_int
+            _functions[key] = function
+        return _functions[key]
+
+    # ----------------------------------------------------------------- t2
+    def softmax(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Row softmax over the last dimension of ``x`` (any number of leading dims)."""
+        kernel, tasks = "t2_softmax_forward", ("t2",)
+        source = self._require(SOFTMAX, tasks, kernel)
+        _check_tensor(kernel, "x", x)
+        if x.dim() == 0:
+            raise ValueError(f"{kernel}: x must have at least 1 dimension (rows of the softmax), got a scalar")
+        y = torch.empty_like(x) if out is None else _check_tensor(kernel, "out", out)
+        _check_shape(kernel, "out", y, tuple(x.shape), "same as x")
+        device = _check_layout_and_device(kernel, x=x, out=y)
+        cols = x.shape[-1]
+        if x.numel() == 0:
+            return y
+        rows = x.numel() // cols
+        _launch(self._function(SOFTMAX, source, tasks), device, kernel, x.data_ptr(), y.data_ptr(), rows, cols)
+        return y
+
+    # ----------------------------------------------------------------- t3
+    def gemm(self, a: torch.Tensor, b: torch.Tensor, trans_a: bool = False, trans_b: bool = False,
+             alpha: float = 1.0, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``alpha · op(a) @ op(b)``; a is (M, K) or, with trans_a, stored (K, M); b is (K, N) or (N, K).
+
+        2-D, or 3-D batched; a batch of 1 broadcasts (batch stride 0).
+        """
+        kernel, tasks = "t3_gemm_batched", ("t3",)
+        source = self._require(GEMM, tasks, kernel)
+        _check_tensor(kernel, "a", a, (2, 3))
+        _check_tensor(kernel, "b", b, (2, 3))
+        if a.dim() != b.dim():
+            raise ValueError(f"{kernel}: a and b must both be 2-D or both 3-D, got {tuple(a.shape)} and {tuple(b.shape)}")
+        batched = a.dim() == 3
+        a3, b3 = (a, b) if batched else (a.unsqueeze(0), b.unsqueeze(0))
+        M, K = (a3.shape[2], a3.shape[1]) if trans_a else (a3.shape[1], a3.shape[2])
+        Kb, N = (b3.shape[2], b3.shape[1]) if trans_b else (b3.shape[1], b3.shape[2])
+        if K != Kb:
+            raise ValueError(f"{kernel}: inner dimensions differ: op(a) is {M}x{K} (trans_a={bool(trans_a)}, a {tuple(a.shape)})"
+                             f" but op(b) is {Kb}x{N} (trans_b={bool(trans_b)}, b {tuple(b.shape)})")
+        batch = max(a3.shape[0], b3.shape[0])
+        for name, t in (("a", a3), ("b", b3)):
+            if t.shape[0] not in (1, batch):
+                raise ValueError(f"{kernel}: batch sizes differ: a has {a3.shape[0]}, b has {b3.shape[0]} (1 broadcasts)")
+        shape = (batch, M, N) if batched else (M, N)
+        c = torch.empty(shape, dtype=torch.float32, device=a.device) if out is None else _check_tensor(kernel, "out", out)
+        _check_shape(kernel, "out", c, shape, "alpha·op(a)·op(b)")
+        device = _check_layout_and_device(kernel, a=a, b=b, out=c)
+        _check_int32(kernel, batch=batch, M=M, N=N, K=K)
+        if c.numel() == 0:
+            return c
+        if K == 0:
+            return c.zero_()
+        stride_a = 0 if a3.shape[0] == 1 else M * K
+        stride_b = 0 if b3.shape[0] == 1 else K * N
+        _launch(self._function(GEMM, source, tasks), device, kernel, a.data_ptr(), b.data_ptr(), c.data_ptr(),
+                batch, M, N, K, int(bool(trans_a)), int(bool(trans_b)), stride_a, stride_b, M * N, float(alpha))
+        return c
+
+    # ----------------------------------------------------------------- t4 / t5
+    def flash_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                        scale: float | None = None, out: torch.Tensor | None = None,
+                        lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """FlashAttention forward: q (B,H,Lq,d), k and v (B,H,Lk,d) -> (o (B,H,Lq,d), lse (B,H,Lq)).
+
+        causal: query i sees keys j <= i + Lk - Lq (bottom-right alignment, t5).
+        """
+        kernel = "t4_flash_attention_forward"
+        tasks = ("t4", "t5") if causal else ("t4",)
+        source = self._require(FLASH, tasks, kernel)
+        B, H, Lq, Lk, d = _attention_shapes(kernel, q, k, v)
+        if d not in ATTENTION_HEAD_DIMS:
+            raise ValueError(f"{kernel}: head dimension d must be one of {ATTENTION_HEAD_DIMS}, got {d}")
+        o = torch.empty_like(q) if out is None else _check_tensor(kernel, "out", out)
+        _check_shape(kernel, "out", o, (B, H, Lq, d), "like q")
+        lse = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device) if lse is None else _check_tensor(kernel, "lse", lse)
+        _check_shape(kernel, "lse", lse, (B, H, Lq), "(B, H, Lq)")
+        device = _check_layout_and_device(kernel, q=q, k=k, v=v, out=o, lse=lse)
+        _check_int32(kernel, B=B, H=H, Lq=Lq, Lk=Lk)
+        scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+        if o.numel() == 0 or Lk == 0:  # no query rows, or rows that see no key: zeros and LSE -inf
+            return o.zero_(), lse.fill_(float("-inf"))
+        _launch(self._function(FLASH, source, tasks), device, kernel, q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                o.data_ptr(), lse.data_ptr(), B, H, Lq, Lk, d, scale, int(bool(causal)))
+        return o, lse
+
+    def naive_cuda_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                             scale: float | None = None) -> torch.Tensor:
+        """The unfused baseline from this implementation's t2 and t3: S = scale·QKᵀ, P = softmax(S), O = PV."""
+        kernel = "naive_cuda_attention"
+        self._require(SOFTMAX, ("t2",), kernel)
+        self._require(GEMM, ("t3",), kernel)
+        B, H, Lq, Lk, d = _attention_shapes(kernel, q, k, v)
+        _check_layout_and_device(kernel, q=q, k=k, v=v)
+        scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+        if q.numel() == 0 or Lk == 0:
+            return torch.zeros_like(q)
+        scores = self.gemm(q.view(B * H, Lq, d), k.view(B * H, Lk, d), trans_b=True, alpha=scale)
+        if causal:
+            hidden = torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).triu_(Lk - Lq + 1)
+            scores.masked_fill_(hidden, float("-inf"))
+        probs = self.softmax(scores)  # not in place: kernels may declare x and y __restrict__
+        return self.gemm(probs, v.view(B * H, Lk, d)).view(B, H, Lq, d)
+
+
+def _attention_shapes(kernel: str, q, k, v) -> tuple[int, int, int, int, int]:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(kernel, name, t, (4,))
+    B, H, Lq, d = q.shape
+    _check_shape(kernel, "k", k, (B, H, k.shape[2], d), "(B, H, Lk, d) with q's B, H and d")
+    _check_shape(kernel, "v", v, tuple(k.shape), "same as k")
+    return B, H, Lq, k.shape[2], d
+
+
+# --------------------------------------------------------------------------- the implementation under test (IMPL)
+
+_under_test = Kernels()
+
+
+def softmax(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    return _under_test.softmax(x, out=out)
+
+
+def gemm(a, b, trans_a: bool = False, trans_b: bool = False, alpha: float = 1.0, out=None) -> torch.Tensor:
+    return _under_test.gemm(a, b, trans_a=trans_a, trans_b=trans_b, alpha=alpha, out=out)
+
+
+def flash_attention(q, k, v, causal: bool = False, scale: float | None = None, out=None, lse=None):
+    return _under_test.flash_attention(q, k, v, causal=causal, scale=scale, out=out, lse=lse)
+
+
+def naive_cuda_attention(q, k, v, causal: bool = False, scale: float | None = None) -> torch.Tensor:
+    return _under_test.naive_cuda_attention(q, k, v, causal=causal, scale=scale)

@@ -1,0 +1,209 @@
+"""``make profile T=t4``: Nsight Compute counters of one representative launch.
+
+    python -m assignment.profile --task t2|t3|t4|t5 [--kernel REGEX]
+    python -m assignment.profile --launch-one t4      # the driver ncu runs: one launch, nothing else
+
+The driver builds its inputs on the CPU and copies them over, so the task's kernel is the only
+kernel in the process and ``--launch-count 1`` catches it whatever the student named it. The
+report puts the DRAM traffic next to the ideal (every input read once, every output written once):
+a FlashAttention kernel far above that is re-reading K and V.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+METRICS = {
+    "gpu__time_duration.sum": "kernel time",
+    "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved occupancy",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed": "SM throughput",
+    "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum.per_second": "global load throughput",
+    "l1tex__t_bytes_pipe_lsu_mem_global_op_st.sum.per_second": "global store throughput",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum": "shared load wavefronts",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum": "shared store wavefronts",
+    "dram__bytes_read.sum": "DRAM bytes read",
+    "dram__bytes_write.sum": "DRAM bytes written",
+}
+# One launch per task, big enough to be representative, small enough to replay quickly.
+SHAPES = {
+    "t2": {"rows": 16384, "cols": 4096},
+    "t3": {"batch": 1, "M": 4096, "N": 4096, "K": 4096},
+    "t4": {"B": 4, "H": 16, "Lq": 4096, "Lk": 4096, "d": 64, "causal": False},
+    "t5": {"B": 4, "H": 16, "Lq": 4096, "Lk": 4096, "d": 64, "causal": True},
+}
+PERMISSION_HELP = (
+    "ncu cannot read the GPU performance counters (ERR_NVGPUCTRPERM): the driver lets only admins profile. "
+    "Ask for profiling permission (options nvidia NVreg_RestrictProfilingToAdminUsers=0, or run ncu as root); "
+    "see https://developer.nvidia.com/ERR_NVGPUCTRPERM")
+LIBRARY_HELP = (
+    "ncu could not load its injection library or the CUDA driver (LibraryNotLoaded / failed to load): "
+    "the Nsight Compute version may be too old for this driver, or the process was not a CUDA program; "
+    "update Nsight Compute to match the CUDA toolkit")
+
+
+def ideal_bytes(task: str, shape: dict) -> float:
+    """Bytes a perfect kernel moves through DRAM: read every input once, write every output once (fp32)."""
+    if task == "t2":
+        return 4.0 * 2 * shape["rows"] * shape["cols"]
+    if task == "t3":
+        b, M, N, K = shape["batch"], shape["M"], shape["N"], shape["K"]
+        return 4.0 * b * (M * K + K * N + M * N)
+    B, H, Lq, Lk, d = (shape[k] for k in ("B", "H", "Lq", "Lk", "d"))
+    return 4.0 * B * H * (2 * Lq * d + 2 * Lk * d + Lq)  # Q and O: Lq·d each; K and V: Lk·d each; LSE: Lq
+
+
+# --------------------------------------------------------------------------- the driver ncu runs
+
+
+def launch_one(task: str) -> None:
+    import torch
+
+    from assignment.kernels import Kernels
+
+    shape, kernels = SHAPES[task], Kernels()
+    gen = torch.Generator().manual_seed(0)
+
+    def upload(*dims):  # CPU random numbers + a memcpy: no CUDA kernel besides the student's
+        return torch.randn(*dims, generator=gen).cuda()
+
+    if task == "t2":
+        x = upload(shape["rows"], shape["cols"])
+        kernels.softmax(x, out=torch.empty_like(x))
+    elif task == "t3":
+        a, b = upload(shape["batch"], shape["M"], shape["K"]), upload(shape["batch"], shape["K"], shape["N"])
+        kernels.gemm(a, b, out=torch.empty(shape["batch"], shape["M"], shape["N"], device="cuda"))
+    else:
+        B, H, Lq, Lk, d = (shape[k] for k in ("B", "H", "Lq", "Lk", "d"))
+        q, k, v = upload(B, H, Lq, d), upload(B, H, Lk, d), upload(B, H, Lk, d)
+        kernels.flash_attention(q, k, v, causal=shape["causal"], out=torch.empty_like(q),
+                                lse=torch.empty(B, H, Lq, device="cuda"))
+    torch.cuda.synchronize()
+
+
+# --------------------------------------------------------------------------- ncu and its CSV
+
+
+def ncu_command(ncu: str, task: str, kernel_regex: str) -> list[str]:
+    return [ncu, "--clock-control", "none", "--target-processes", "all", "--kernel-name", f"regex:{kernel_regex}",
+            "--launch-count", "1", "--metrics", ",".join(METRICS), "--csv", "--print-units", "base",
+            sys.executable, "-m", "assignment.profile", "--launch-one", task]
+
+
+def parse_ncu_csv(text: str) -> dict[str, tuple[str, float]]:
+    """metric name -> (unit, value) of the first profiled kernel, from ``ncu --csv`` output."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if start is None:
+        return {}
+    metrics: dict[str, tuple[str, float]] = {}
+    for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
+        name, raw = row.get("Metric Name"), (row.get("Metric Value") or "").replace(",", "")
+        if not name or name in metrics:
+            continue
+        try:
+            metrics[name] = (row.get("Metric Unit", ""), float(raw))
+        except ValueError:
+            metrics[name] = (row.get("Metric Unit", ""), math.nan)
+        metrics.setdefault("_kernel", (row.get("Kernel Name", ""), math.nan))
+    return metrics
+
+
+def explain_failure(output: str) -> str | None:
+    if "ERR_NVGPUCTRPERM" in output:
+        return PERMISSION_HELP
+    if "LibraryNotLoaded" in output or "Failed to load" in output or "failed to load" in output:
+        return LIBRARY_HELP
+    if "No kernels were profiled" in output:
+        return "ncu profiled no kernel: the --kernel regex matched nothing (the driver's kernel names are above)"
+    return None
+
+
+def _human(value: float, unit: str) -> str:
+    if math.isnan(value):
+        return "n/a"
+    if unit.startswith("byte"):
+        per_second = "/second" in unit
+        return f"{value / (1e9 if per_second else 2**20):,.1f} {'GB/s' if per_second else 'MiB'}"
+    if unit in ("nsecond", "ns"):
+        return f"{value / 1e6:.3f} ms"
+    return f"{value:,.1f} {unit}"
+
+
+def report(task: str, metrics: dict[str, tuple[str, float]]) -> str:
+    shape = SHAPES[task]
+    lines = [f"{task} kernel: {metrics.get('_kernel', ('?',))[0]}   shape: {shape}"]
+    for name, label in METRICS.items():
+        unit, value = metrics.get(name, ("", math.nan))
+        lines.append(f"  {label:<26} {_human(value, unit):>16}   {name}")
+    ideal = ideal_bytes(task, shape)
+    moved = sum(metrics.get(n, ("", math.nan))[1] for n in ("dram__bytes_read.sum", "dram__bytes_write.sum"))
+    lines.append(f"  {'DRAM read + write':<26} {moved / 2**20:>12,.1f} MiB")
+    lines.append(f"  {'ideal DRAM traffic':<26} {ideal / 2**20:>12,.1f} MiB   (each input read once, each output written once)")
+    if math.isfinite(moved):
+        lines.append(f"  {'measured / ideal':<26} {moved / ideal:>12.2f} x")
+    lines.append("  (loads issued with cp.async are not in the 'global load' row; DRAM bytes include them)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", choices=sorted(SHAPES), default="t4")
+    parser.add_argument("--kernel", default=".", help="kernel name regex (default: the first kernel the driver launches)")
+    parser.add_argument("--launch-one", choices=sorted(SHAPES), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("make profile needs a CUDA GPU, and PyTorch sees none. Run it on a GPU node.", file=sys.stderr)
+        return 2
+    if args.launch_one:
+        launch_one(args.launch_one)
+        return 0
+    ncu = shutil.which("ncu")
+    if ncu is None:
+        print("ncu not found: install Nsight Compute (it ships with the CUDA toolkit, in <cuda>/bin or "
+              "/opt/nvidia/nsight-compute) and put it on PATH", file=sys.stderr)
+        return 2
+    try:  # build outside the profiler, and fail on a TODO before ncu starts
+        _prebuild(args.task)
+    except (NotImplementedError, RuntimeError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(_repo_root()), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run(ncu_command(ncu, args.task, args.kernel), capture_output=True, text=True, env=env)
+    output = proc.stdout + proc.stderr
+    metrics = parse_ncu_csv(proc.stdout)
+    if proc.returncode != 0 or not metrics:
+        print(output[-4000:], file=sys.stderr)
+        print(f"\nerror: {explain_failure(output) or 'ncu failed (its output is above)'}", file=sys.stderr)
+        return 1
+    print(report(args.task, metrics))
+    return 0
+
+
+def _prebuild(task: str) -> None:
+    from assignment.cuda import build, require_implemented
+    from assignment.kernels import ATTENTION_FILE, GEMM_FILE, SOFTMAX_FILE, Kernels
+
+    filename = {"t2": SOFTMAX_FILE, "t3": GEMM_FILE}.get(task, ATTENTION_FILE)
+    source = Kernels().source(filename)
+    require_implemented(source, ("t4", "t5") if task == "t5" else (task,))
+    build(source)
+
+
+def _repo_root():
+    from pathlib import Path
+
+    return Path(__file__).resolve().parent.parent
+
+
+if __name__ == "__main__":
+    sys.exit(main())

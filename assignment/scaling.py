@@ -1,0 +1,189 @@
+"""Scaling analysis for t4/t5: sweep sequence length, batch and head dimension; table and plots.
+
+    python -m assignment.scaling --task t4|t5 [--quick] [--out build/bench]
+
+For each (L, d) it times naive PyTorch, the naive CUDA composition (t3 -> t2 -> t3), the
+implementation under test, the reference solution and PyTorch's SDPA through the grader's
+harness (assignment.timing.measure), with B = max(1, TOKENS // L) so every point does the same
+number of tokens. It prints a table and writes <task>_scaling.json and three plots: time against
+L, TFLOP/s against L, and a roofline chart (arithmetic intensity against achieved TFLOP/s under
+the measured copy-bandwidth roof and the fp32 compute roof).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from assignment.bench import OUT_DIR, attention_work
+
+TOKENS = 16384          # B * L at every point of the sweep
+HEADS = 16
+MAX_SCORE_BYTES = 6e9   # the naive versions materialise B*H*L*L floats (twice); skip them above this
+
+
+def sweep_points(quick: bool) -> list[tuple[int, int, int, int]]:
+    lengths = [128, 512, 2048] if quick else [128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+    dims = [64] if quick else [64, 128]
+    return [(max(1, TOKENS // L), HEADS, L, d) for d in dims for L in lengths]
+
+
+def candidates_for(B: int, H: int, L: int, d: int, causal: bool, student, reference) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    def naive_pytorch(qkv):
+        q, k, v = qkv
+        s = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+        if causal:
+            s.masked_fill_(torch.ones(L, L, dtype=torch.bool, device=s.device).triu_(1), float("-inf"))
+        return torch.softmax(s, dim=-1) @ v
+
+    out = {}
+    if 2 * 4.0 * B * H * L * L <= MAX_SCORE_BYTES:
+        out["naive pytorch"] = naive_pytorch
+        if reference is not None:
+            out["naive cuda"] = lambda qkv: reference.naive_cuda_attention(*qkv, causal=causal)
+    out["student"] = lambda qkv: student.flash_attention(*qkv, causal=causal)[0]
+    if reference is not None:
+        out["reference"] = lambda qkv: reference.flash_attention(*qkv, causal=causal)[0]
+    out["SDPA"] = lambda qkv: F.scaled_dot_product_attention(*qkv, is_causal=causal)
+    return out
+
+
+def run_sweep(task: str, quick: bool) -> dict:
+    import torch
+
+    from assignment.kernels import Kernels
+    from assignment.timing import copy_bandwidth, device_peaks, gpu_info, measure
+
+    causal = task == "t5"
+    student = Kernels()
+    try:
+        reference = Kernels("solutions")
+        reference.source("t4_flash_attention.cu")
+    except Exception:
+        reference = None
+    copy = copy_bandwidth()
+    points = []
+    for B, H, L, d in sweep_points(quick):
+        def make(i, shape=(B, H, L, d)):
+            gen = torch.Generator(device="cuda").manual_seed(i)
+            return tuple(torch.randn(*shape, device="cuda", generator=gen) for _ in range(3))
+
+        flops, ideal_bytes = attention_work(B, H, L, L, d, causal)
+        results = {}
+        for name, fn in candidates_for(B, H, L, d, causal, student, reference).items():
+            try:  # one candidate at a time keeps the naive versions' memory to themselves
+                r = measure({name: fn}, make, flops=flops, bytes_moved=ideal_bytes, max_reps=30, time_cap_s=4.0,
+                            enforce_floor=False)[name]
+                results[name] = {"ms": r.median_ms, "tflops": r.tflops, "rse": r.rse}
+            except NotImplementedError as exc:
+                results[name] = {"skipped": str(exc).splitlines()[0]}
+            except torch.cuda.OutOfMemoryError:
+                results[name] = {"skipped": "out of memory"}
+            torch.cuda.empty_cache()
+        points.append({"B": B, "H": H, "L": L, "d": d, "flops": flops, "ideal_bytes": ideal_bytes,
+                       "results": results})
+        row = "  ".join(f"{n} {v['ms']:.3f} ms/{v['tflops']:.1f}" for n, v in results.items() if "ms" in v)
+        print(f"B{B:<4} H{H} L{L:<6} d{d:<4} {row}", flush=True)
+    bandwidth, _ = device_peaks()
+    return {"task": task, "causal": causal, "gpu": gpu_info(), "copy_gbps": copy.gbps, "points": points,
+            "fp32_peak_tflops": fp32_peak_tflops()}
+
+
+def fp32_peak_tflops() -> float:
+    """Datasheet-style fp32 FFMA peak: SMs x 128 lanes x 2 flops x max SM clock."""
+    import torch
+
+    from assignment.timing import gpu_info
+
+    props = torch.cuda.get_device_properties(0)
+    info = gpu_info()
+    mhz = info.get("max_sm_clock_mhz") or 1980
+    return props.multi_processor_count * 128 * 2 * float(mhz) * 1e6 / 1e12
+
+
+def plot(data: dict, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    task, written = data["task"], []
+    names = sorted({n for p in data["points"] for n, v in p["results"].items() if "ms" in v})
+    dims = sorted({p["d"] for p in data["points"]})
+    for metric, ylabel, fname in (("ms", "time (ms), B·L = 16384 tokens, H = 16", "time"),
+                                  ("tflops", "TFLOP/s", "tflops")):
+        fig, axes = plt.subplots(1, len(dims), figsize=(6 * len(dims), 4.5), squeeze=False)
+        for ax, d in zip(axes[0], dims):
+            for name in names:
+                xs = [p["L"] for p in data["points"] if p["d"] == d and "ms" in p["results"].get(name, {})]
+                ys = [p["results"][name][metric] for p in data["points"] if p["d"] == d
+                      and "ms" in p["results"].get(name, {})]
+                ax.plot(xs, ys, marker="o", label=name)
+            ax.set_xscale("log", base=2)
+            if metric == "ms":
+                ax.set_yscale("log")
+            ax.set_xlabel("sequence length L")
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"{task} {'causal ' if data['causal'] else ''}attention, d = {d}, {data['gpu'].get('name')}")
+            ax.grid(True, alpha=0.3)
+            ax.legend()
+        path = out / f"{task}_{fname}.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    # Roofline: intensity = flops / ideal bytes (what a perfect FlashAttention moves).
+    fig, ax = plt.subplots(figsize=(7, 5))
+    peak, bw = data["fp32_peak_tflops"], data["copy_gbps"] / 1e3  # TB/s
+    xs = [2 ** e for e in range(0, 14)]
+    ax.plot(xs, [min(peak, x * bw) for x in xs], color="black", label=f"roof: {bw:.2f} TB/s copy, {peak:.0f} TFLOP/s fp32")
+    for name in names:
+        pts = [(p["flops"] / p["ideal_bytes"], p["results"][name]["tflops"]) for p in data["points"]
+               if "ms" in p["results"].get(name, {})]
+        ax.scatter([x for x, _ in pts], [y for _, y in pts], label=name, s=18)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per ideal byte)")
+    ax.set_ylabel("achieved TFLOP/s")
+    ax.set_title(f"{task} roofline ({data['gpu'].get('name')})")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    path = out / f"{task}_roofline.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", choices=("t4", "t5"), required=True)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=OUT_DIR)
+    parser.add_argument("--plot-only", type=Path, help="re-plot a saved <task>_scaling.json")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.plot_only:
+        data = json.loads(args.plot_only.read_text())
+    else:
+        import torch
+
+        if not torch.cuda.is_available():
+            print("scaling: needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+            return 2
+        data = run_sweep(args.task, args.quick)
+        (args.out / f"{args.task}_scaling.json").write_text(json.dumps(data, indent=1))
+    for path in plot(data, args.out):
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,330 @@
+"""The CUDA plumbing: nvcc build and cache, TODO refusal, wrapper argument checks, timing statistics.
+
+Everything here runs without a GPU (CI); tests that compile skip when nvcc is missing.
+The two ``gpu`` tests at the end exercise the timing harness on a real device.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+
+import pytest
+import torch
+
+from assignment import cuda, kernels, timing
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+TINY_KERNEL = """#include "kit.cuh"
+__global__ void fill(float* x, float v) { x[threadIdx.x] = v; }
+KIT_API int tiny_fill(float* x, float v, void* stream) {
+  fill<<<1, 32, 0, (cudaStream_t)stream>>>(x, v);
+  KIT_RETURN_LAUNCH_STATUS();
+}
+"""
+BROKEN_KERNEL = """#include "kit.cuh"
+__global__ void broken(float* x) {
+  x[0] = not_declared_anywhere + 1.0f;
+}
+"""
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    directory = tmp_path / "cache"
+    monkeypatch.setenv("KIT_CACHE_DIR", str(directory))
+    return directory / "cuda"
+
+
+# --------------------------------------------------------------------------- compile errors
+
+
+@pytest.mark.kit
+def test_parse_nvcc_output_reads_nvcc_and_host_compiler_forms():
+    output = ('/x/t2_softmax.cu(57): error: identifier "foo" is undefined\n      foo(1);\n      ^\n'
+              "/x/t3_gemm.cu:12:5: error: expected ';' before 'return'\n"
+              '/x/t2_softmax.cu(60): warning #177-D: variable "z" was declared but never referenced\n')
+    found = cuda.parse_nvcc_output(output)
+    assert [(d.file, d.line, d.severity) for d in found] == [
+        ("/x/t2_softmax.cu", 57, "error"), ("/x/t3_gemm.cu", 12, "error"), ("/x/t2_softmax.cu", 60, "warning")]
+    assert found[0].message == 'identifier "foo" is undefined'
+
+
+@pytest.mark.kit
+@needs_nvcc
+def test_compile_error_names_file_line_and_source_line(tmp_path, cache):
+    source = tmp_path / "t2_softmax.cu"
+    source.write_text(BROKEN_KERNEL)
+    with pytest.raises(cuda.CudaCompileError) as info:
+        cuda.build(source, "sm_80")
+    message = str(info.value)
+    assert f"{source}:3: error:" in message
+    assert "not_declared_anywhere" in message.splitlines()[1]
+    assert "x[0] = not_declared_anywhere + 1.0f;" in message  # the offending source line itself
+    assert "--- full nvcc output ---" in message
+    assert not list(cache.glob("*.so")), "a failed build must not leave a library in the cache"
+
+
+# --------------------------------------------------------------------------- cache
+
+
+@pytest.mark.kit
+def test_cache_key_changes_with_every_input():
+    base = dict(flags=cuda.NVCC_FLAGS, header_text="header", compiler="nvcc 13.0")
+    key = cuda.cache_key("source", "sm_90", **base)
+    assert key == cuda.cache_key("source", "sm_90", **base)
+    assert key == cuda.cache_key("source", "90", **base)  # spellings of one arch are one key
+    assert key != cuda.cache_key("source ", "sm_90", **base)
+    assert key != cuda.cache_key("source", "sm_80", **base)
+    assert key != cuda.cache_key("source", "sm_90", **(base | {"flags": cuda.NVCC_FLAGS + ("-G",)}))
+    assert key != cuda.cache_key("source", "sm_90", **(base | {"header_text": "header2"}))
+    assert key != cuda.cache_key("source", "sm_90", **(base | {"compiler": "nvcc 12.8"}))
+
+
+@pytest.mark.kit
+def test_arch_from_environment(monkeypatch):
+    monkeypatch.setenv("KIT_CUDA_ARCH", "8.0")
+    assert cuda.detect_arch() == "sm_80"
+    assert cuda.normalize_arch("compute_90") == "sm_90"
+    with pytest.raises(cuda.CudaToolkitError, match="not an architecture"):
+        cuda.normalize_arch("hopper")
+
+
+@pytest.mark.kit
+@needs_nvcc
+def test_second_build_is_a_cache_hit_and_two_implementations_load_side_by_side(tmp_path, cache, monkeypatch):
+    monkeypatch.setenv("KIT_CUDA_ARCH", "sm_80")
+    first, second = tmp_path / "a" / "tiny.cu", tmp_path / "b" / "tiny.cu"
+    first.parent.mkdir()
+    second.parent.mkdir()
+    first.write_text(TINY_KERNEL)
+    second.write_text(TINY_KERNEL.replace("x[threadIdx.x] = v", "x[threadIdx.x] = 2 * v"))
+    built = cuda.build(first)
+    assert not built.cached and built.library.is_file() and built.library.parent == cache
+    again = cuda.build(first)
+    assert again.cached and again.library == built.library
+    assert not [p for p in cache.iterdir() if p.name.endswith(".tmp")], "temporary files must be renamed or removed"
+    # dlopen needs no GPU: the static CUDA runtime starts only at the first CUDA call.
+    lib_a, lib_b = cuda.load_library(first), cuda.load_library(second)
+    assert lib_a is not lib_b and lib_a._name != lib_b._name
+    assert cuda.load_library(first) is lib_a
+    assert hasattr(lib_a, "tiny_fill") and hasattr(lib_b, "tiny_fill")
+
+
+# --------------------------------------------------------------------------- TODO refusal
+
+
+def _impl_dir(tmp_path, **files: str):
+    directory = tmp_path / "impl"
+    directory.mkdir(exist_ok=True)
+    defaults = {kernels.SOFTMAX_FILE: "// done\n", kernels.GEMM_FILE: "// done\n", kernels.ATTENTION_FILE: "// done\n"}
+    for name, text in (defaults | {k.replace("_cu", ".cu"): v for k, v in files.items()}).items():
+        (directory / name).write_text(text)
+    return directory
+
+
+@pytest.mark.kit
+def test_todo_raises_not_implemented_without_touching_a_gpu(tmp_path, cache, monkeypatch):
+    stub = "#include \"kit.cuh\"\n// KIT_TODO(t3) in a comment does not count\nvoid f() {\n  KIT_TODO(t2);\n}\n"
+    attention = "void g() {\n  KIT_TODO(t5);\n}\n"
+    monkeypatch.setenv("IMPL", str(_impl_dir(tmp_path, t2_softmax_cu=stub, t4_flash_attention_cu=attention)))
+    x = torch.randn(4, 8)
+    with pytest.raises(NotImplementedError, match=r"^t2: TODO\(t2\) in t2_softmax.cu is not implemented yet \(.*line 4"):
+        kernels.softmax(x)
+    with pytest.raises(NotImplementedError, match=r"^t2: "):
+        kernels.naive_cuda_attention(torch.randn(1, 1, 4, 32), torch.randn(1, 1, 4, 32), torch.randn(1, 1, 4, 32))
+    q = torch.randn(1, 1, 4, 32)
+    with pytest.raises(NotImplementedError, match=r"^t5: TODO\(t5\) in t4_flash_attention.cu"):
+        kernels.flash_attention(q, q, q, causal=True)
+    with pytest.raises(ValueError, match="must be a CUDA tensor"):  # t4 itself is done: on to the argument checks
+        kernels.flash_attention(q, q, q, causal=False)
+    assert not cache.exists(), "nothing may be compiled for a TODO"
+    assert not torch.cuda.is_initialized()
+
+
+# --------------------------------------------------------------------------- argument checks
+
+
+@pytest.fixture
+def implemented(tmp_path, monkeypatch):
+    monkeypatch.setenv("IMPL", str(_impl_dir(tmp_path)))
+
+
+@pytest.mark.kit
+@pytest.mark.parametrize("call, error, pattern", [
+    (lambda: kernels.softmax(torch.randn(4, 8)), ValueError, r"t2_softmax_forward: x must be a CUDA tensor, got device cpu"),
+    (lambda: kernels.softmax(torch.randn(4, 8, dtype=torch.float64)), TypeError, r"x must be torch.float32.*float64"),
+    (lambda: kernels.softmax([1.0, 2.0]), TypeError, r"x must be a torch.Tensor, got list"),
+    (lambda: kernels.softmax(torch.randn(8, 4).t()), ValueError, r"x must be contiguous"),
+    (lambda: kernels.softmax(torch.randn(4, 8), out=torch.empty(4, 9)), ValueError, r"out must have shape \(4, 8\)"),
+    (lambda: kernels.gemm(torch.randn(3, 4), torch.randn(5, 2)), ValueError, r"inner dimensions differ: op\(a\) is 3x4"),
+    (lambda: kernels.gemm(torch.randn(3, 4), torch.randn(2, 5), trans_b=True), ValueError, r"trans_b=True"),
+    (lambda: kernels.gemm(torch.randn(4), torch.randn(4, 2)), ValueError, r"a must be 2-D or 3-D"),
+    (lambda: kernels.gemm(torch.randn(2, 3, 4), torch.randn(3, 4, 5)), ValueError, r"batch sizes differ"),
+    (lambda: kernels.gemm(torch.randn(3, 4), torch.randn(4, 5), out=torch.empty(5, 3)), ValueError, r"out must have shape \(3, 5\)"),
+    (lambda: kernels.gemm(torch.randn(4, 3), torch.randn(4, 5), trans_a=True), ValueError, r"a must be a CUDA tensor"),
+    (lambda: kernels.gemm(torch.randn(3, 4).half(), torch.randn(4, 5)), TypeError, r"a must be torch.float32"),
+    (lambda: kernels.flash_attention(*[torch.randn(1, 2, 8, 48)] * 3), ValueError, r"head dimension d must be one of \(32, 64, 128\), got 48"),
+    (lambda: kernels.flash_attention(torch.randn(1, 2, 8, 32), torch.randn(1, 2, 6, 64), torch.randn(1, 2, 6, 64)),
+     ValueError, r"k must have shape \(1, 2, 6, 32\)"),
+    (lambda: kernels.flash_attention(torch.randn(1, 2, 8, 32), torch.randn(1, 2, 6, 32), torch.randn(1, 2, 5, 32)),
+     ValueError, r"v must have shape \(1, 2, 6, 32\) \(same as k\)"),
+    (lambda: kernels.flash_attention(*[torch.randn(1, 2, 8, 32)] * 3, lse=torch.empty(1, 2, 8, 1)), ValueError, r"lse must have shape \(1, 2, 8\)"),
+    (lambda: kernels.flash_attention(*[torch.randn(2, 8, 32)] * 3), ValueError, r"q must be 4-D"),
+    (lambda: kernels.flash_attention(*[torch.randn(1, 1, 8, 32).transpose(2, 3).contiguous().transpose(2, 3)] * 3),
+     ValueError, r"q must be contiguous"),
+    (lambda: kernels.naive_cuda_attention(*[torch.randn(1, 1, 4, 32)] * 3), ValueError, r"naive_cuda_attention: q must be a CUDA tensor"),
+])
+def test_wrappers_reject_bad_arguments_before_any_gpu_work(implemented, call, error, pattern):
+    with pytest.raises(error, match=pattern):
+        call()
+    assert not torch.cuda.is_initialized()
+
+
+@pytest.mark.kit
+def test_error_codes_become_runtime_errors_with_the_kernel_name():
+    with pytest.raises(RuntimeError, match=r"^t3_gemm_batched failed: .*cudaError_t 700"):
+        kernels._check_status(700, "t3_gemm_batched")
+    kernels._check_status(0, "t3_gemm_batched")
+
+
+# --------------------------------------------------------------------------- timing statistics
+
+
+def _noisy(center: float, spread: float, n: int) -> list[float]:
+    return [center + spread * ((i * 7919) % 101 - 50) / 50 for i in range(n)]  # deterministic, uniform-ish
+
+
+@pytest.mark.kit
+def test_stop_rule_converges_caps_and_waits_for_min_reps():
+    rule = dict(min_reps=10, max_reps=200, time_cap_s=20.0, rse_target=0.01)
+    quiet = {"student": _noisy(1.0, 0.01, 10), "reference": _noisy(2.0, 0.02, 10)}
+    assert timing.stop_reason(quiet, 1.0, **rule) == "converged"
+    few = {name: times[:5] for name, times in quiet.items()}
+    assert timing.stop_reason(few, 1.0, **rule) is None  # quiet, but fewer than min_reps
+    noisy = {"student": _noisy(1.0, 0.01, 50), "reference": _noisy(1.0, 0.9, 50)}
+    assert timing.stop_reason(noisy, 1.0, **rule) is None  # one noisy candidate keeps everyone going
+    assert timing.stop_reason(noisy, 25.0, **rule) == "time_cap"
+    long_noisy = {name: _noisy(1.0, 0.9, 200) * 1 for name in ("a", "b")}
+    assert timing.stop_reason(long_noisy, 1.0, **(rule | {"rse_target": 1e-6})) == "max_reps"
+
+
+@pytest.mark.kit
+def test_median_rse_shrugs_off_one_outlier():
+    times = _noisy(1.0, 0.01, 30)
+    with_outlier = times[:-1] + [50.0]  # e.g. one call preempted by another process
+    assert timing.rse_of_median(with_outlier) < 0.01 < timing.rse_of_mean(with_outlier)
+    assert timing.relative_standard_error(with_outlier) < 0.01
+
+
+@pytest.mark.kit
+def test_ratio_of_medians_and_throughput():
+    student = timing.summarize("student", [2.0, 2.1, 1.9, 9.0], flops=4e9, bytes_moved=8e6)
+    reference = timing.summarize("reference", [1.0, 1.0, 1.1, 0.9], flops=4e9, bytes_moved=8e6)
+    assert student.median_ms == pytest.approx(2.05)
+    assert timing.ratio(student, reference) == pytest.approx(2.05 / 1.0)
+    assert reference.gbps == pytest.approx(8e6 / 1e-3 / 1e9)
+    assert reference.tflops == pytest.approx(4e9 / 1e-3 / 1e12)
+    assert student.mean_ms == pytest.approx(statistics.fmean([2.0, 2.1, 1.9, 9.0]))
+
+
+@pytest.mark.kit
+def test_time_below_the_physical_floor_is_impossible():
+    # 1 GB moved at 5 TB/s takes at least 0.2 ms; 1e12 flops at 100 TFLOP/s at least 10 ms.
+    assert timing.physical_floor_ms(None, 1e9, 5e12, 100e12) == pytest.approx(0.2)
+    assert timing.physical_floor_ms(1e12, 1e9, 5e12, 100e12) == pytest.approx(10.0)
+    timing.check_physical_floor("student", 0.25, 0.2)
+    with pytest.raises(timing.ImpossibleTimeError, match=r"student: 0.0500 ms is below the physical floor of 0.2000 ms"):
+        timing.check_physical_floor("student", 0.05, 0.2)
+
+
+# --------------------------------------------------------------------------- --check-all
+
+
+@pytest.mark.kit
+@needs_nvcc
+def test_check_all_compiles_every_file_for_both_archs_and_fails_on_one_error(tmp_path, cache, capsys):
+    sources = tmp_path / "kernels"
+    (sources / "nested").mkdir(parents=True)
+    (sources / "good.cu").write_text(TINY_KERNEL)
+    (sources / "nested" / "broken.cu").write_text(BROKEN_KERNEL)
+    assert cuda.main(["--check-all", str(sources)]) == 1
+    out, err = capsys.readouterr()
+    table = [line.split() for line in out.splitlines()]
+    assert sorted(row[1] for row in table if row[0].endswith("good.cu") and row[-1] == "ok") == ["sm_80", "sm_90"]
+    assert sorted(row[1] for row in table if row[0].endswith("broken.cu") and row[-1] == "FAILED") == ["sm_80", "sm_90"]
+    assert "broken.cu:3: error:" in err
+    (sources / "nested" / "broken.cu").unlink()
+    assert cuda.main(["--check-all", str(sources)]) == 0  # the good file now comes from the cache
+    assert "ok (cached)" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- on a GPU
+
+
+@pytest.mark.kit
+@pytest.mark.gpu
+@needs_gpu
+def test_measure_interleaves_and_checks_on_a_gpu():
+    checked = []
+
+    def make_inputs(i):
+        return torch.randn(1 << 20, device="cuda", generator=torch.Generator("cuda").manual_seed(i))
+
+    results = timing.measure({"exp": torch.exp, "double exp": lambda x: torch.exp(torch.exp(x.clamp(max=1)))},
+                             make_inputs, check=lambda name, x, y: checked.append(name), bytes_moved=8 << 20,
+                             min_reps=5, max_reps=20, time_cap_s=5.0)
+    assert set(results) == {"exp", "double exp"} and all(r.reps >= 5 for r in results.values())
+    assert checked.count("exp") >= 3  # warm-up, first timed call, last timed call
+    assert results["exp"].gbps > 0
+
+
+@pytest.mark.kit
+@pytest.mark.gpu
+@needs_gpu
+def test_skipped_work_is_caught_on_a_gpu():
+    cached = torch.zeros(1, device="cuda")
+    with pytest.raises(timing.ImpossibleTimeError, match="below the physical floor"):
+        timing.measure({"lazy": lambda x: cached}, lambda i: torch.randn(1 << 20, device="cuda"),
+                       bytes_moved=1e11, min_reps=3, max_reps=5)
+
+
+# --------------------------------------------------------------------------- bench and profile arithmetic
+
+
+@pytest.mark.kit
+def test_attention_work_counts_only_visible_pairs():
+    from assignment.bench import attention_pairs, attention_work
+
+    assert attention_pairs(4, 4, causal=False) == 16
+    assert attention_pairs(4, 4, causal=True) == 1 + 2 + 3 + 4
+    assert attention_pairs(2, 5, causal=True) == 4 + 5  # bottom-right: query 0 sees keys 0..3
+    assert attention_pairs(5, 2, causal=True) == 0 + 0 + 0 + 1 + 2  # the first three queries see nothing
+    flops, bytes_moved = attention_work(2, 3, 4, 4, 32, causal=False)
+    assert flops == 4 * 2 * 3 * 16 * 32
+    assert bytes_moved == 4 * 2 * 3 * (2 * 4 * 32 + 2 * 4 * 32 + 4)
+
+
+@pytest.mark.kit
+def test_profile_reads_ncu_csv_and_states_the_ideal_traffic():
+    from assignment import profile
+
+    csv_text = "\n".join([
+        "==PROF== Connected to process 123",
+        '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Section Name",'
+        '"Metric Name","Metric Unit","Metric Value"',
+        '"0","123","python","host","flash_fwd(float const*)","1","7","Command line profiler metrics",'
+        '"dram__bytes_read.sum","byte","1,073,741,824"',
+        '"0","123","python","host","flash_fwd(float const*)","1","7","Command line profiler metrics",'
+        '"sm__warps_active.avg.pct_of_peak_sustained_active","%","37.5"',
+    ])
+    metrics = profile.parse_ncu_csv(csv_text)
+    assert metrics["dram__bytes_read.sum"] == ("byte", 1073741824.0)
+    assert metrics["sm__warps_active.avg.pct_of_peak_sustained_active"][1] == 37.5
+    assert metrics["_kernel"][0] == "flash_fwd(float const*)"
+    assert profile.ideal_bytes("t2", {"rows": 2, "cols": 3}) == 48
+    assert profile.ideal_bytes("t3", {"batch": 2, "M": 1, "N": 2, "K": 3}) == 4 * 2 * (3 + 6 + 2)
+    assert "ERR_NVGPUCTRPERM" in profile.explain_failure("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission")
+    assert "flash_fwd" in profile.report("t4", metrics)

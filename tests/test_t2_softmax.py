@@ -1,0 +1,54 @@
+"""Public tests for task t2: the CUDA row softmax (``t2_softmax.cu``). Run: ``make test T=t2``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from assignment import kernels
+from assignment.registry import load_registry
+from assignment.testing import SENTINEL, assert_close
+
+pytestmark = pytest.mark.t2
+TASK = load_registry().task("t2")
+TOL = TASK.tol("float32")
+
+
+def reference(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x.double(), dim=-1)
+
+
+def random_rows(rows: int, cols: int, seed: int, scale: float = 1.0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(rows, cols, generator=gen) * scale).cuda()
+
+
+def run(x: torch.Tensor) -> torch.Tensor:
+    out = torch.full_like(x, SENTINEL)
+    before = x.clone()
+    y = kernels.softmax(x, out=out)
+    torch.cuda.synchronize()
+    assert torch.equal(x, before), "t2_softmax_forward modified its input x; write only to y"
+    return y
+
+
+@pytest.mark.parametrize("shape", TASK.public_shapes, ids=lambda s: f"{s['rows']}x{s['cols']}")
+def test_softmax_matches_float64(shape, seed):
+    x = random_rows(shape["rows"], shape["cols"], seed)
+    assert_close(run(x), reference(x), **TOL, name="softmax", layout="row, col", hint=TASK.hint)
+
+
+def test_large_magnitudes_do_not_overflow(seed):
+    x = random_rows(6, 3000, seed, scale=1000.0)
+    assert_close(run(x), reference(x), **TOL, name="softmax of x*1000", layout="row, col",
+                 hint="exp(1000) overflows float32: subtract the row max first.")
+
+
+def test_minus_inf_entries_and_a_fully_masked_row(seed):
+    x = random_rows(4, 1500, seed)
+    x[0, ::3] = float("-inf")
+    x[2] = float("-inf")
+    expected = reference(x)
+    expected[2] = 0.0  # a row of only -inf gives zeros by convention (not NaN)
+    assert_close(run(x), expected, **TOL, name="softmax with -inf", layout="row, col",
+                 hint="When the row max is -inf, use 0 as the shift and write zeros, never NaN.")

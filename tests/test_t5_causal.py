@@ -1,0 +1,40 @@
+"""Public tests for task t5: causal masking in the CUDA FlashAttention kernel. Run: ``make test T=t5``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from assignment import kernels
+from assignment.registry import load_registry
+from assignment.testing import SENTINEL, assert_close, random_qkv, reference_attention
+
+pytestmark = pytest.mark.t5
+TASK = load_registry().task("t5")
+TOL = TASK.tol("float32")
+
+
+@pytest.mark.parametrize("d", [32, 64, 128])
+@pytest.mark.parametrize("shape", TASK.public_shapes, ids=lambda s: "B{B}H{H}Lq{Lq}Lk{Lk}".format(**s))
+def test_causal_matches_float64(shape, d, seed):
+    q, k, v = random_qkv(shape["B"], shape["H"], shape["Lq"], shape["Lk"], d, seed=seed, device="cuda")
+    out = torch.full_like(q, SENTINEL)
+    lse = torch.full(q.shape[:3], SENTINEL, device="cuda")
+    kernels.flash_attention(q, k, v, causal=True, out=out, lse=lse)
+    expected, expected_lse = reference_attention(q, k, v, causal=True)
+    hint = TASK.hint
+    assert_close(out, expected, **TOL, name=f"causal O (d={d})", layout="batch, head, query, dim", hint=hint)
+    assert_close(lse, expected_lse, **TOL, name=f"causal LSE (d={d})", layout="batch, head, query", hint=hint)
+
+
+def test_keys_a_query_cannot_see_are_never_read(seed):
+    # Causal self-attention: the first query tile sees only the first keys. Poison the rest:
+    # a kernel that loads them (even to mask them) leaks NaN into O through P @ V.
+    q, k, v = random_qkv(1, 1, 512, 512, 64, seed=seed, device="cuda")
+    k[:, :, 256:] = float("nan")
+    v[:, :, 256:] = float("nan")
+    out, _ = kernels.flash_attention(q, k, v, causal=True)
+    assert bool(torch.isfinite(out[:, :, :128]).all()), (
+        "the first query rows read key tiles that lie entirely in their future: stop the key loop at the last "
+        "visible tile instead of masking whole tiles"
+    )
