@@ -24,7 +24,7 @@ nvcc --version | tail -2
 
 if [ "$STAGE" = verify ]; then
   say "compile every .cu (sm_80, sm_90)"
-  $PY -m assignment.cuda --check-all
+  $PY -m assignment.cuda --check-all --jobs 8
   say "public and hidden tests, solutions"
   $PY -m pytest tests grader/hidden -m "t1 or t2 or t3 or t4 or t5" -q -p no:cacheprovider -x \
       --json-report --json-report-file="$OUT/tests_solutions.json" --json-report-omit log streams
