@@ -26,8 +26,8 @@ MAX_SCORE_BYTES = 6e9   # the naive versions materialise B*H*L*L floats (twice);
 
 
 def sweep_points(quick: bool) -> list[tuple[int, int, int, int]]:
-    lengths = [128, 512, 2048] if quick else [128, 256, 512, 1024, 2048, 4096, 8192, 16384]
-    dims = [64] if quick else [64, 128]
+    lengths = [128, 512, 2048, 8192] if quick else [128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+    dims = [64, 128]
     return [(max(1, TOKENS // L), HEADS, L, d) for d in dims for L in lengths]
 
 
@@ -78,7 +78,7 @@ def run_sweep(task: str, quick: bool) -> dict:
         results = {}
         for name, fn in candidates_for(B, H, L, d, causal, student, reference).items():
             try:  # one candidate at a time keeps the naive versions' memory to themselves
-                r = measure({name: fn}, make, flops=flops, bytes_moved=ideal_bytes, max_reps=30, time_cap_s=4.0,
+                r = measure({name: fn}, make, flops=flops, bytes_moved=ideal_bytes, max_reps=30, time_cap_s=2.0 if quick else 4.0,
                             enforce_floor=False)[name]
                 results[name] = {"ms": r.median_ms, "tflops": r.tflops, "rse": r.rse}
             except NotImplementedError as exc:

@@ -19,7 +19,8 @@ class GradeConfig:
     tasks: tuple[str, ...] = ()
     # Seed for the hidden tests' inputs; None draws one per task at grading time.
     seed: int | None = None
-    # Where compiled CUDA libraries are cached between tasks of one submission.
+    # Compiled libraries are keyed by a hash of their source, so one cache (KIT_CACHE_DIR or
+    # .kit_cache) can serve every submission; False gives each submission its own.
     share_cuda_cache: bool = True
     extra_env: dict[str, str] = field(default_factory=dict)
 

@@ -111,14 +111,16 @@ def run_task(task: Task, student_dir: Path, workdir: Path, config: GradeConfig) 
     report = workdir / f"report_{task.id}.json"
     log = workdir / f"pytest_{task.id}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    # Keep what the host's PYTHONPATH provides (pytest plugins carried as wheels, say).
+    python_path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env.update(
         IMPL=str(student_dir),
         KIT_SEED=str(seed),
-        PYTHONPATH=str(REPO_ROOT),
+        PYTHONPATH=python_path,
         PYTHONDONTWRITEBYTECODE="1",
         **config.extra_env,
     )
-    if config.share_cuda_cache:
+    if not config.share_cuda_cache:
         env["KIT_CACHE_DIR"] = str(workdir / ".kit_cache")
     command = [
         sys.executable, "-m", "pytest", *map(str, suite), "-m", task.id, "-q", "-p", "no:cacheprovider",
