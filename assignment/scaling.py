@@ -107,6 +107,13 @@ def fp32_peak_tflops() -> float:
     return props.multi_processor_count * 128 * 2 * float(mhz) * 1e6 / 1e12
 
 
+def moved_bytes(point: dict, name: str) -> float:
+    """Bytes a candidate must move: the naive versions also write and re-read S and P (4 passes of B·H·L² floats)."""
+    if name.startswith("naive"):
+        return point["ideal_bytes"] + 4 * 4.0 * point["B"] * point["H"] * point["L"] * point["L"]
+    return point["ideal_bytes"]
+
+
 def plot(data: dict, out: Path) -> list[Path]:
     import matplotlib
 
@@ -144,12 +151,12 @@ def plot(data: dict, out: Path) -> list[Path]:
     xs = [2 ** e for e in range(0, 14)]
     ax.plot(xs, [min(peak, x * bw) for x in xs], color="black", label=f"roof: {bw:.2f} TB/s copy, {peak:.0f} TFLOP/s fp32")
     for name in names:
-        pts = [(p["flops"] / p["ideal_bytes"], p["results"][name]["tflops"]) for p in data["points"]
+        pts = [(p["flops"] / moved_bytes(p, name), p["results"][name]["tflops"]) for p in data["points"]
                if "ms" in p["results"].get(name, {})]
         ax.scatter([x for x, _ in pts], [y for _, y in pts], label=name, s=18)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP per ideal byte)")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of DRAM traffic, counted)")
     ax.set_ylabel("achieved TFLOP/s")
     ax.set_title(f"{task} roofline ({data['gpu'].get('name')})")
     ax.grid(True, alpha=0.3)
