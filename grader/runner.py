@@ -100,7 +100,7 @@ def _read_report(path: Path) -> list[TestOutcome]:
 
 def run_task(task: Task, student_dir: Path, workdir: Path, config: GradeConfig) -> TaskRun:
     if task.needs_gpu and not gpu_available():
-        return TaskRun(task.id, "not_run", "not run: this grading host has no CUDA GPU")
+        return TaskRun(task.id, "not_run", "this grading host has no CUDA GPU")
     missing = [f for f in task.files if not (student_dir / f).is_file()]
     if missing:
         return TaskRun(task.id, "missing_files", f"file(s) not found in the submission: {', '.join(missing)}")

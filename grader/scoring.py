@@ -54,8 +54,9 @@ def student_output(task: Task, test: TestOutcome) -> str:
 
 def score_task(task: Task, run: TaskRun) -> TaskScore:
     if run.status != "ran":
+        output = f"{run.status.replace('_', ' ')}: {run.reason}"
         return TaskScore(task, run.status, run.reason, 0.0, 0.0, [
-            ScoredTest(f"{task.id} {task.title}", 0.0, task.points.total, False, run.reason, [task.id])
+            ScoredTest(f"{task.id} {task.title}", 0.0, task.points.total, False, output, [task.id])
         ])
     correctness_tests = [t for t in run.tests if not t.is_perf]
     perf_tests = [t for t in run.tests if t.is_perf]
