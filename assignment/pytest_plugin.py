@@ -79,3 +79,14 @@ def seed(request: pytest.FixtureRequest) -> int:
 def devices() -> list[str]:
     """The devices a CPU-and-GPU task is checked on here."""
     return ["cpu", "cuda"] if _cuda_available() else ["cpu"]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    """Print the seed a failing hidden test drew, so the failure can be replayed with KIT_SEED."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        for key, value in item.user_properties:
+            if key == "seed":
+                report.sections.append(("kit", f"replay with KIT_SEED={value}"))
