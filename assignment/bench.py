@@ -114,11 +114,18 @@ def cases_t3(student, reference, quick: bool) -> list[Case]:
     return cases
 
 
-def cases_attention(student, reference, quick: bool, causal: bool) -> list[Case]:
+# (B, H, L, d): seed 000's shapes, the issue's B8 H16 L4096, and a spread of seed 002's test table
+# (batch B, length N, d, one head) from short-and-wide to long-and-narrow.
+ATTENTION_SHAPES = [(8, 16, 4096, 64), (8, 16, 4096, 128), (4, 1, 128, 64), (64, 1, 4096, 64)]
+SEED002_SHAPES = [(320, 1, 128, 32), (160, 1, 128, 64), (80, 1, 512, 32), (40, 1, 512, 64), (20, 1, 2048, 32),
+                  (500, 1, 2048, 64), (100, 1, 4096, 64), (10, 1, 8192, 64), (4, 1, 16384, 64), (2, 1, 32768, 64)]
+
+
+def cases_attention(student, reference, quick: bool, causal: bool, shapes=None) -> list[Case]:
     import torch
     import torch.nn.functional as F
 
-    shapes = [(8, 16, 4096, 64), (8, 16, 4096, 128), (4, 1, 128, 64), (64, 1, 4096, 64)]
+    shapes = shapes or ATTENTION_SHAPES
     if quick:
         shapes = [(2, 8, 1024, 64), (2, 8, 1024, 128), (4, 1, 128, 64), (8, 1, 2048, 64)]
     cases = []
@@ -133,10 +140,15 @@ def cases_attention(student, reference, quick: bool, causal: bool) -> list[Case]
                 s.masked_fill_(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu_(1), float("-inf"))
             return torch.softmax(s, dim=-1) @ v
 
+        # The naive versions write B*H*L*L floats twice (S and P); skip them past 24 GB.
+        naive_fits = 2 * 4.0 * B * H * L * L <= 24e9
         candidates = {
             "SDPA": lambda qkv: F.scaled_dot_product_attention(*qkv, is_causal=causal),  # square: same alignment
-            "naive pytorch": naive_pytorch,
-            "naive cuda": lambda qkv: student.naive_cuda_attention(*qkv, causal=causal),
+        }
+        if naive_fits:
+            candidates["naive pytorch"] = naive_pytorch
+            candidates["naive cuda"] = lambda qkv: student.naive_cuda_attention(*qkv, causal=causal)
+        candidates |= {
             "student": lambda qkv: student.flash_attention(*qkv, causal=causal)[0],
         }
         if reference is not None:
@@ -239,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task", choices=TASKS)
     parser.add_argument("--quick", action="store_true", help="smaller shapes and fewer repetitions")
     parser.add_argument("--out", type=Path, default=OUT_DIR)
+    parser.add_argument("--seed002", action="store_true",
+                        help="t4/t5: seed 002's shapes (batch x length x d, one head) instead of the default set")
     args = parser.parse_args(argv)
     if args.task is None:
         print(f"choose a task: make bench T=t2 (one of {', '.join(TASKS)})", file=sys.stderr)
@@ -261,17 +275,21 @@ def main(argv: list[str] | None = None) -> int:
         reference = Kernels(student_dir("solutions"))
     except ImplError:
         reference = None  # a student bundle has no solutions/
-    settings = {"max_reps": 30, "time_cap_s": 3.0} if args.quick else {}
+    settings = {"max_reps": 30, "time_cap_s": 3.0} if args.quick or args.seed002 else {}
     info = gpu_info()
     print(f"GPU: {format_gpu_info(info)}")
     print(f"implementation under test: {student_dir()}")
     copy = copy_bandwidth(64 * 2**20 if args.quick else 256 * 2**20)
     print(f"device copy bandwidth: {copy.gbps:.0f} GB/s (read + write, {copy.median_ms:.3f} ms)")
-    rows = [run_case(case, copy.gbps, settings) for case in CASES[args.task](student, reference, args.quick)]
+    if args.seed002 and args.task in ("t4", "t5"):
+        cases = cases_attention(student, reference, False, args.task == "t5", shapes=SEED002_SHAPES)
+    else:
+        cases = CASES[args.task](student, reference, args.quick)
+    rows = [run_case(case, copy.gbps, settings) for case in cases]
     report = {"task": args.task, "quick": args.quick, "gpu": info, "copy_gbps": copy.gbps,
               "implementation": str(student_dir()), "cases": rows}
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{args.task}.json"
+    path = args.out / f"{args.task}{'_seed002' if args.seed002 else ''}.json"
     path.write_text(json.dumps(report, indent=2, default=str))
     print(f"\nwrote {path}")
     return 1 if any(row.get("error") for row in rows) else 0
