@@ -121,10 +121,44 @@ SEED002_SHAPES = [(320, 1, 128, 32), (160, 1, 128, 64), (80, 1, 512, 32), (40, 1
                   (500, 1, 2048, 64), (100, 1, 4096, 64), (10, 1, 8192, 64), (4, 1, 16384, 64), (2, 1, 32768, 64)]
 
 
-def cases_attention(student, reference, quick: bool, causal: bool, shapes=None) -> list[Case]:
+def reference_kernels():
+    """The reference solutions' kernels, or None in a student bundle (it has no solutions/)."""
+    from assignment.impl import ImplError, student_dir
+    from assignment.kernels import Kernels
+
+    try:
+        return Kernels(student_dir("solutions"))
+    except ImplError:
+        return None
+
+
+def naive_pytorch_attention(qkv, causal: bool):
+    """softmax(Q Kᵀ / sqrt(d)) V with the whole score matrix, as PyTorch's users first write it (square L)."""
     import torch
+
+    q, k, v = qkv
+    s = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+    if causal:
+        s.masked_fill_(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu_(1), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def attention_candidates(student, reference, causal: bool, B: int, H: int, L: int,
+                         naive_limit_bytes: float = 24e9) -> dict[str, Callable[[Any], Any]]:
+    """SDPA, the naive versions (while their B*H*L*L scores, written twice, fit the limit), student, reference."""
     import torch.nn.functional as F
 
+    candidates = {"SDPA": lambda qkv: F.scaled_dot_product_attention(*qkv, is_causal=causal)}  # square: same alignment
+    if 2 * 4.0 * B * H * L * L <= naive_limit_bytes:
+        candidates["naive pytorch"] = lambda qkv: naive_pytorch_attention(qkv, causal)
+        candidates["naive cuda"] = lambda qkv: student.naive_cuda_attention(*qkv, causal=causal)
+    candidates["student"] = lambda qkv: student.flash_attention(*qkv, causal=causal)[0]
+    if reference is not None:
+        candidates["reference"] = lambda qkv: reference.flash_attention(*qkv, causal=causal)[0]
+    return candidates
+
+
+def cases_attention(student, reference, quick: bool, causal: bool, shapes=None) -> list[Case]:
     shapes = shapes or ATTENTION_SHAPES
     if quick:
         shapes = [(2, 8, 1024, 64), (2, 8, 1024, 128), (4, 1, 128, 64), (8, 1, 2048, 64)]
@@ -133,26 +167,7 @@ def cases_attention(student, reference, quick: bool, causal: bool, shapes=None) 
         def make(i, shape=(B, H, L, d)):
             return tuple(_randn(*shape, seed=3 * i + j) for j in range(3))
 
-        def naive_pytorch(qkv):
-            q, k, v = qkv
-            s = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
-            if causal:
-                s.masked_fill_(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu_(1), float("-inf"))
-            return torch.softmax(s, dim=-1) @ v
-
-        # The naive versions write B*H*L*L floats twice (S and P); skip them past 24 GB.
-        naive_fits = 2 * 4.0 * B * H * L * L <= 24e9
-        candidates = {
-            "SDPA": lambda qkv: F.scaled_dot_product_attention(*qkv, is_causal=causal),  # square: same alignment
-        }
-        if naive_fits:
-            candidates["naive pytorch"] = naive_pytorch
-            candidates["naive cuda"] = lambda qkv: student.naive_cuda_attention(*qkv, causal=causal)
-        candidates |= {
-            "student": lambda qkv: student.flash_attention(*qkv, causal=causal)[0],
-        }
-        if reference is not None:
-            candidates["reference"] = lambda qkv: reference.flash_attention(*qkv, causal=causal)[0]
+        candidates = attention_candidates(student, reference, causal, B, H, L)
         flops, bytes_moved = attention_work(B, H, L, L, d, causal)
         label = f"{'causal ' if causal else ''}attention B{B} H{H} L{L} d{d}"
         cases.append(Case(label, make, candidates, flops, bytes_moved, metric="TFLOP/s", percent_of="SDPA"))
@@ -264,17 +279,13 @@ def main(argv: list[str] | None = None) -> int:
         print("make bench needs a CUDA GPU, and PyTorch sees none (torch.cuda.is_available() is False). "
               "Run it on a GPU node.", file=sys.stderr)
         return 2
-    from assignment.impl import ImplError, student_dir
+    from assignment.impl import student_dir
     from assignment.kernels import Kernels
     from assignment.timing import copy_bandwidth, format_gpu_info, gpu_info
 
     torch.backends.cuda.matmul.allow_tf32 = False  # an fp32 contest: cuBLAS and SDPA may not use TF32
     torch.backends.cudnn.allow_tf32 = False
-    student = Kernels()
-    try:
-        reference = Kernels(student_dir("solutions"))
-    except ImplError:
-        reference = None  # a student bundle has no solutions/
+    student, reference = Kernels(), reference_kernels()
     settings = {"max_reps": 30, "time_cap_s": 3.0} if args.quick or args.seed002 else {}
     info = gpu_info()
     print(f"GPU: {format_gpu_info(info)}")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from assignment.starter import todo_tasks
+from assignment.starter import todo_lines
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
@@ -219,12 +219,10 @@ def require_implemented(source: Path | str, tasks: tuple[str, ...] | list[str], 
     __trap(), and a trap would poison the CUDA context of the whole test session.
     """
     source = Path(source)
-    text = source.read_text(encoding="utf-8")
-    missing = todo_tasks(text)
+    missing = todo_lines(source.read_text(encoding="utf-8"))
     for task in tasks:
         if task in missing:
-            call = re.compile(rf"\bKIT_TODO\(\s*{task}\s*\)")
-            lines = [str(i) for i, line in enumerate(text.splitlines(), 1) if call.search(line.split("//")[0])]
+            lines = [str(i) for i in missing[task]]
             where = f"KIT_TODO({task}) on line{'s' if len(lines) > 1 else ''} {', '.join(lines)}"
             what = f"; {kernel} was not launched" if kernel else ""
             raise NotImplementedError(f"{task}: TODO({task}) in {source.name} is not implemented yet ({where}{what})")

@@ -23,6 +23,7 @@ from ctypes import c_float, c_int, c_int64, c_void_p
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -146,14 +147,21 @@ def _launch(function, device: torch.device, kernel: str, *args) -> None:
 
 # --------------------------------------------------------------------------- the wrappers
 
-_implemented: set[tuple] = set()
-_functions: dict[tuple, object] = {}
+class _FileState(NamedTuple):
+    """A student file as last seen, with the tasks a wrapper needs from it: a cache key that changes on edits."""
+    path: str
+    mtime_ns: int
+    size: int
+    tasks: tuple[str, ...]
 
 
-def _file_state(source: Path, tasks: tuple[str, ...]) -> tuple:
+def _file_state(source: Path, tasks: tuple[str, ...]) -> _FileState:
     stat = source.stat()
-    return (str(source), stat.st_mtime_ns, stat.st_size, tasks)
+    return _FileState(str(source), stat.st_mtime_ns, stat.st_size, tasks)
 
+
+_implemented: set[_FileState] = set()  # files whose tasks have no KIT_TODO left
+_functions: dict[tuple, object] = {}  # (file state, symbol, arch override) -> ctypes function
 
 
 class Kernels:
@@ -168,18 +176,20 @@ class Kernels:
             raise FileNotFoundError(f"{filename} not found in {path.parent} (IMPL={self.impl or os.environ.get('IMPL')})")
         return path
 
-    def _require(self, export: _Export, tasks: tuple[str, ...], kernel: str) -> Path:
+    def _require(self, export: _Export, tasks: tuple[str, ...], kernel: str) -> _FileState:
+        """The file's state after refusing a TODO; the source is re-read only when the file changed."""
         source = self.source(export.file)
         state = _file_state(source, tasks)
-        if state not in _implemented:  # re-read only when the file changed: wrapper overhead lands in timings
+        if state not in _implemented:
             require_implemented(source, tasks, kernel)
             _implemented.add(state)
-        return source
+        return state
 
-    def _function(self, export: _Export, source: Path, tasks: tuple[str, ...]):
-        key = (_file_state(source, tasks), export.symbol, os.environ.get("KIT_CUDA_ARCH"))
+    def _function(self, export: _Export, state: _FileState):
+        key = (state, export.symbol, os.environ.get("KIT_CUDA_ARCH"))
         if key not in _functions:
-            library = load_library(source, tasks)
+            source = Path(state.path)
+            library = load_library(source, state.tasks)
             function = getattr(library, export.symbol, None)
             if function is None:
                 raise RuntimeError(f"{source.name} does not export {export.symbol} (declare it KIT_API with this exact name)")
@@ -191,7 +201,7 @@ class Kernels:
     def softmax(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Row softmax over the last dimension of ``x`` (any number of leading dims)."""
         kernel, tasks = "t2_softmax_forward", ("t2",)
-        source = self._require(SOFTMAX, tasks, kernel)
+        state = self._require(SOFTMAX, tasks, kernel)
         _check_tensor(kernel, "x", x)
         if x.dim() == 0:
             raise ValueError(f"{kernel}: x must have at least 1 dimension (rows of the softmax), got a scalar")
@@ -202,7 +212,7 @@ class Kernels:
         if x.numel() == 0:
             return y
         rows = x.numel() // cols
-        _launch(self._function(SOFTMAX, source, tasks), device, kernel, x.data_ptr(), y.data_ptr(), rows, cols)
+        _launch(self._function(SOFTMAX, state), device, kernel, x.data_ptr(), y.data_ptr(), rows, cols)
         return y
 
     # ----------------------------------------------------------------- t3
@@ -213,7 +223,7 @@ class Kernels:
         2-D, or 3-D batched; a batch of 1 broadcasts (batch stride 0).
         """
         kernel, tasks = "t3_gemm_batched", ("t3",)
-        source = self._require(GEMM, tasks, kernel)
+        state = self._require(GEMM, tasks, kernel)
         _check_tensor(kernel, "a", a, (2, 3))
         _check_tensor(kernel, "b", b, (2, 3))
         if a.dim() != b.dim():
@@ -240,7 +250,7 @@ class Kernels:
             return c.zero_()
         stride_a = 0 if a3.shape[0] == 1 else M * K
         stride_b = 0 if b3.shape[0] == 1 else K * N
-        _launch(self._function(GEMM, source, tasks), device, kernel, a.data_ptr(), b.data_ptr(), c.data_ptr(),
+        _launch(self._function(GEMM, state), device, kernel, a.data_ptr(), b.data_ptr(), c.data_ptr(),
                 batch, M, N, K, int(bool(trans_a)), int(bool(trans_b)), stride_a, stride_b, M * N, float(alpha))
         return c
 
@@ -254,7 +264,7 @@ class Kernels:
         """
         kernel = "t4_flash_attention_forward"
         tasks = ("t4", "t5") if causal else ("t4",)
-        source = self._require(FLASH, tasks, kernel)
+        state = self._require(FLASH, tasks, kernel)
         B, H, Lq, Lk, d = _attention_shapes(kernel, q, k, v)
         if d not in ATTENTION_HEAD_DIMS:
             raise ValueError(f"{kernel}: head dimension d must be one of {ATTENTION_HEAD_DIMS}, got {d}")
@@ -267,7 +277,7 @@ class Kernels:
         scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
         if o.numel() == 0 or Lk == 0:  # no query rows, or rows that see no key: zeros and LSE -inf
             return o.zero_(), lse.fill_(float("-inf"))
-        _launch(self._function(FLASH, source, tasks), device, kernel, q.data_ptr(), k.data_ptr(), v.data_ptr(),
+        _launch(self._function(FLASH, state), device, kernel, q.data_ptr(), k.data_ptr(), v.data_ptr(),
                 o.data_ptr(), lse.data_ptr(), B, H, Lq, Lk, d, scale, int(bool(causal)))
         return o, lse
 

@@ -20,6 +20,8 @@ import shutil
 import subprocess
 import sys
 
+from assignment.impl import REPO_ROOT
+
 METRICS = {
     "gpu__time_duration.sum": "kernel time",
     "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved occupancy",
@@ -177,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     except (NotImplementedError, RuntimeError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(_repo_root()), os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
     proc = subprocess.run(ncu_command(ncu, args.task, args.kernel), capture_output=True, text=True, env=env)
     output = proc.stdout + proc.stderr
     metrics = parse_ncu_csv(proc.stdout)
@@ -197,12 +199,6 @@ def _prebuild(task: str) -> None:
     source = Kernels().source(filename)
     require_implemented(source, ("t4", "t5") if task == "t5" else (task,))
     build(source)
-
-
-def _repo_root():
-    from pathlib import Path
-
-    return Path(__file__).resolve().parent.parent
 
 
 if __name__ == "__main__":

@@ -136,9 +136,6 @@ class Registry:
     def available(self) -> tuple[Task, ...]:
         return tuple(t for t in self.tasks if t.available)
 
-    def tasks_owning(self, filename: str) -> tuple[Task, ...]:
-        return tuple(t for t in self.tasks if filename in t.files)
-
     @property
     def student_files(self) -> tuple[str, ...]:
         seen: list[str] = []

@@ -18,7 +18,7 @@ import math
 import sys
 from pathlib import Path
 
-from assignment.bench import OUT_DIR, attention_work
+from assignment.bench import OUT_DIR, attention_candidates, attention_work, reference_kernels
 
 TOKENS = 16384          # B * L at every point of the sweep
 HEADS = 16
@@ -31,42 +31,14 @@ def sweep_points(quick: bool) -> list[tuple[int, int, int, int]]:
     return [(max(1, TOKENS // L), HEADS, L, d) for d in dims for L in lengths]
 
 
-def candidates_for(B: int, H: int, L: int, d: int, causal: bool, student, reference) -> dict:
-    import torch
-    import torch.nn.functional as F
-
-    def naive_pytorch(qkv):
-        q, k, v = qkv
-        s = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
-        if causal:
-            s.masked_fill_(torch.ones(L, L, dtype=torch.bool, device=s.device).triu_(1), float("-inf"))
-        return torch.softmax(s, dim=-1) @ v
-
-    out = {}
-    if 2 * 4.0 * B * H * L * L <= MAX_SCORE_BYTES:
-        out["naive pytorch"] = naive_pytorch
-        if reference is not None:
-            out["naive cuda"] = lambda qkv: reference.naive_cuda_attention(*qkv, causal=causal)
-    out["student"] = lambda qkv: student.flash_attention(*qkv, causal=causal)[0]
-    if reference is not None:
-        out["reference"] = lambda qkv: reference.flash_attention(*qkv, causal=causal)[0]
-    out["SDPA"] = lambda qkv: F.scaled_dot_product_attention(*qkv, is_causal=causal)
-    return out
-
-
 def run_sweep(task: str, quick: bool) -> dict:
     import torch
 
     from assignment.kernels import Kernels
-    from assignment.timing import copy_bandwidth, device_peaks, gpu_info, measure
+    from assignment.timing import copy_bandwidth, fp32_peak_flops, gpu_info, measure
 
     causal = task == "t5"
-    student = Kernels()
-    try:
-        reference = Kernels("solutions")
-        reference.source("t4_flash_attention.cu")
-    except Exception:
-        reference = None
+    student, reference = Kernels(), reference_kernels()
     copy = copy_bandwidth()
     points = []
     for B, H, L, d in sweep_points(quick):
@@ -76,7 +48,7 @@ def run_sweep(task: str, quick: bool) -> dict:
 
         flops, ideal_bytes = attention_work(B, H, L, L, d, causal)
         results = {}
-        for name, fn in candidates_for(B, H, L, d, causal, student, reference).items():
+        for name, fn in attention_candidates(student, reference, causal, B, H, L, MAX_SCORE_BYTES).items():
             try:  # one candidate at a time keeps the naive versions' memory to themselves
                 r = measure({name: fn}, make, flops=flops, bytes_moved=ideal_bytes, max_reps=30, time_cap_s=2.0 if quick else 4.0,
                             enforce_floor=False)[name]
@@ -90,21 +62,8 @@ def run_sweep(task: str, quick: bool) -> dict:
                        "results": results})
         row = "  ".join(f"{n} {v['ms']:.3f} ms/{v['tflops']:.1f}" for n, v in results.items() if "ms" in v)
         print(f"B{B:<4} H{H} L{L:<6} d{d:<4} {row}", flush=True)
-    bandwidth, _ = device_peaks()
     return {"task": task, "causal": causal, "gpu": gpu_info(), "copy_gbps": copy.gbps, "points": points,
-            "fp32_peak_tflops": fp32_peak_tflops()}
-
-
-def fp32_peak_tflops() -> float:
-    """Datasheet-style fp32 FFMA peak: SMs x 128 lanes x 2 flops x max SM clock."""
-    import torch
-
-    from assignment.timing import gpu_info
-
-    props = torch.cuda.get_device_properties(0)
-    info = gpu_info()
-    mhz = info.get("max_sm_clock_mhz") or 1980
-    return props.multi_processor_count * 128 * 2 * float(mhz) * 1e6 / 1e12
+            "fp32_peak_tflops": (fp32_peak_flops() or 0.0) / 1e12}
 
 
 def moved_bytes(point: dict, name: str) -> float:
@@ -149,7 +108,8 @@ def plot(data: dict, out: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(7, 5))
     peak, bw = data["fp32_peak_tflops"], data["copy_gbps"] / 1e3  # TB/s
     xs = [2 ** e for e in range(0, 14)]
-    ax.plot(xs, [min(peak, x * bw) for x in xs], color="black", label=f"roof: {bw:.2f} TB/s copy, {peak:.0f} TFLOP/s fp32")
+    roof = f"roof: {bw:.2f} TB/s copy" + (f", {peak:.0f} TFLOP/s fp32" if peak else " (fp32 peak unknown)")
+    ax.plot(xs, [min(peak or math.inf, x * bw) for x in xs], color="black", label=roof)
     for name in names:
         pts = [(p["flops"] / moved_bytes(p, name), p["results"][name]["tflops"]) for p in data["points"]
                if "ms" in p["results"].get(name, {})]

@@ -120,13 +120,18 @@ def strip_solutions(text: str, filename: str, registry: Registry | None = None) 
     return "".join(out), regions
 
 
+def todo_lines(text: str) -> dict[str, list[int]]:
+    """Task id -> the 1-based lines that still call ``KIT_TODO(tN)`` in non-comment CUDA code."""
+    found: dict[str, list[int]] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        for task in _TODO_CALL.findall(line.split("//", 1)[0]):
+            found.setdefault(task, []).append(number)
+    return found
+
+
 def todo_tasks(text: str) -> set[str]:
     """Task ids that still have a ``KIT_TODO(tN)`` in non-comment CUDA code."""
-    found = set()
-    for line in text.splitlines():
-        code = line.split("//", 1)[0]
-        found.update(_TODO_CALL.findall(code))
-    return found
+    return set(todo_lines(text))
 
 
 def _solution_files(solutions: Path) -> list[Path]:

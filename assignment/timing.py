@@ -139,11 +139,22 @@ def device_peaks(device=None) -> tuple[float, float]:
     mem_khz, bus_bits = getattr(props, "memory_clock_rate", 0), getattr(props, "memory_bus_width", 0)
     if mem_khz and bus_bits:  # double data rate: two transfers per clock
         bandwidth = max(bandwidth, GENEROUS_FACTOR * 2 * mem_khz * 1e3 * bus_bits / 8)
-    sm_khz = getattr(props, "clock_rate", 0) or (_nvidia_smi_max_sm_mhz() or 0) * 1e3
-    if sm_khz:
-        lanes = FP32_LANES_PER_SM.get((props.major, props.minor), 128)
-        flops = max(flops, GENEROUS_FACTOR * props.multi_processor_count * lanes * 2 * sm_khz * 1e3)
+    fp32 = fp32_peak_flops(device)
+    if fp32:
+        flops = max(flops, GENEROUS_FACTOR * fp32)
     return bandwidth, flops
+
+
+def fp32_peak_flops(device=None) -> float | None:
+    """The FFMA peak: SMs x fp32 lanes x 2 flops x the SM clock (the properties' clock, else nvidia-smi's max)."""
+    import torch
+
+    props = torch.cuda.get_device_properties(device)
+    sm_khz = getattr(props, "clock_rate", 0) or (_nvidia_smi_max_sm_mhz() or 0) * 1e3
+    if not sm_khz:
+        return None
+    lanes = FP32_LANES_PER_SM.get((props.major, props.minor), 128)
+    return props.multi_processor_count * lanes * 2 * sm_khz * 1e3
 
 
 def _nvidia_smi(query: str) -> list[str] | None:

@@ -40,7 +40,7 @@ def summary_lines(result: SubmissionScore) -> list[str]:
 
 def gradescope_results(result: SubmissionScore) -> dict:
     tests = []
-    for task_index, ts in enumerate(result.tasks, start=1):
+    for ts in result.tasks:
         for test_index, test in enumerate(ts.tests, start=1):
             tests.append({
                 "name": test.name,

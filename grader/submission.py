@@ -3,7 +3,6 @@ working directory, so graded code never runs inside the instructor's tree."""
 
 from __future__ import annotations
 
-import shutil
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -69,10 +68,3 @@ def collect(source: Path, workdir: Path, registry: Registry) -> CollectedSubmiss
     missing = [f for f in wanted if f not in found]
     return CollectedSubmission(source.stem if source.is_file() else source.name, student_dir, found, missing, notes)
 
-
-def fresh_workdir(base: Path, name: str) -> Path:
-    path = base / name
-    if path.exists():
-        shutil.rmtree(path)
-    path.mkdir(parents=True)
-    return path
