@@ -33,7 +33,7 @@
 //                  (d == 32: 2*cg + (0..1))
 //
 //   d = 64 : BR = 64,  CG = 16, 128 threads: S micro-tile 8x4, O micro-tile 8x4
-//            non-causal with enough query tiles: BR = 128, CG = 8, 128 threads,
+//            with enough query tiles: BR = 128, CG = 8, 128 threads,
 //            S micro-tile 8x8, O micro-tile 8x8 ("big" configuration)
 //   d = 128: BR = 64,  CG = 16, 128 threads: S micro-tile 8x4, O micro-tile 8x8
 //   d = 32 : BR = 64,  CG = 16, 128 threads: S micro-tile 8x4, O micro-tile 8x2
@@ -63,17 +63,25 @@
 // so an 8x4 tile spends 12 LDS.128 per 128 FFMA, an 8x8 tile 16 per 256).
 // d = 64, BR = 64: 65 KB of shared memory, 3 blocks (12 warps) per SM. The big
 // d = 64 configuration needs 96 KB (2 blocks per SM) and 254 registers; it is
-// ~13% faster on long non-causal sequences, but was measured slower for causal
-// (see docs) and for small grids, so the host picks it only for non-causal
-// grids of >= 256 blocks. At d = 128 an 8x8 S tile would need BC = 128 (192 KB,
-// 1 block per SM, measured slower), so d = 128 uses 8x4 S tiles with 113 KB
-// (2 blocks per SM). Several independent blocks per SM hide each other's
+// ~9% faster per tile, but on small grids its fewer, longer blocks leave the
+// last wave emptier, so the host picks it from the grid size (use_big_d64).
+// At d = 128 an 8x8 S tile would need BC = 128 (192 KB, 1 block per SM,
+// measured slower), so d = 128 uses 8x4 S tiles with 113 KB (2 blocks per SM).
+// Several independent blocks per SM hide each other's
 // __syncthreads and exp phases.
+//
+// Code size matters too: the inner k loops are unrolled KU float4 steps at a
+// time, not all d/4 (or BC/4) of them. Fully unrolled, the big kernel is ~120 KB
+// of machine code; causal, its warps then spent half their stall cycles waiting
+// for instructions (ncu: "no instruction") and it took 0.86x of the non-causal
+// time instead of ~0.53x. Causal blocks run for different lengths, so the blocks
+// sharing an SM sit at different places in the code and need more instruction
+// cache than non-causal ones, which run in step: causal kernels unroll less.
 //
 // Causal (t5): query i sees keys j <= i + Lk - Lq (bottom-right alignment).
 // Key tiles right of the diagonal are never visited (the loop bound shrinks),
 // only tiles that cross the diagonal apply the element mask, and query tiles
-// are scheduled heaviest first (blockIdx.x reversed). A row that sees no key
+// are scheduled heaviest first across all heads. A row that sees no key
 // gets O = 0 and LSE = -inf.
 // ---------------------------------------------------------------------------
 
@@ -173,14 +181,16 @@ __device__ __forceinline__ void load_q_tile(float4* dst, const float* src, int q
 // BIG selects the 8x8-micro-tile configuration (used for d = 64 only).
 template <int D, bool BIG>
 struct Cfg;
+// KU / KUC: float4 steps of k (or j) unrolled in the inner loops of S and P V,
+// non-causal / causal (the rest is a rolled loop); measured per configuration.
 template <>
-struct Cfg<32, false> { static constexpr int BR = 64, BC = 64, CG = 16, MINB = 3; };
+struct Cfg<32, false> { static constexpr int BR = 64, BC = 64, CG = 16, MINB = 3, KU = 8, KUC = 8; };
 template <>
-struct Cfg<64, false> { static constexpr int BR = 64, BC = 64, CG = 16, MINB = 3; };
+struct Cfg<64, false> { static constexpr int BR = 64, BC = 64, CG = 16, MINB = 3, KU = 4, KUC = 4; };
 template <>
-struct Cfg<64, true> { static constexpr int BR = 128, BC = 64, CG = 8, MINB = 2; };
+struct Cfg<64, true> { static constexpr int BR = 128, BC = 64, CG = 8, MINB = 2, KU = 4, KUC = 2; };
 template <>
-struct Cfg<128, false> { static constexpr int BR = 64, BC = 64, CG = 16, MINB = 2; };
+struct Cfg<128, false> { static constexpr int BR = 64, BC = 64, CG = 16, MINB = 2, KU = 8, KUC = 2; };
 
 // Lane layout inside a warp. Bit 0 of the lane always selects the row group, so
 // lanes 2t and 2t+1 read the same K / V float4 and lanes t and t^2 the same Q / P
@@ -221,7 +231,7 @@ __device__ __forceinline__ float row_sum(float x) {
 template <int D, int BR, int BC>
 constexpr size_t smem_bytes() { return sizeof(float) * ((size_t)BR * D + 2 * (size_t)BC * D + (size_t)BR * BC); }
 
-template <int D, int BR, int BC, int CG, int MINB, bool CAUSAL>
+template <int D, int BR, int BC, int CG, int MINB, bool CAUSAL, int KU>
 __global__ void __launch_bounds__((BR / 8) * CG, MINB)
 flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
                  float* __restrict__ o, float* __restrict__ lse, int BH, int Lq, int Lk, float qscale,
@@ -233,6 +243,7 @@ flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const
     constexpr int TD = D / CG;   // O columns per thread
     constexpr int D4 = D / 4, BC4 = BC / 4;
     static_assert(BC % 32 == 0 && RG % 8 == 0 && (TD % 4 == 0 || (TD == 2 && CG == 16)), "tile shape");
+    static_assert((KU == 2 || KU == 4 || KU == 8) && D4 % KU == 0 && BC4 % KU == 0, "KU: float4 steps per unrolled inner loop");
 
     extern __shared__ float4 smem[];
     float4* Qs = smem;             // [BR][D/4]  swizzled, pre-scaled
@@ -248,10 +259,25 @@ flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const
     const int swk = cg & 7;                        // swizzle of all my K rows (cg + CG*c)
     const bool vec = vec_i != 0;
 
-    const long long bh = (long long)blockIdx.z * 65535 + blockIdx.y;
-    if (bh >= BH) return;
-    // Causal: the last query tiles see the most keys; launch them first.
-    const int qtile = CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+    // Which (batch*head, query tile) this block computes. Blocks start roughly in
+    // the order of their linear index (x fastest, then y, then z).
+    long long bh;
+    int qtile;
+    if constexpr (CAUSAL) {
+        // The last query tiles see the most keys. Hand out the heaviest tile of
+        // EVERY head first, then the next heaviest, ... (longest job first), so
+        // the blocks that start last are short and the GPU drains evenly.
+        const long long ntiles = gridDim.x;
+        const long long lin = blockIdx.x + ntiles * (blockIdx.y + (long long)gridDim.y * blockIdx.z);
+        if (lin >= ntiles * BH) return;
+        bh = lin % BH;
+        qtile = (int)(ntiles - 1 - lin / BH);
+    } else {
+        // All tiles of a head start together and share its K and V in L2.
+        bh = (long long)blockIdx.z * 65535 + blockIdx.y;
+        if (bh >= BH) return;
+        qtile = (int)blockIdx.x;
+    }
     const int q0 = qtile * BR;
 
     const float* qb = q + bh * Lq * D;
@@ -302,28 +328,31 @@ flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const
         // PLAN: s[i][c] = sum over k of Q[rg + RG*i][k] * K[cg + CG*c][k]; step over k in float4s (k4 = 0..D/4-1):
         // PLAN: kf[c] = Ks[(cg + CG*c) * D/4 + (k4 ^ swk)], qf = Qs[(rg + RG*i) * D/4 + (k4 ^ sw)], 4 FFMA per pair.
         // PLAN: load the TS K float4s once per k4 and reuse them for all 8 rows (register blocking).
+        // PLAN: unroll KU k4 steps per iteration of a rolled loop (full unrolling can overflow the instruction cache).
         // PLAN: on the last tile (kv0 + BC > Lk) set s[i][c] = -INFINITY where kv0 + cg + CG*c >= Lk.
         {
 #pragma unroll
             for (int i = 0; i < TM; ++i)
 #pragma unroll
                 for (int c = 0; c < TS; ++c) s[i][c] = 0.f;
-            int qoff[8], koff[8];
+            // k4 = KU * a + b with b < KU unrolled: k4 ^ sw = ((KU * a) ^ (sw & ~(KU - 1))) + (b ^ (sw & (KU - 1))).
+            int qoff[KU], koff[KU];
 #pragma unroll
-            for (int b = 0; b < 8; ++b) {
-                qoff[b] = rg * D4 + (b ^ sw);
-                koff[b] = cg * D4 + (b ^ swk);
+            for (int b = 0; b < KU; ++b) {
+                qoff[b] = rg * D4 + (b ^ (sw & (KU - 1)));
+                koff[b] = cg * D4 + (b ^ (swk & (KU - 1)));
             }
 #pragma unroll 1
-            for (int a = 0; a < D4 / 8; ++a) {
+            for (int a = 0; a < D4 / KU; ++a) {
+                const int aq = (a * KU) ^ (sw & ~(KU - 1)), ak = (a * KU) ^ (swk & ~(KU - 1));
 #pragma unroll
-                for (int b = 0; b < 8; ++b) {
+                for (int b = 0; b < KU; ++b) {
                     float4 kf[TS];
 #pragma unroll
-                    for (int c = 0; c < TS; ++c) kf[c] = Ks[koff[b] + a * 8 + c * CG * D4];
+                    for (int c = 0; c < TS; ++c) kf[c] = Ks[koff[b] + ak + c * CG * D4];
 #pragma unroll
                     for (int i = 0; i < TM; ++i) {
-                        const float4 qf = Qs[qoff[b] + a * 8 + i * RG * D4];
+                        const float4 qf = Qs[qoff[b] + aq + i * RG * D4];
 #pragma unroll
                         for (int c = 0; c < TS; ++c) {
                             s[i][c] = fmaf(qf.x, kf[c].x, s[i][c]);
@@ -403,19 +432,20 @@ flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const
             for (int i = 0; i < TM; ++i)
 #pragma unroll
                 for (int e = 0; e < TD; ++e) acc[i][e] *= alpha[i];
-            int poff[8];
+            int poff[KU];
 #pragma unroll
-            for (int b = 0; b < 8; ++b) poff[b] = rg * BC4 + (b ^ sw);
+            for (int b = 0; b < KU; ++b) poff[b] = rg * BC4 + (b ^ (sw & (KU - 1)));
 #pragma unroll 1
-            for (int a = 0; a < BC4 / 8; ++a) {
+            for (int a = 0; a < BC4 / KU; ++a) {
+                const int ap = (a * KU) ^ (sw & ~(KU - 1));
 #pragma unroll
-                for (int b = 0; b < 8; ++b) {
+                for (int b = 0; b < KU; ++b) {
                     float4 pf[TM];
 #pragma unroll
-                    for (int i = 0; i < TM; ++i) pf[i] = Ps4[poff[b] + a * 8 + i * RG * BC4];
+                    for (int i = 0; i < TM; ++i) pf[i] = Ps4[poff[b] + ap + i * RG * BC4];
 #pragma unroll
                     for (int jj = 0; jj < 4; ++jj) {
-                        const int j = (a * 8 + b) * 4 + jj;
+                        const int j = (a * KU + b) * 4 + jj;
                         if constexpr (TD >= 4) {
                             float4 vf[TD / 4];
 #pragma unroll
@@ -489,7 +519,7 @@ template <int D, bool CAUSAL, bool BIG = false>
 static int launch(const float* q, const float* k, const float* v, float* o, float* lse, int BH, int Lq, int Lk,
                   float scale, cudaStream_t stream) {
     using C = Cfg<D, BIG>;
-    auto kern = flash_fwd_kernel<D, C::BR, C::BC, C::CG, C::MINB, CAUSAL>;
+    auto kern = flash_fwd_kernel<D, C::BR, C::BC, C::CG, C::MINB, CAUSAL, CAUSAL ? C::KUC : C::KU>;
     const size_t smem = smem_bytes<D, C::BR, C::BC>();
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return (int)e;
@@ -500,6 +530,25 @@ static int launch(const float* q, const float* k, const float* v, float* o, floa
     const dim3 grid(kit_ceil_div(Lq, C::BR), BH < 65535 ? BH : 65535, kit_ceil_div(BH, 65535));
     kern<<<grid, (C::BR / 8) * C::CG, smem, stream>>>(q, k, v, o, lse, BH, Lq, Lk, scale * kLog2e, vec ? 1 : 0);
     KIT_RETURN_LAUNCH_STATUS();
+}
+
+// d = 64: the big configuration is ~9% faster per tile but has half as many,
+// twice as long blocks with 2 (not 3) blocks per SM, so on small grids its last
+// wave is emptier. Pick it when 1.09 x its wave efficiency (work / (slots x
+// waves)) beats the small one's. H100/H200 (132 SMs): B 10 x L 8192 (320 big
+// tiles, 1.2 waves) stays small, B 64 x L 4096 and B 8 x H 16 x L 4096 go big.
+static bool use_big_d64(long long bh, int Lq) {
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) {
+        cudaGetLastError();
+        return false;
+    }
+    auto efficiency = [](double tiles, double slots) { return tiles / (slots * ceil(tiles / slots)); };
+    const double big = (double)bh * kit_ceil_div(Lq, Cfg<64, true>::BR);
+    const double small = (double)bh * kit_ceil_div(Lq, Cfg<64, false>::BR);
+    return 1.09 * efficiency(big, (double)sms * Cfg<64, true>::MINB) >
+           efficiency(small, (double)sms * Cfg<64, false>::MINB);
 }
 
 }  // namespace t4fa
@@ -519,11 +568,11 @@ KIT_API int t4_flash_attention_forward(const float* q, const float* k, const flo
             return causal ? t4fa::launch<32, true>(q, k, v, o, lse, bh, Lq, Lk, scale, s)
                           : t4fa::launch<32, false>(q, k, v, o, lse, bh, Lq, Lk, scale, s);
         case 64:
-            if (causal) return t4fa::launch<64, true>(q, k, v, o, lse, bh, Lq, Lk, scale, s);
-            // Enough 128-row query tiles to fill the GPU twice: 8x8 micro-tiles.
-            if (BH * (long long)kit_ceil_div(Lq, 128) >= 256)
-                return t4fa::launch<64, false, true>(q, k, v, o, lse, bh, Lq, Lk, scale, s);
-            return t4fa::launch<64, false>(q, k, v, o, lse, bh, Lq, Lk, scale, s);
+            if (t4fa::use_big_d64(BH, Lq))
+                return causal ? t4fa::launch<64, true, true>(q, k, v, o, lse, bh, Lq, Lk, scale, s)
+                              : t4fa::launch<64, false, true>(q, k, v, o, lse, bh, Lq, Lk, scale, s);
+            return causal ? t4fa::launch<64, true>(q, k, v, o, lse, bh, Lq, Lk, scale, s)
+                          : t4fa::launch<64, false>(q, k, v, o, lse, bh, Lq, Lk, scale, s);
         default:
             return causal ? t4fa::launch<128, true>(q, k, v, o, lse, bh, Lq, Lk, scale, s)
                           : t4fa::launch<128, false>(q, k, v, o, lse, bh, Lq, Lk, scale, s);

@@ -29,8 +29,9 @@ def test_large_logits(d, seed):
                         magnitude=30.0)
 
 
-def test_future_tiles_are_skipped(seed):
-    q, k, v = random_qkv(1, 2, 1000, 1000, 64, seed=seed, device="cuda")
+@pytest.mark.parametrize("bh", [pytest.param((1, 2), id="small_grid"), pytest.param((8, 8), id="large_grid")])
+def test_future_tiles_are_skipped(bh, seed):
+    q, k, v = random_qkv(*bh, 1000, 1000, 64, seed=seed, device="cuda")
     k[:, :, 384:] = float("nan")
     v[:, :, 384:] = float("nan")
     out, _ = kernels.flash_attention(q, k, v, causal=True)
