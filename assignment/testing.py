@@ -124,6 +124,17 @@ def assert_close(actual, expected, *, atol, rtol, name, hint="", layout="") -> f
     return result.max_error
 
 
+def assert_repeatable(run, repeats: int, message: str) -> None:
+    """Call ``run`` 1 + ``repeats`` times; every result (a tensor or a tuple of tensors) must be bitwise equal
+    to the first. A race in a kernel shows up as a result that moves between identical calls."""
+    def as_tuple(result):
+        return result if isinstance(result, tuple) else (result,)
+
+    first = as_tuple(run())
+    for _ in range(repeats):
+        assert all(torch.equal(a, b) for a, b in zip(as_tuple(run()), first)), message
+
+
 def max_abs_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     a = actual.detach().to("cpu", torch.float64)
     e = expected.detach().to("cpu", torch.float64)

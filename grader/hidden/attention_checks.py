@@ -16,7 +16,8 @@ from assignment import kernels
 from assignment.cuda import build, cache_dir, require_implemented
 from assignment.impl import student_file
 from assignment.kernels import Kernels
-from assignment.testing import SENTINEL, assert_close, random_qkv, reference_attention, run_timing_rule
+from assignment.testing import (SENTINEL, assert_close, assert_repeatable, random_qkv, reference_attention,
+                                run_timing_rule)
 
 LAYOUT = "batch, head, query, dim"
 
@@ -43,12 +44,8 @@ def check_values(shape, d, causal, seed, tol, magnitude=1.0, scale=None):
 
 def check_repeatable(causal, seed, repeats=20):
     q, k, v = random_qkv(2, 3, 333, 517, 64, seed=seed, device="cuda")
-    first_o, first_lse = run_flash(q, k, v, causal)
-    for _ in range(repeats):
-        o, lse = run_flash(q, k, v, causal)
-        assert torch.equal(o, first_o) and torch.equal(lse, first_lse), (
-            "O or LSE changed between identical runs: a race (a missing __syncthreads?)"
-        )
+    assert_repeatable(lambda: run_flash(q, k, v, causal), repeats,
+                      "O or LSE changed between identical runs: a race (a missing __syncthreads?)")
 
 
 def check_memory(causal, seed):

@@ -6,6 +6,7 @@ The two ``gpu`` tests at the end exercise the timing harness on a real device.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import statistics
 
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from assignment import cuda, kernels, timing
+from assignment.testing import assert_repeatable
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -328,3 +330,11 @@ def test_profile_reads_ncu_csv_and_states_the_ideal_traffic():
     assert profile.ideal_bytes("t3", {"batch": 2, "M": 1, "N": 2, "K": 3}) == 4 * 2 * (3 + 6 + 2)
     assert "ERR_NVGPUCTRPERM" in profile.explain_failure("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission")
     assert "flash_fwd" in profile.report("t4", metrics)
+
+
+def test_assert_repeatable_catches_a_result_that_moves():
+    steady = torch.arange(6.0)
+    assert_repeatable(lambda: (steady.clone(), steady + 1), 3, "unused")
+    calls = itertools.count()
+    with pytest.raises(AssertionError, match="a race"):
+        assert_repeatable(lambda: (steady, steady + (next(calls) == 2)), 3, "moved: a race")
