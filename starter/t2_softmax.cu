@@ -315,6 +315,25 @@ static cudaError_t dispatch_warp(const float* x, float* y, int64_t rows, int64_t
   return launch_warp<8, VEC>(x, y, rows, cols, st);
 }
 
+// Launch configuration for `blocks` blocks of `threads` threads in clusters of
+// csize blocks along x. The cluster size is an attribute that *attr receives, so
+// attr must outlive the returned configuration.
+static cudaLaunchConfig_t cluster_config(cudaLaunchAttribute* attr, int64_t blocks, int threads,
+                                         int csize, cudaStream_t st) {
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = csize;
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)blocks, 1, 1);
+  cfg.blockDim = dim3(threads, 1, 1);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = st;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
 // Block (csize == 1) or cluster (csize > 1) launch of softmax_block_kernel.
 template <int NV, bool VEC>
 static cudaError_t launch_block(const float* x, float* y, int64_t rows, int64_t cols, int csize,
@@ -327,18 +346,8 @@ static cudaError_t launch_block(const float* x, float* y, int64_t rows, int64_t 
     softmax_block_kernel<NV, VEC><<<(unsigned)groups, threads, 0, st>>>(x, y, rows, cols, 1, chunk);
     return cudaGetLastError();
   }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)(groups * csize), 1, 1);
-  cfg.blockDim = dim3(threads, 1, 1);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = csize;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = cluster_config(&attr, groups * csize, threads, csize, st);
   return cudaLaunchKernelEx(&cfg, softmax_block_kernel<NV, VEC>, x, y, rows, cols, csize, chunk);
 }
 
@@ -361,16 +370,8 @@ static int max_cluster_blocks(int dev) {
     best = kMaxCluster < 8 ? kMaxCluster : 8;  // portable cluster sizes always fit
     if (kMaxCluster > 8 && cudaFuncSetAttribute(softmax_block_kernel<8, VEC>,
                              cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3(kMaxCluster, 1, 1);
-      cfg.blockDim = dim3(kClusterThreads, 1, 1);
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = kMaxCluster;
-      attr[0].val.clusterDim.y = 1;
-      attr[0].val.clusterDim.z = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
+      cudaLaunchAttribute attr;
+      const cudaLaunchConfig_t cfg = cluster_config(&attr, kMaxCluster, kClusterThreads, kMaxCluster, 0);
       int nclusters = 0;
       if (cudaOccupancyMaxActiveClusters(&nclusters, softmax_block_kernel<8, VEC>, &cfg) ==
               cudaSuccess && nclusters > 0)
