@@ -88,10 +88,17 @@ struct TileLoader {
   int kleft;         // K minus the k of item 0 in the next tile (<= 0: past the end)
   int rows_ok;       // bit l: item l's row is inside the matrix (0 when the thread has no items)
 
+  // Where thread tid's item 0 sits inside the tile: row rr and k kk.
+  __device__ __forceinline__ static void item0(int tid, int& rr, int& kk) {
+    const int line = tid / PER_LINE, pos = (tid % PER_LINE) * W;
+    rr = KC ? line : pos;
+    kk = KC ? pos : line;
+  }
+
   __device__ __forceinline__ TileLoader(const float* p, int ld_, int r0, int R, int K, int tid)
       : ld(ld_) {
-    const int line = tid / PER_LINE, pos = (tid % PER_LINE) * W;
-    const int rr = KC ? line : pos, kk = KC ? pos : line;  // item 0 inside the tile
+    int rr, kk;
+    item0(tid, rr, kk);
     const int r = r0 + rr;
     ptr = KC ? p + (int64_t)r * ld + kk : p + (int64_t)kk * ld + r;
     kleft = K - kk;
@@ -129,10 +136,12 @@ struct TileLoader {
 
   // Registers -> shared tile S (k-major, row length LD_S), same item mapping as load().
   __device__ __forceinline__ void store(const float (&reg)[PER], float* __restrict__ S) const {
-    const int tid = threadIdx.x, line = tid / PER_LINE, pos = (tid % PER_LINE) * W;
+    const int tid = threadIdx.x;
     if (ITEMS < NT && tid >= ITEMS) return;  // this thread has no items
     // Shared offset of item 0 (recomputed from tid: cheaper than a register held all along).
-    const int soff = (KC ? pos : line) * LD_S + (KC ? line : pos);
+    int rr, kk;
+    item0(tid, rr, kk);
+    const int soff = kk * LD_S + rr;
     // BEGIN SOLUTION t3: write the staged registers into the k-major shared tile
     // PLAN: Item l lives at S + soff + l*LSTEP (KC: LSTEP rows further) or
     // PLAN: S + soff + l*LSTEP*LD_S (!KC: LSTEP k's further).

@@ -296,6 +296,9 @@ static const int64_t kMaxGrid = 1 << 20;  // blocks; kernels loop over extra row
 static const int kClusterThreads = 256;
 static const int kWarpRows = 8;  // rows (warps) per block of the warp kernel
 static const int kMaxCluster = 8;
+// Larger (non-portable) clusters would need cudaFuncAttributeNonPortableClusterSizeAllowed
+// and an occupancy check before use.
+static_assert(kMaxCluster >= 2 && kMaxCluster <= 8, "portable cluster sizes are 2..8 blocks");
 
 template <int NV, bool VEC>
 static cudaError_t launch_warp(const float* x, float* y, int64_t rows, int64_t cols,
@@ -315,25 +318,6 @@ static cudaError_t dispatch_warp(const float* x, float* y, int64_t rows, int64_t
   return launch_warp<8, VEC>(x, y, rows, cols, st);
 }
 
-// Launch configuration for `blocks` blocks of `threads` threads in clusters of
-// csize blocks along x. The cluster size is an attribute that *attr receives, so
-// attr must outlive the returned configuration.
-static cudaLaunchConfig_t cluster_config(cudaLaunchAttribute* attr, int64_t blocks, int threads,
-                                         int csize, cudaStream_t st) {
-  attr->id = cudaLaunchAttributeClusterDimension;
-  attr->val.clusterDim.x = csize;
-  attr->val.clusterDim.y = 1;
-  attr->val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)blocks, 1, 1);
-  cfg.blockDim = dim3(threads, 1, 1);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = st;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cfg;
-}
-
 // Block (csize == 1) or cluster (csize > 1) launch of softmax_block_kernel.
 template <int NV, bool VEC>
 static cudaError_t launch_block(const float* x, float* y, int64_t rows, int64_t cols, int csize,
@@ -347,7 +331,16 @@ static cudaError_t launch_block(const float* x, float* y, int64_t rows, int64_t 
     return cudaGetLastError();
   }
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = cluster_config(&attr, groups * csize, threads, csize, st);
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = csize;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)(groups * csize), 1, 1);
+  cfg.blockDim = dim3(threads, 1, 1);
+  cfg.stream = st;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
   return cudaLaunchKernelEx(&cfg, softmax_block_kernel<NV, VEC>, x, y, rows, cols, csize, chunk);
 }
 
@@ -365,20 +358,8 @@ static int max_cluster_blocks(int dev) {
   cudaFuncAttributes fa;
   const bool has_cluster_code =
       cudaFuncGetAttributes(&fa, softmax_block_kernel<8, VEC>) == cudaSuccess && fa.ptxVersion >= 90;
-  int best = -1;
-  if (major >= 9 && has_cluster_code) {
-    best = kMaxCluster < 8 ? kMaxCluster : 8;  // portable cluster sizes always fit
-    if (kMaxCluster > 8 && cudaFuncSetAttribute(softmax_block_kernel<8, VEC>,
-                             cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
-      cudaLaunchAttribute attr;
-      const cudaLaunchConfig_t cfg = cluster_config(&attr, kMaxCluster, kClusterThreads, kMaxCluster, 0);
-      int nclusters = 0;
-      if (cudaOccupancyMaxActiveClusters(&nclusters, softmax_block_kernel<8, VEC>, &cfg) ==
-              cudaSuccess && nclusters > 0)
-        best = kMaxCluster;
-    }
-    cudaGetLastError();  // clear any error from the probing above
-  }
+  const int best = major >= 9 && has_cluster_code ? kMaxCluster : -1;
+  cudaGetLastError();  // clear any error from the queries above
   cache[dev] = best;
   return best > 0 ? best : 0;
 }
