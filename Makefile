@@ -58,7 +58,7 @@ check-starter: $(SETUP)
 	$(PY) -m assignment.starter --check
 
 check-cuda: $(SETUP)
-	$(PY) -m assignment.cuda --check-all
+	$(PY) -m assignment.cuda.compiler --check-all
 
 selfcheck: $(SETUP)
 	$(PY) -m grader.selfcheck
@@ -70,11 +70,11 @@ handout: $(SETUP)
 	$(PY) -m handout.render
 
 bench: $(SETUP)
-	$(PY) -m assignment.bench $(if $(T),--task $(T),)
-	$(if $(filter t4 t5,$(T)),$(PY) -m assignment.scaling --task $(T),)
+	$(PY) -m assignment.perf.bench $(if $(T),--task $(T),)
+	$(if $(filter t4 t5,$(T)),$(PY) -m assignment.perf.scaling --task $(T),)
 
 profile: $(SETUP)
-	$(PY) -m assignment.profile $(if $(T),--task $(T),)
+	$(PY) -m assignment.perf.profile $(if $(T),--task $(T),)
 
 demo: $(SETUP)
 	$(PY) -m grader.demo

@@ -174,7 +174,7 @@ def run_timing_rule(rule, candidates: dict, make_inputs, *, check=None, flops=No
     median / student median). Everything runs interleaved in this process through the one
     timing module; ``record`` (pytest-json-report's json_metadata) receives the numbers.
     """
-    from assignment.timing import gpu_info, measure
+    from assignment.perf.timing import gpu_info, measure
 
     other = "reference" if rule.metric == "time_vs_reference" else "naive"
     chosen = {"student": candidates["student"], other: candidates[other]}

@@ -25,7 +25,7 @@ nvcc --version | tail -2
 if [ "$STAGE" = verify ] || [ "$STAGE" = all ]; then
   if [ -z "${SKIP_COMPILE:-}" ]; then
     say "compile every .cu (sm_80, sm_90)"
-    $PY -m assignment.cuda --check-all --jobs 8
+    $PY -m assignment.cuda.compiler --check-all --jobs 8
   fi
   if [ -z "${SKIP_TESTS:-}" ]; then
   say "public and hidden tests, solutions"
@@ -61,10 +61,10 @@ PY
 fi
 
 if [ "$STAGE" = bench ] || [ "$STAGE" = all ]; then
-  for t in t2 t3 t4; do say "bench $t"; timeout "${BENCH_TIMEOUT:-150}" $PY -m assignment.bench --task "$t"; done
-  say "scaling t4"; timeout 200 $PY -m assignment.scaling --task t4 ${SCALING_ARGS:-}
-  say "scaling t5"; timeout 150 $PY -m assignment.scaling --task t5 --quick
-  say "profile t4"; timeout 120 $PY -m assignment.profile --task t4
+  for t in t2 t3 t4; do say "bench $t"; timeout "${BENCH_TIMEOUT:-150}" $PY -m assignment.perf.bench --task "$t"; done
+  say "scaling t4"; timeout 200 $PY -m assignment.perf.scaling --task t4 ${SCALING_ARGS:-}
+  say "scaling t5"; timeout 150 $PY -m assignment.perf.scaling --task t5 --quick
+  say "profile t4"; timeout 120 $PY -m assignment.perf.profile --task t4
   tar czf "$OUT/bench_results.tgz" -C build bench
 fi
 say "done"

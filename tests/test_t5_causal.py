@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from assignment import kernels
+from assignment.cuda import kernels
 from assignment.registry import load_registry
 from assignment.testing import SENTINEL, assert_close, random_qkv, reference_attention
 

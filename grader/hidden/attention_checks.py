@@ -12,12 +12,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from assignment import kernels
-from assignment.cuda import build, cache_dir, require_implemented
+from assignment.cuda import kernels
+from assignment.cuda.compiler import build, cache_dir, require_implemented
+from assignment.cuda.kernels import Kernels
 from assignment.impl import student_file
-from assignment.kernels import Kernels
-from assignment.testing import (SENTINEL, assert_close, assert_repeatable, random_qkv, reference_attention,
-                                run_timing_rule)
+from assignment.testing import (
+    SENTINEL,
+    assert_close,
+    assert_repeatable,
+    random_qkv,
+    reference_attention,
+    run_timing_rule,
+)
 
 LAYOUT = "batch, head, query, dim"
 
@@ -66,7 +72,7 @@ def check_memory(causal, seed):
     assert extra < 4 * lq * lk, f"the call allocated {extra} bytes; an Lq x Lk score matrix would be {4 * lq * lk}"
 
 
-DRIVER_SOURCE = Path(__file__).resolve().parents[2] / "assignment" / "sanitize_driver.cpp"
+DRIVER_SOURCE = Path(__file__).resolve().parents[2] / "assignment" / "cuda" / "sanitize_driver.cpp"
 
 
 def _sanitize_driver() -> Path:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from assignment import kernels
-from assignment.kernels import Kernels
+from assignment.cuda import kernels
+from assignment.cuda.kernels import Kernels
 from assignment.registry import load_registry
 from assignment.testing import SENTINEL, assert_close, assert_repeatable, run_timing_rule
 

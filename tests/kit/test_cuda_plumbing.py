@@ -13,7 +13,9 @@ import statistics
 import pytest
 import torch
 
-from assignment import cuda, kernels, timing
+from assignment.cuda import compiler as cuda
+from assignment.cuda import kernels
+from assignment.perf import timing
 from assignment.testing import assert_repeatable
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
@@ -298,7 +300,7 @@ def test_skipped_work_is_caught_on_a_gpu():
 
 @pytest.mark.kit
 def test_attention_work_counts_only_visible_pairs():
-    from assignment.bench import attention_pairs, attention_work
+    from assignment.perf.bench import attention_pairs, attention_work
 
     assert attention_pairs(4, 4, causal=False) == 16
     assert attention_pairs(4, 4, causal=True) == 1 + 2 + 3 + 4
@@ -311,7 +313,7 @@ def test_attention_work_counts_only_visible_pairs():
 
 @pytest.mark.kit
 def test_profile_reads_ncu_csv_and_states_the_ideal_traffic():
-    from assignment import profile
+    from assignment.perf import profile
 
     csv_text = "\n".join([
         "==PROF== Connected to process 123",

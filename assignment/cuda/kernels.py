@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import torch
 
-from assignment.cuda import load_library, require_implemented
+from assignment.cuda.compiler import load_library, require_implemented
 from assignment.impl import student_dir
 
 SOFTMAX_FILE = "t2_softmax.cu"

@@ -1,7 +1,7 @@
 """``make profile T=t4``: Nsight Compute counters of one representative launch.
 
-    python -m assignment.profile --task t2|t3|t4|t5 [--kernel REGEX]
-    python -m assignment.profile --launch-one t4      # the driver ncu runs: one launch, nothing else
+    python -m assignment.perf.profile --task t2|t3|t4|t5 [--kernel REGEX]
+    python -m assignment.perf.profile --launch-one t4      # the driver ncu runs: one launch, nothing else
 
 The driver builds its inputs on the CPU and copies them over, so the task's kernel is the only
 kernel in the process and ``--launch-count 1`` catches it whatever the student named it. The
@@ -67,7 +67,7 @@ def ideal_bytes(task: str, shape: dict) -> float:
 def launch_one(task: str) -> None:
     import torch
 
-    from assignment.kernels import Kernels
+    from assignment.cuda.kernels import Kernels
 
     shape, kernels = SHAPES[task], Kernels()
     gen = torch.Generator().manual_seed(0)
@@ -95,7 +95,7 @@ def launch_one(task: str) -> None:
 def ncu_command(ncu: str, task: str, kernel_regex: str) -> list[str]:
     return [ncu, "--clock-control", "none", "--target-processes", "all", "--kernel-name", f"regex:{kernel_regex}",
             "--launch-count", "1", "--metrics", ",".join(METRICS), "--csv", "--print-units", "base",
-            sys.executable, "-m", "assignment.profile", "--launch-one", task]
+            sys.executable, "-m", "assignment.perf.profile", "--launch-one", task]
 
 
 def parse_ncu_csv(text: str) -> dict[str, tuple[str, float]]:
@@ -192,8 +192,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _prebuild(task: str) -> None:
-    from assignment.cuda import build, require_implemented
-    from assignment.kernels import ATTENTION_FILE, GEMM_FILE, SOFTMAX_FILE, Kernels
+    from assignment.cuda.compiler import build, require_implemented
+    from assignment.cuda.kernels import ATTENTION_FILE, GEMM_FILE, SOFTMAX_FILE, Kernels
 
     filename = {"t2": SOFTMAX_FILE, "t3": GEMM_FILE}.get(task, ATTENTION_FILE)
     source = Kernels().source(filename)

@@ -1,8 +1,8 @@
 """``make bench T=t2``: time the implementation under test against the reference and PyTorch.
 
-    python -m assignment.bench --task t2|t3|t4|t5 [--quick]
+    python -m assignment.perf.bench --task t2|t3|t4|t5 [--quick]
 
-Every case goes through ``assignment.timing.measure`` (the grader's harness), so the numbers
+Every case goes through ``assignment.perf.timing.measure`` (the grader's harness), so the numbers
 here are the numbers that are graded. Columns: median ms, GB/s (memory-bound t2) or TFLOP/s,
 a percentage against the hardware or library bar (copy bandwidth for t2, cuBLAS for t3,
 SDPA for t4/t5), and the time ratio against the reference solution. Results also go to
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 OUT_DIR = REPO_ROOT / "build" / "bench"
 TASKS = ("t2", "t3", "t4", "t5")
 # Loose on purpose: the bench only guards against a fast-but-wrong kernel; the tests grade
@@ -123,8 +123,8 @@ SEED002_SHAPES = [(320, 1, 128, 32), (160, 1, 128, 64), (80, 1, 512, 32), (40, 1
 
 def reference_kernels():
     """The reference solutions' kernels, or None in a student bundle (it has no solutions/)."""
+    from assignment.cuda.kernels import Kernels
     from assignment.impl import ImplError, student_dir
-    from assignment.kernels import Kernels
 
     try:
         return Kernels(student_dir("solutions"))
@@ -211,7 +211,7 @@ def _usable(case: Case) -> None:
 
 
 def run_case(case: Case, copy_gbps: float | None, settings: dict) -> dict:
-    from assignment.timing import ImpossibleTimeError, measure, ratio
+    from assignment.perf.timing import ImpossibleTimeError, measure, ratio
 
     _usable(case)
     if not case.candidates:
@@ -279,9 +279,9 @@ def main(argv: list[str] | None = None) -> int:
         print("make bench needs a CUDA GPU, and PyTorch sees none (torch.cuda.is_available() is False). "
               "Run it on a GPU node.", file=sys.stderr)
         return 2
+    from assignment.cuda.kernels import Kernels
     from assignment.impl import student_dir
-    from assignment.kernels import Kernels
-    from assignment.timing import copy_bandwidth, format_gpu_info, gpu_info
+    from assignment.perf.timing import copy_bandwidth, format_gpu_info, gpu_info
 
     torch.backends.cuda.matmul.allow_tf32 = False  # an fp32 contest: cuBLAS and SDPA may not use TF32
     torch.backends.cudnn.allow_tf32 = False

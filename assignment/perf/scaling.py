@@ -1,10 +1,10 @@
 """Scaling analysis for t4/t5: sweep sequence length, batch and head dimension; table and plots.
 
-    python -m assignment.scaling --task t4|t5 [--quick] [--out build/bench]
+    python -m assignment.perf.scaling --task t4|t5 [--quick] [--out build/bench]
 
 For each (L, d) it times naive PyTorch, the naive CUDA composition (t3 -> t2 -> t3), the
 implementation under test, the reference solution and PyTorch's SDPA through the grader's
-harness (assignment.timing.measure), with B = max(1, TOKENS // L) so every point does the same
+harness (assignment.perf.timing.measure), with B = max(1, TOKENS // L) so every point does the same
 number of tokens. It prints a table and writes <task>_scaling.json and three plots: time against
 L, TFLOP/s against L, and a roofline chart (arithmetic intensity against achieved TFLOP/s under
 the measured copy-bandwidth roof and the fp32 compute roof).
@@ -18,7 +18,7 @@ import math
 import sys
 from pathlib import Path
 
-from assignment.bench import OUT_DIR, attention_candidates, attention_work, reference_kernels
+from assignment.perf.bench import OUT_DIR, attention_candidates, attention_work, reference_kernels
 
 TOKENS = 16384          # B * L at every point of the sweep
 HEADS = 16
@@ -34,8 +34,8 @@ def sweep_points(quick: bool) -> list[tuple[int, int, int, int]]:
 def run_sweep(task: str, quick: bool) -> dict:
     import torch
 
-    from assignment.kernels import Kernels
-    from assignment.timing import copy_bandwidth, fp32_peak_flops, gpu_info, measure
+    from assignment.cuda.kernels import Kernels
+    from assignment.perf.timing import copy_bandwidth, fp32_peak_flops, gpu_info, measure
 
     causal = task == "t5"
     student, reference = Kernels(), reference_kernels()

@@ -7,7 +7,7 @@ nvcc version, architecture), so an unchanged file is never rebuilt, and two
 implementations (the student's and the reference) load side by side in one
 process: each library is its own ctypes handle.
 
-    python -m assignment.cuda --check-all [DIR ...]   # compile every .cu for sm_80 and sm_90 (CI)
+    python -m assignment.cuda.compiler --check-all [DIR ...]   # compile every .cu for sm_80 and sm_90 (CI)
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from assignment.starter import todo_lines
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 KIT_HEADER = INCLUDE_DIR / "kit.cuh"
 NVCC_FLAGS = ("-O3", "-std=c++17", "-Xcompiler", "-fPIC", "-shared", "-lineinfo")
