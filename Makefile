@@ -25,20 +25,26 @@ PYTEST_TASK := $(if $(T),-m $(T),)
 HAVE_HIDDEN := $(wildcard grader/hidden)
 HAVE_NVCC := $(shell command -v nvcc 2>/dev/null)
 
-.PHONY: help test test-public demo starter check-starter check-cuda selfcheck grade handout bench profile clean
+TASKS     ?=
+GRADE_FLAGS ?=
+
+.PHONY: help test test-public demo starter check-starter check-cuda selfcheck grade preflight handout bench profile \
+        sanitize clean
 
 help:
 	@echo "Students:"
 	@echo "  make test [T=t1]          public tests (all tasks, or one)"
 	@echo "  make bench T=t2           time your kernel against the reference and PyTorch"
 	@echo "  make profile T=t4         Nsight Compute metrics of one launch"
+	@echo "  make sanitize T=t4        compute-sanitizer memcheck and racecheck, as the grader runs them"
 	@echo "Instructors:"
 	@echo "  make demo                 grade the reference solutions, render the handout"
 	@echo "  make starter              regenerate starter/ from solutions/"
 	@echo "  make check-starter        fail when starter/ is out of sync"
 	@echo "  make check-cuda           compile every .cu (sm_80 and sm_90)"
 	@echo "  make selfcheck            solutions score full marks, starter scores zero"
-	@echo "  make grade SUBMISSION=dir|zip OUT=dir"
+	@echo "  make grade SUBMISSION=dir|zip OUT=dir [TASKS=\"t1 t2\"] [GRADE_FLAGS=--allow-weak-isolation]"
+	@echo "  make preflight            is this host fit to grade (GPU, tools, sandbox, the reference's speed)?"
 	@echo "  make handout              build/handout/handout.html and .pdf"
 
 $(VENV)/.kit-installed: pyproject.toml assignment/bootstrap.sh
@@ -64,7 +70,10 @@ selfcheck: $(SETUP)
 	$(PY) -m grader.selfcheck
 
 grade: $(SETUP)
-	$(PY) -m grader.grade "$(SUBMISSION)" --out "$(OUT)"
+	$(PY) -m grader.grade "$(SUBMISSION)" --out "$(OUT)" $(foreach t,$(TASKS),--task $(t)) $(GRADE_FLAGS)
+
+preflight: $(SETUP)
+	$(PY) -m grader.preflight $(foreach t,$(TASKS),--task $(t))
 
 handout: $(SETUP)
 	$(PY) -m handout.render
@@ -75,6 +84,9 @@ bench: $(SETUP)
 
 profile: $(SETUP)
 	$(PY) -m assignment.perf.profile $(if $(T),--task $(T),)
+
+sanitize: $(SETUP)
+	$(PY) -m assignment.cuda.sanitize --task $(or $(T),$(error make sanitize needs T=t2|t3|t4|t5))
 
 demo: $(SETUP)
 	$(PY) -m grader.demo

@@ -8,6 +8,7 @@ the file, the task and the field when something is missing or inconsistent.
 from __future__ import annotations
 
 import math
+import random
 import re
 import sys
 from dataclasses import dataclass, field
@@ -53,6 +54,9 @@ class TimingRule:
     reference: str
     thresholds: tuple[Threshold, ...]
     reasoning: str
+    # The reference's median time at this shape per GPU model (torch.cuda.get_device_name()), from the
+    # runs the thresholds were set with; the grader's preflight refuses a GPU far slower than this.
+    reference_ms: dict[str, float] = field(default_factory=dict)
 
     @property
     def max_points(self) -> float:
@@ -81,6 +85,46 @@ class Points:
 
 
 @dataclass(frozen=True)
+class HiddenShapes:
+    """A hidden suite's shapes: fixed edge cases, plus ``count`` drawn from ``ranges`` with the grading seed.
+
+    A range is ``[lo, hi]`` (integers, inclusive) or ``{ choice = [...] }``. The drawn shapes change
+    from one grading to the next, so no list of hidden shapes is ever complete.
+    """
+    fixed: tuple[dict[str, Any], ...] = ()
+    count: int = 0
+    ranges: dict[str, Any] = field(default_factory=dict)
+
+    def draw(self, seed: int) -> tuple[dict[str, Any], ...]:
+        rng = random.Random(seed)
+        drawn = []
+        for _ in range(self.count):
+            shape = {}
+            for key, spec in self.ranges.items():
+                shape[key] = rng.choice(spec["choice"]) if isinstance(spec, dict) else rng.randint(spec[0], spec[1])
+            drawn.append(shape)
+        return self.fixed + tuple(drawn)
+
+    def __len__(self) -> int:
+        return len(self.fixed) + self.count
+
+
+@dataclass(frozen=True)
+class Grading:
+    """How long the grader lets a task run: the whole suite, and any one check."""
+    timeout_s: float = 600.0
+    test_deadline_s: float = 120.0
+    reasoning: str = ""
+
+
+@dataclass(frozen=True)
+class PythonRules:
+    """What a task's Python files may import and must not name (``assignment.policy``)."""
+    imports: tuple[str, ...] = ()
+    forbidden: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Task:
     id: str
     slug: str
@@ -94,8 +138,14 @@ class Task:
     points: Points
     tolerance: dict[str, dict[str, float]] = field(default_factory=dict)
     public_shapes: tuple[dict[str, Any], ...] = ()
-    hidden_shapes: tuple[dict[str, Any], ...] = ()
+    hidden: HiddenShapes = field(default_factory=HiddenShapes)
     timing: tuple[TimingRule, ...] = ()
+    rules: PythonRules = field(default_factory=PythonRules)
+    grading: Grading = field(default_factory=Grading)
+
+    def hidden_shapes(self, seed: int) -> tuple[dict[str, Any], ...]:
+        """The hidden suite's shapes for one grading (fixed ones first, then those drawn from ``seed``)."""
+        return self.hidden.draw(seed)
 
     @property
     def needs_gpu(self) -> bool:
@@ -192,9 +242,53 @@ def _parse_timing(raw: Any, path: Path, task_id: str) -> tuple[TimingRule, ...]:
                 reference=_require(item, "reference", str, path, task_id, prefix),
                 thresholds=tuple(thresholds),
                 reasoning=reasoning,
+                reference_ms=_parse_reference_ms(item.get("reference_ms", {}), path, task_id, prefix),
             )
         )
     return tuple(rules)
+
+
+def _parse_reference_ms(raw: Any, path: Path, task_id: str, prefix: str) -> dict[str, float]:
+    if not isinstance(raw, dict) or not all(isinstance(v, (int, float)) and v > 0 for v in raw.values()):
+        raise RegistryError(path, task_id, prefix + "reference_ms", "must map GPU names to times in ms (> 0)")
+    return {str(k): float(v) for k, v in raw.items()}
+
+
+def _parse_hidden(raw: Any, path: Path, task_id: str) -> HiddenShapes:
+    if not isinstance(raw, dict):
+        raise RegistryError(path, task_id, "hidden", "must be a table ([task.hidden])")
+    fixed = tuple(dict(s) for s in raw.get("shapes", []))
+    draw = raw.get("draw", {})
+    count = int(draw.get("count", 0))
+    ranges = {k: v for k, v in draw.items() if k != "count"}
+    for key, spec in ranges.items():
+        ok_range = isinstance(spec, list) and len(spec) == 2 and all(isinstance(x, int) for x in spec) \
+            and spec[0] <= spec[1]
+        ok_choice = isinstance(spec, dict) and isinstance(spec.get("choice"), list) and spec["choice"]
+        if not (ok_range or ok_choice):
+            raise RegistryError(path, task_id, f"hidden.draw.{key}", "must be [lo, hi] (integers, lo <= hi) or "
+                                                                     "{ choice = [...] }")
+    if count and fixed and set(ranges) != set(fixed[0]):
+        raise RegistryError(path, task_id, "hidden.draw", f"must give a range for each of {sorted(fixed[0])}")
+    return HiddenShapes(fixed, count, ranges)
+
+
+def _parse_rules(raw: Any, path: Path, task_id: str) -> PythonRules:
+    for key in ("imports", "forbidden"):
+        value = raw.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise RegistryError(path, task_id, f"rules.{key}", "must be a list of names")
+    return PythonRules(tuple(raw.get("imports", [])), tuple(raw.get("forbidden", [])))
+
+
+def _parse_grading(raw: Any, path: Path, task_id: str) -> Grading:
+    if not raw:
+        return Grading()
+    timeout = float(_require(raw, "timeout_s", float, path, task_id, "grading."))
+    deadline = float(_require(raw, "test_deadline_s", float, path, task_id, "grading."))
+    if not 0 < deadline <= timeout:
+        raise RegistryError(path, task_id, "grading", "needs 0 < test_deadline_s <= timeout_s")
+    return Grading(timeout, deadline, _require(raw, "reasoning", str, path, task_id, "grading."))
 
 
 def parse_registry(data: dict, path: Path) -> Registry:
@@ -236,10 +330,12 @@ def parse_registry(data: dict, path: Path) -> Registry:
             )
         shapes = raw.get("shapes", {})
         tolerance = raw.get("tolerance", {})
+        hidden = _parse_hidden(raw.get("hidden", {}), path, task_id)
         if available:
-            for key in ("public", "hidden"):
-                if not shapes.get(key):
-                    raise RegistryError(path, task_id, f"shapes.{key}", "is missing (available tasks need test shapes)")
+            if not shapes.get("public"):
+                raise RegistryError(path, task_id, "shapes.public", "is missing (available tasks need test shapes)")
+            if not hidden.fixed:
+                raise RegistryError(path, task_id, "hidden.shapes", "is missing (available tasks need hidden shapes)")
             if not tolerance:
                 raise RegistryError(path, task_id, "tolerance", "is missing (available tasks need tolerances)")
         tasks.append(
@@ -256,8 +352,10 @@ def parse_registry(data: dict, path: Path) -> Registry:
                 points=points,
                 tolerance={k: dict(v) for k, v in tolerance.items()},
                 public_shapes=tuple(dict(s) for s in shapes.get("public", [])),
-                hidden_shapes=tuple(dict(s) for s in shapes.get("hidden", [])),
+                hidden=hidden,
                 timing=timing,
+                rules=_parse_rules(raw.get("rules", {}), path, task_id),
+                grading=_parse_grading(raw.get("grading", {}), path, task_id),
             )
         )
     numbers = sorted(t.number for t in tasks)

@@ -10,9 +10,11 @@ Each region
 
 becomes a stub that keeps the description and the plan and fails loudly:
 ``raise NotImplementedError("t1: ...")`` in Python, ``KIT_TODO(t1);`` in CUDA
-(the loader refuses to launch a kernel whose task still has one). Everything
-outside the regions (signatures, docstrings, launch configurations) is copied
-unchanged.
+(the loader refuses to launch a kernel whose task still has one). A CUDA stub
+also ends with ``// END TODO(t1)``: the grader builds a student's CUDA file by
+taking the code between ``// TODO(t1): ...`` and that line and splicing it into
+the kit's own file (assignment/cuda/regions.py). Everything outside the regions
+(signatures, docstrings, launch configurations) is copied unchanged.
 
     python -m assignment.starter            # write starter/
     python -m assignment.starter --check    # exit 1 when starter/ is out of date
@@ -38,6 +40,7 @@ _PLAN = re.compile(r"^\s*(?:#|//)\s*PLAN:")
 _STUB = re.compile(r"^(?P<indent>\s*)(?:#|//)\s*STUB:\s?(?P<code>.*)$")
 _TODO_CALL = re.compile(r"\bKIT_TODO\(\s*(t[0-9]+)\s*\)")
 IGNORED_NAMES = {"__pycache__", ".pytest_cache"}
+END_TODO = "END TODO({task})"  # closes a CUDA stub: the region the grader splices
 
 
 class MarkerError(ValueError):
@@ -107,6 +110,8 @@ def strip_solutions(text: str, filename: str, registry: Registry | None = None) 
             for stub_line in stub_code:
                 m = _STUB.match(stub_line)
                 out.append(f"{m.group('indent')}{m.group('code')}\n")
+            if comment == "//":
+                out.append(f"{indent}{comment} {END_TODO.format(task=task)}\n")
             regions.append(Region(task, desc, start, number))
             open_region = None
             continue

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-SENTINEL = 12345.0  # outputs are pre-filled with this so unwritten elements show
+from assignment.checks import CheckFailure, require
 
+SENTINEL = 12345.0  # outputs are pre-filled with this so unwritten elements show
 
 def reference_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, scale: float | None = None
@@ -61,6 +62,8 @@ class Comparison:
     ok: bool
     message: str
     max_error: float
+    kind: str = ""
+    summary: str = ""
 
 
 def compare(
@@ -76,7 +79,8 @@ def compare(
     """Compare with a tolerance; -inf must match -inf, NaN never passes."""
     where = f" ({layout})" if layout else ""
     if tuple(actual.shape) != tuple(expected.shape):
-        return Comparison(False, f"{name}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}", math.inf)
+        return Comparison(False, f"{name}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}", math.inf,
+                          "shape", f"{name} has the wrong shape")
     a = actual.detach().to("cpu", torch.float64)
     e = expected.detach().to("cpu", torch.float64)
     if a.numel() == 0:
@@ -88,7 +92,7 @@ def compare(
             False,
             f"{name}: {int(nan.sum())} NaN values, the first at index {idx}{where}; expected {e[idx].item():.6g}. "
             f"NaN usually means exp(-inf - (-inf)) or 0/0 in a fully masked row. {hint}".strip(),
-            math.inf,
+            math.inf, "nan", f"{name}: {_share(nan)} of the elements are NaN",
         )
     sentinel = a == SENTINEL
     if bool(sentinel.any()):
@@ -97,7 +101,7 @@ def compare(
             False,
             f"{name}: {int(sentinel.sum())} elements were never written (still the sentinel {SENTINEL:g}), "
             f"the first at index {idx}{where}. Check the bounds of your loops and of the grid. {hint}".strip(),
-            math.inf,
+            math.inf, "unwritten", f"{name}: {_share(sentinel)} of the elements were never written",
         )
     both_inf = torch.isinf(a) & torch.isinf(e) & (torch.sign(a) == torch.sign(e))
     err = torch.where(both_inf, torch.zeros_like(a), (a - e).abs())
@@ -113,14 +117,23 @@ def compare(
             f"{name}: {int(bad.sum())} of {bad.numel()} elements out of tolerance (atol={atol:g}, rtol={rtol:g}); "
             f"max abs error {max_error:.3g} at index {worst}{where}; first bad index {idx}: got {a[idx].item():.6g}, "
             f"expected {e[idx].item():.6g}. {hint}".strip(),
-            max_error,
+            max_error, "nan" if math.isinf(max_error) else "mismatch",
+            f"{name}: {_share(bad)} of the elements out of tolerance; max abs error {max_error:.3g} "
+            f"(allowed: {atol:g} + {rtol:g}·|expected|)",
         )
     return Comparison(True, "", max_error)
 
 
+def _share(mask: torch.Tensor) -> str:
+    """'3.1%' of a boolean mask, never a count (counts would tell the hidden shapes)."""
+    share = 100.0 * float(mask.sum()) / max(1, mask.numel())
+    return f"{share:.2g}%" if share >= 0.01 else "<0.01%"
+
+
 def assert_close(actual, expected, *, atol, rtol, name, hint="", layout="") -> float:
     result = compare(actual, expected, atol=atol, rtol=rtol, name=name, hint=hint, layout=layout)
-    assert result.ok, result.message
+    if not result.ok:
+        raise CheckFailure(result.kind, result.message, result.summary)
     return result.max_error
 
 
@@ -132,7 +145,42 @@ def assert_repeatable(run, repeats: int, message: str) -> None:
 
     first = as_tuple(run())
     for _ in range(repeats):
-        assert all(torch.equal(a, b) for a, b in zip(as_tuple(run()), first)), message
+        require(all(torch.equal(a, b) for a, b in zip(as_tuple(run()), first)), "not_repeatable", message)
+
+
+# Local memory one thread of a kernel may use (spills, small arrays). A row of scores kept per thread
+# needs 4 bytes per key (16 KB at 4096 keys); the reference attention kernel uses at most 32 bytes.
+LOCAL_MEMORY_LIMIT_BYTES = 2048
+
+
+def local_memory_of(filename: str, tasks: tuple[str, ...]) -> tuple[int, int]:
+    """(bytes of local memory per thread of the hungriest kernel in the student's build, the limit).
+
+    Skips the test where cuobjdump is missing; raises NotImplementedError while a TODO is left."""
+    import pytest
+
+    from assignment.cuda.compiler import build, local_memory_bytes, require_implemented
+    from assignment.impl import student_file
+
+    source = student_file(filename)
+    require_implemented(source, tasks)
+    used = local_memory_bytes(build(source, quiet=True).library)
+    if used is None:
+        pytest.skip("cuobjdump is not on PATH on this host (it ships with the CUDA toolkit)")
+    return used, LOCAL_MEMORY_LIMIT_BYTES
+
+
+def check_todo_regions(filename: str, tasks: tuple[str, ...]) -> None:
+    """The rules the grader applies to a CUDA file's TODO regions before it splices them (public tests)."""
+    from assignment.cuda import regions
+    from assignment.cuda.compiler import require_implemented
+    from assignment.impl import student_file
+
+    source = student_file(filename)
+    require_implemented(source, tasks)
+    problems = regions.check_file(source.read_text(encoding="utf-8"), tasks, filename)
+    assert not problems, (f"{filename}: the grader splices only your TODO regions into its own file and rejects "
+                          "these lines:\n" + "\n".join(str(p) for p in problems))
 
 
 def max_abs_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
@@ -142,6 +190,16 @@ def max_abs_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     if bool(torch.isnan(a).any()) or bool((~torch.isfinite(a) & finite).any()):
         return math.inf
     return float((a - e)[finite].abs().max()) if bool(finite.any()) else 0.0
+
+
+def mean_abs_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """Mean |actual - expected| over the elements whose expected value is finite (inf when any is not finite)."""
+    a = actual.detach().to("cpu", torch.float64)
+    e = expected.detach().to("cpu", torch.float64)
+    finite = torch.isfinite(e)
+    if not bool(torch.isfinite(a[finite]).all()):
+        return math.inf
+    return float((a - e)[finite].abs().mean()) if bool(finite.any()) else 0.0
 
 
 class LargestAllocation(TorchDispatchMode):
@@ -165,6 +223,11 @@ class LargestAllocation(TorchDispatchMode):
         return out
 
 
+# A student kernel under this fraction of the reference's time is far beyond what the reference
+# reaches (0.85x cuBLAS, 1.15x SDPA, ~100% of copy bandwidth): an instructor should look at it.
+REVIEW_BELOW_REFERENCE = 0.6
+
+
 def run_timing_rule(rule, candidates: dict, make_inputs, *, check=None, flops=None, bytes_moved=None,
                     record: dict | None = None, **measure_kwargs) -> float:
     """Time a registry timing rule and return its value (the ratio or the speedup it scores).
@@ -172,13 +235,15 @@ def run_timing_rule(rule, candidates: dict, make_inputs, *, check=None, flops=No
     ``candidates`` holds "student" and, per the rule's metric, "reference" (time_vs_reference:
     student median / reference median, lower is better) or "naive" (speedup_vs_naive: naive
     median / student median). Everything runs interleaved in this process through the one
-    timing module; ``record`` (pytest-json-report's json_metadata) receives the numbers.
+    timing module, every call on fresh inputs, and every one of the student's timed outputs is
+    checked in full by ``check``; ``record`` (pytest-json-report's json_metadata) receives the numbers.
     """
     from assignment.perf.timing import gpu_info, measure
 
     other = "reference" if rule.metric == "time_vs_reference" else "naive"
     chosen = {"student": candidates["student"], other: candidates[other]}
-    results = measure(chosen, make_inputs, check=check, flops=flops, bytes_moved=bytes_moved, **measure_kwargs)
+    results = measure(chosen, make_inputs, check=check, check_every=("student",), flops=flops,
+                      bytes_moved=bytes_moved, **measure_kwargs)
     student, baseline = results["student"].median_ms, results[other].median_ms
     value = student / baseline if rule.metric == "time_vs_reference" else baseline / student
     if record is not None:
@@ -192,4 +257,7 @@ def run_timing_rule(rule, candidates: dict, make_inputs, *, check=None, flops=No
             "reps": results["student"].reps,
             "gpu": info.get("name", "?"),
         }
+        if rule.metric == "time_vs_reference" and value < REVIEW_BELOW_REFERENCE:
+            record["timing"]["review"] = (f"the student's kernel took {value:.2f}x the reference's time, far "
+                                          "beyond the reference: worth a look")
     return value

@@ -7,22 +7,46 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HIDDEN_DIR = REPO_ROOT / "grader" / "hidden"
+ISOLATION_CHOICES = ("auto", "bwrap", "process")
 
 
 @dataclass(frozen=True)
 class GradeConfig:
-    # Wall-clock limit for one task's hidden suite in its child process.
-    cpu_task_timeout_s: float = 600.0
-    # GPU tasks compile CUDA and run timing tests, so they get longer.
-    gpu_task_timeout_s: float = 900.0
     # Tasks to grade; empty means every task the registry marks available.
     tasks: tuple[str, ...] = ()
-    # Seed for the hidden tests' inputs; None draws one per task at grading time.
+    # Seed for the hidden tests' inputs and drawn shapes; None draws one at grading time.
     seed: int | None = None
-    # Compiled libraries are keyed by a hash of their source, so one cache (KIT_CACHE_DIR or
-    # .kit_cache) can serve every submission; False gives each submission its own.
-    share_cuda_cache: bool = True
+    # Multiplies every task's time limits from the registry ([task.grading]): a slower host.
+    timeout_scale: float = 1.0
+    # Building the spliced CUDA files of one task (nvcc; the reference's too on a cold cache).
+    build_timeout_s: float = 300.0
+    # How student Python is isolated: "auto" takes bubblewrap where it runs, else the process
+    # fallback; "bwrap" insists on bubblewrap.
+    isolation: str = "auto"
+    # Grading untrusted submissions below full isolation (no bubblewrap) needs this on purpose.
+    allow_weak_isolation: bool = False
+    # bubblewrap's path (a wrapper script is fine); None: KIT_BWRAP, then PATH.
+    bwrap: str | None = None
+    # Compiled libraries, content-addressed: submissions and the reference in separate caches that
+    # only the grader writes (student code never runs where it could reach them).
+    cache_root: Path = REPO_ROOT / ".kit_cache" / "grader"
+    # Check the host before grading (GPU, nvcc, compute-sanitizer, the reference's speed).
+    preflight: bool = True
+    # Only the hidden checks matching this pytest -k expression ("" = all): a targeted regrade.
+    select: str = ""
+    # Check Python files against their task's rules before running them. False only in the kit's own
+    # tests of the layer behind it (the sandbox must hold even for a file the rules would reject).
+    python_rules: bool = True
     extra_env: dict[str, str] = field(default_factory=dict)
 
-    def timeout_for(self, needs_gpu: bool) -> float:
-        return self.gpu_task_timeout_s if needs_gpu else self.cpu_task_timeout_s
+    @property
+    def submission_cache_root(self) -> Path:
+        return self.cache_root / "submissions"  # the checker's KIT_CACHE_DIR
+
+    @property
+    def submission_cache(self) -> Path:
+        return self.submission_cache_root / "cuda"
+
+    @property
+    def reference_cache(self) -> Path:
+        return self.cache_root / "reference"  # the checker's KIT_REFERENCE_CACHE_DIR

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 
 from assignment.registry import load_registry
 from grader.config import REPO_ROOT, GradeConfig
@@ -24,7 +25,9 @@ def main() -> int:
     print(f"== {registry.title}: demo ==")
     print(f"GPU: {'yes' if gpu_available() else 'none (GPU tasks are reported as not run)'}")
     print(f"1/2 grading the reference solutions as a sample submission -> {OUT / 'grade'}")
-    result = grade_submission(REPO_ROOT / "solutions", OUT / "grade", GradeConfig(), registry)
+    # The reference solutions are trusted code: no preflight refusal, and any isolation this host has.
+    config = replace(GradeConfig(), allow_weak_isolation=True, preflight=False)
+    result = grade_submission(REPO_ROOT / "solutions", OUT / "grade", config, registry)
     print("\n".join(summary_lines(result)))
     print(f"total {result.score:.2f} / {result.max_score(registry):g}\n")
     print("2/2 rendering the handout")
@@ -37,6 +40,7 @@ def main() -> int:
     print("\nOutputs:")
     print(f"  Gradescope results: {OUT / 'grade' / 'results.json'}")
     print(f"  CSV gradebook row:  {OUT / 'grade' / 'grades.csv'}")
+    print(f"  instructor record:  {OUT / 'grade' / 'grading.json'} (isolation: {result.grading['isolation']})")
     print(f"  feedback page:      {OUT / 'grade' / 'report.html'}")
     print(f"  handout:            {REPO_ROOT / 'build' / 'handout' / 'handout.html'} (and handout.pdf)")
     if failed:

@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Verify the GPU half of the kit on a CUDA host and record the figures.
-#   bash grader/device_check.sh verify   # compile, every t2-t5 test, starter fails cleanly,
-#                                        # selfcheck, the graded timing tests repeated
-#   bash grader/device_check.sh bench    # make bench tables, t4/t5 scaling plots, the profiler
-# Logs and figures go to $OUT (default build/device). PY defaults to python3 (a GPU host's
-# python with torch); it needs pytest-json-report importable.
+#   bash grader/device_check.sh tests      # compile; every t1-t5 public and hidden test and the kit's GPU tests;
+#                                          # the starter fails cleanly; the preflight
+#   bash grader/device_check.sh grading    # grading time (a cold and a warm build), selfcheck x SELFCHECK_REPEATS
+#   bash grader/device_check.sh fixtures   # the GPU adversarial fixtures
+#   bash grader/device_check.sh verify     # tests, grading and fixtures
+#   bash grader/device_check.sh bench      # make bench tables, t4/t5 scaling plots, the profiler
+# Logs and figures go to $OUT (default build/device). PY defaults to python3 (a GPU host's python with
+# torch); it needs pytest-json-report importable. Bubblewrap: set KIT_BWRAP, or carry Debian's
+# bubblewrap and libcap2 packages in .deb/ (apt-get download bubblewrap libcap2): they are unpacked to
+# /tmp and used through a wrapper, so the host needs no install.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STAGE="${1:-verify}"
 OUT="${OUT:-build/device}"
 PY="${PY:-python3}"
-REPEATS="${REPEATS:-4}"
+SELFCHECK_REPEATS="${SELFCHECK_REPEATS:-5}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" KIT_CACHE_DIR="${KIT_CACHE_DIR:-$PWD/.kit_cache}"
 LOG="$OUT/${STAGE}.log"
@@ -22,15 +27,26 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,driver_version --
 $PY -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
 nvcc --version | tail -2
 
-if [ "$STAGE" = verify ] || [ "$STAGE" = all ]; then
+if [ -z "${KIT_BWRAP:-}" ] && ! command -v bwrap >/dev/null && ls .deb/bubblewrap_*.deb >/dev/null 2>&1; then
+  mkdir -p /tmp/kit-bwrap && for deb in .deb/*.deb; do dpkg -x "$deb" /tmp/kit-bwrap; done
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=/tmp/kit-bwrap/usr/lib/x86_64-linux-gnu exec /tmp/kit-bwrap/usr/bin/bwrap "$@"\n' \
+    > /tmp/kit-bwrap/bwrap && chmod +x /tmp/kit-bwrap/bwrap
+  export KIT_BWRAP=/tmp/kit-bwrap/bwrap
+fi
+$PY -c "from grader.isolation.sandbox import best_isolation; print('isolation:', *best_isolation())"
+
+stage() { [ "$STAGE" = "$1" ] || [ "$STAGE" = all ] || { [ "$STAGE" = verify ] && [ "$1" != bench ]; }; }
+
+if stage tests; then
   if [ -z "${SKIP_COMPILE:-}" ]; then
     say "compile every .cu (sm_80, sm_90)"
     $PY -m assignment.cuda.compiler --check-all --jobs 8
   fi
   if [ -z "${SKIP_TESTS:-}" ]; then
-  say "public and hidden tests, solutions"
-  $PY -m pytest tests grader/hidden -m "t1 or t2 or t3 or t4 or t5" -q -p no:cacheprovider -x \
-      --json-report --json-report-file="$OUT/tests_solutions.json" --json-report-omit log streams
+    say "public and hidden tests of the solutions, and the kit's GPU tests"
+    $PY -m pytest tests grader/hidden -m "t1 or t2 or t3 or t4 or t5 or gpu" -q -p no:cacheprovider \
+        --deselect tests/kit/test_adversarial.py --durations=15 \
+        --json-report --json-report-file="$OUT/tests_solutions.json" --json-report-omit log streams | tail -25
   fi
   say "public tests, starter (every test must fail with NotImplementedError)"
   IMPL=starter $PY -m pytest tests -m "t1 or t2 or t3 or t4 or t5" -q -p no:cacheprovider \
@@ -38,29 +54,35 @@ if [ "$STAGE" = verify ] || [ "$STAGE" = all ]; then
   $PY - "$OUT/tests_starter.json" <<'PY'
 import json, sys
 tests = json.load(open(sys.argv[1]))["tests"]
-unclean = [t["nodeid"] for t in tests if not (t.get("call") or {}).get("crash", {}).get("message", "").startswith("NotImplementedError")]
-print(f"starter: {len(tests)} public tests, {len(tests) - len(unclean)} failed with NotImplementedError, {len(unclean)} otherwise")
+skipped = [t["nodeid"] for t in tests if t["outcome"] == "skipped"]
+unclean = [t["nodeid"] for t in tests if t["outcome"] != "skipped" and not (t.get("call") or {}).get("crash", {}).get("message", "").startswith("NotImplementedError")]
+print(f"starter: {len(tests)} public tests, {len(tests) - len(unclean) - len(skipped)} failed with NotImplementedError, "
+      f"{len(skipped)} skipped, {len(unclean)} otherwise")
 for nodeid in unclean[:10]:
     print("  not clean:", nodeid)
 PY
-  say "selfcheck"
-  $PY -m grader.selfcheck --repeats "${SELFCHECK_REPEATS:-1}"
-  for i in $(seq 1 "$REPEATS"); do
-    say "graded timing tests, solutions, repeat $i"
-    $PY -m pytest grader/hidden -m perf -q -p no:cacheprovider \
-        --json-report --json-report-file="$OUT/perf_$i.json" --json-report-omit log streams | tail -2
-    $PY - "$OUT/perf_$i.json" <<'PY'
-import json, sys
-for t in json.load(open(sys.argv[1]))["tests"]:
-    m = (t.get("metadata") or {}).get("timing", {})
-    print(f"  {t['outcome']:7} {m.get('rule', t['nodeid'])}: value {m.get('value', float('nan')):.3f}  "
-          f"student {m.get('student_ms', 0):.3f} ms  other {m.get('reference_ms', m.get('naive_ms', 0)):.3f} ms")
-PY
-  done
-  tar czf "$OUT/verify_json.tgz" -C "$OUT" $(cd "$OUT" && ls *.json) && rm -f "$OUT"/*.json
+  say "preflight (the reference's time at every timing rule)"
+  $PY -m grader.preflight
+  tar czf "$OUT/tests_json.tgz" -C "$OUT" tests_solutions.json tests_starter.json && rm -f "$OUT"/tests_*.json
 fi
 
-if [ "$STAGE" = bench ] || [ "$STAGE" = all ]; then
+if stage grading; then
+  say "grading time: the solutions as a submission, cold student build then warm"
+  rm -rf .kit_cache/grader/submissions
+  for run in cold warm; do
+    /usr/bin/time -f "$run: %e s wall, %M KB max RSS" $PY -m grader.grade solutions --out "$OUT/grade_$run" | tail -8
+  done
+  say "selfcheck x$SELFCHECK_REPEATS"
+  /usr/bin/time -f "selfcheck: %e s wall" $PY -m grader.selfcheck --repeats "$SELFCHECK_REPEATS"
+  tar czf "$OUT/grading.tgz" -C "$OUT" grade_cold grade_warm && rm -rf "$OUT"/grade_cold "$OUT"/grade_warm
+fi
+
+if stage fixtures; then
+  say "adversarial fixtures that need a GPU"
+  $PY -m grader.adversarial --gpu
+fi
+
+if stage bench; then
   for t in t2 t3 t4; do say "bench $t"; timeout "${BENCH_TIMEOUT:-150}" $PY -m assignment.perf.bench --task "$t"; done
   say "scaling t4"; timeout 200 $PY -m assignment.perf.scaling --task t4 ${SCALING_ARGS:-}
   say "scaling t5"; timeout 150 $PY -m assignment.perf.scaling --task t5 --quick

@@ -1,50 +1,116 @@
 """Grade one submission: ``python -m grader.grade <dir or .zip> --out <dir>``.
 
-Copies the student files into a fresh working directory, runs each available
-task's hidden suite in its own child process, scores it through the registry
-and writes results.json (Gradescope), grades.csv and report.html. Exits 0 even
-when the submission scores zero; exits 2 only when the submission cannot be
-read at all.
+The phases, one module each: preflight (is this host fit to grade?), collect (copy the student's
+files out of the submission, safely), prepare (check, splice and build each task's files), run (each
+task's hidden suite in its own checker process; student Python in a sandboxed worker), score, and
+report (Gradescope results.json, grades.csv and report.html for the student; grading.json for the
+instructor: isolation level, seed, host, review flags, each task's log). Exits 0 even when the
+submission scores zero; 2 when the submission cannot be read; 3 when the host fails the preflight.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import platform
+import secrets
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from assignment.registry import Registry, load_registry
-from grader.config import GradeConfig
+from grader.config import ISOLATION_CHOICES, REPO_ROOT, GradeConfig
+from grader.isolation.client import WorkerConfig
+from grader.preflight import Preflight, decide_isolation, run_preflight
+from grader.prepare import prepare
 from grader.report import summary_lines, write_all
-from grader.runner import run_task
+from grader.runner import TaskRun, gpu_available, run_task
 from grader.scoring import SubmissionScore, score_task
 from grader.submission import SubmissionError, collect
 
 
+class PreflightError(RuntimeError):
+    """The host cannot grade what was asked; the message lists every problem."""
+
+
+def selected_tasks(config: GradeConfig, registry: Registry):
+    return [registry.task(t) for t in config.tasks] if config.tasks else list(registry.available)
+
+
+def check_host(config: GradeConfig, registry: Registry) -> Preflight:
+    """The preflight (or, without it, just the isolation decision); raises PreflightError on a problem."""
+    tasks = selected_tasks(config, registry)
+    if config.preflight:
+        result = run_preflight(tasks, config)
+    else:
+        level, detail, problem = decide_isolation(config)
+        result = Preflight(isolation=level, facts={"isolation": f"{level} ({detail})"})
+        if problem and any(f.endswith(".py") for t in tasks for f in t.files):
+            result.problems.append(problem)
+    if not result.ok:
+        raise PreflightError("this host cannot grade: " + "; ".join(result.problems))
+    return result
+
+
 def grade_submission(source: Path, out: Path, config: GradeConfig | None = None,
-                     registry: Registry | None = None, log=print) -> SubmissionScore:
+                     registry: Registry | None = None, log=print, host: Preflight | None = None) -> SubmissionScore:
     config = config or GradeConfig()
     registry = registry or load_registry()
-    tasks = [registry.task(t) for t in config.tasks] if config.tasks else list(registry.available)
+    host = host or check_host(config, registry)
+    tasks = selected_tasks(config, registry)
+    seed = config.seed if config.seed is not None else secrets.randbelow(2**31)
+    has_gpu = gpu_available()
     start = time.monotonic()
+    out = Path(out)
     with tempfile.TemporaryDirectory(prefix="kit-grade-") as tmp:
         workdir = Path(tmp)
-        collected = collect(Path(source), workdir, registry)
-        notes = list(collected.notes)
+        try:
+            collected = collect(Path(source), workdir, registry)
+        except SubmissionError as exc:
+            return _unreadable(Path(source), str(exc), tasks, registry, out, seed, host)
+        # Check, splice and build every task first, the nvcc runs side by side; then run the checkers
+        # one after the other (timed checks must not share the GPU).
+        with ThreadPoolExecutor(max_workers=max(1, min(len(tasks), os.cpu_count() or 1))) as pool:
+            prepared_tasks = list(pool.map(lambda t: prepare(t, collected.student_dir, workdir, config,
+                                                             build=has_gpu), tasks))
         scores = []
-        for task in tasks:
+        for task, prepared in zip(tasks, prepared_tasks):
             log(f"[grade] {collected.name}: {task.id} {task.title} ...", file=sys.stderr)
-            run = run_task(task, collected.student_dir, workdir, config)
+            if prepared.status != "ready":
+                run = TaskRun(task.id, prepared.status, prepared.reason, notes=prepared.notes)
+            elif task.needs_gpu and not has_gpu:
+                run = TaskRun(task.id, "not_run", "this grading host has no CUDA GPU", notes=prepared.notes)
+            else:
+                worker = None
+                if prepared.python_files:
+                    worker = WorkerConfig(
+                        student_dir=collected.student_dir, isolation=host.isolation, bwrap=config.bwrap,
+                        call_timeout_s=task.grading.test_deadline_s * config.timeout_scale,
+                        forbidden=task.rules.forbidden, deny=(str(REPO_ROOT), str(out.resolve()),
+                                                              str(config.cache_root)))
+                run = run_task(prepared, workdir, config, seed, worker)
             scores.append(score_task(task, run))
-            # Keep the child's log next to the results for the instructor.
-            child_log = workdir / f"pytest_{task.id}.log"
-            if child_log.is_file():
-                (Path(out) / "logs").mkdir(parents=True, exist_ok=True)
-                (Path(out) / "logs" / child_log.name).write_bytes(child_log.read_bytes())
-    result = SubmissionScore(collected.name, scores, notes, time.monotonic() - start)
-    write_all(result, registry, Path(out))
+    grading = {
+        "isolation": host.facts.get("isolation", host.isolation), "seed": seed, "host": platform.node(),
+        "preflight": host.facts, "preflight_notes": host.notes, "python": sys.version.split()[0],
+        "submission_files": collected.found,
+    }
+    result = SubmissionScore(collected.name, scores, collected.notes, time.monotonic() - start, grading)
+    write_all(result, registry, out)
+    return result
+
+
+def _unreadable(source: Path, why: str, tasks, registry: Registry, out: Path, seed: int,
+                host: Preflight) -> SubmissionScore:
+    """A submission that cannot be read still gets results (zero, with the reason) in every format."""
+    scores = [score_task(task, TaskRun(task.id, "unreadable", why)) for task in tasks]
+    grading = {"isolation": host.facts.get("isolation", host.isolation), "seed": seed, "host": platform.node(),
+               "unreadable": why}
+    result = SubmissionScore(source.stem if source.suffix else source.name, scores, [why], 0.0, grading)
+    write_all(result, registry, out)
     return result
 
 
@@ -54,19 +120,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("build/grade"))
     parser.add_argument("--task", action="append", default=[], help="grade only these tasks (repeatable)")
     parser.add_argument("--seed", type=int, default=None, help="fix the hidden tests' seed (default: drawn now)")
+    parser.add_argument("--isolation", choices=ISOLATION_CHOICES, default="auto",
+                        help="how student Python is isolated (auto: bubblewrap where it runs)")
+    parser.add_argument("--allow-weak-isolation", action="store_true",
+                        help="grade even where bubblewrap cannot run (only for code you trust)")
+    parser.add_argument("--skip-preflight", action="store_true",
+                        help="grade even on a host that fails the preflight (checks that cannot run are not counted)")
+    parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every time limit (a slower host)")
     args = parser.parse_args(argv)
     registry = load_registry()
     for task_id in args.task:
         registry.task(task_id)  # unknown ids fail here, naming the registry
-    config = GradeConfig(tasks=tuple(args.task), seed=args.seed)
+    config = replace(GradeConfig(), tasks=tuple(args.task), seed=args.seed, isolation=args.isolation,
+                     allow_weak_isolation=args.allow_weak_isolation, preflight=not args.skip_preflight,
+                     timeout_scale=args.timeout_scale)
     try:
         result = grade_submission(args.submission, args.out, config, registry)
-    except SubmissionError as exc:
+    except PreflightError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return 3
     print("\n".join(summary_lines(result)))
     print(f"total {result.score:.2f} / {result.max_score(registry):g}")
-    print(f"wrote {args.out}/results.json, {args.out}/grades.csv, {args.out}/report.html")
+    for line in result.review:
+        print(f"REVIEW {line}")
+    print(f"wrote {args.out}/results.json, grades.csv, report.html and grading.json (isolation: "
+          f"{result.grading['isolation']})")
+    if "unreadable" in result.grading:
+        print(f"error: {result.grading['unreadable']}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -1,7 +1,10 @@
-"""Write a graded submission out: Gradescope results.json, a CSV row, report.html.
+"""Grading phase 5: write a graded submission out.
 
-Files are written to a temporary name and renamed, so a killed grader never
-leaves a half-written result behind.
+For the student (Gradescope shows them): results.json, report.html. For the instructor: grades.csv
+(cells that a spreadsheet would read as a formula are escaped) and grading.json (the isolation level,
+the seed, the host, review flags, notes no student sees, and each task's checker log, capped).
+Files are written to a temporary name and renamed, so a killed grader never leaves a half-written
+result behind.
 """
 
 from __future__ import annotations
@@ -20,6 +23,15 @@ from grader.scoring import SubmissionScore
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
+LOG_CHARS = 4000  # of each task's checker log kept for the instructor
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: str) -> str:
+    """A CSV cell a spreadsheet shows as text, never runs as a formula."""
+    return "'" + value if value.startswith(_FORMULA_START) else value
+
+
 def _atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
@@ -33,26 +45,44 @@ def summary_lines(result: SubmissionScore) -> list[str]:
         status = {"ran": f"{ts.passed}/{ts.total} checks passed", "not_run": "not run"}.get(ts.status, ts.status)
         line = f"{ts.task.id} {ts.task.title:<34} {ts.score:6.2f} / {ts.max_score:<5g} {status}"
         if ts.reason:
-            line += f" ({ts.reason})"
+            first = ts.reason.strip().splitlines()[0]
+            line += f" ({first if len(first) <= 160 else first[:159] + '…'})"
         lines.append(line)
     return lines
+
+
+def rounded_parts(values: list[float], places: int = 4) -> list[float]:
+    """``values`` rounded so that they still add up to their rounded sum (largest remainders first):
+    54 checks of 10/54 points each must show 10 points, not 10.0008. A check at full marks shows its
+    rounded maximum, so a task at full marks adds up exactly."""
+    unit = 10 ** places
+    scaled = [v * unit for v in values]
+    floors = [int(x // 1) for x in scaled]
+    short = round(sum(scaled)) - sum(floors)
+    order = sorted(range(len(values)), key=lambda i: scaled[i] - floors[i], reverse=True)
+    for i in order[:max(0, short)]:
+        floors[i] += 1
+    return [f / unit for f in floors]
 
 
 def gradescope_results(result: SubmissionScore) -> dict:
     tests = []
     for ts in result.tasks:
-        for test_index, test in enumerate(ts.tests, start=1):
+        maxima = rounded_parts([t.max_score for t in ts.tests])
+        scores = [m if abs(t.score - t.max_score) < 1e-12 else round(t.score, 4) for t, m in zip(ts.tests, maxima)]
+        for test_index, (test, score, max_score) in enumerate(zip(ts.tests, scores, maxima), start=1):
             tests.append({
                 "name": test.name,
                 "number": f"{ts.task.number}.{test_index}",
-                "score": round(test.score, 4),
-                "max_score": round(test.max_score, 4),
+                "score": score,
+                "max_score": max_score,
                 "status": "passed" if test.passed else "failed",
                 "visibility": "visible",
                 "output": test.output,
                 "tags": test.tags,
             })
-    output = "\n".join(["Score by task:"] + summary_lines(result) + result.notes)
+    notes = result.notes + [f"{ts.task.id}: {note}" for ts in result.tasks for note in ts.notes]
+    output = "\n".join(["Score by task:"] + summary_lines(result) + notes)
     return {
         "score": round(result.score, 4),
         "execution_time": round(result.duration_s, 2),
@@ -64,9 +94,9 @@ def gradescope_results(result: SubmissionScore) -> dict:
 
 
 def csv_row(result: SubmissionScore, registry: Registry) -> tuple[list[str], list[str]]:
-    header = ["submission", "total"] + [f"{t.id}" for t in registry.tasks] + ["status"]
+    header = ["submission", "total"] + [f"{t.id}" for t in registry.tasks] + ["status", "isolation", "review"]
     by_id = {ts.task.id: ts for ts in result.tasks}
-    row = [result.name, f"{result.score:.2f}"]
+    row = [csv_cell(result.name), f"{result.score:.2f}"]
     statuses = []
     for task in registry.tasks:
         ts = by_id.get(task.id)
@@ -74,12 +104,31 @@ def csv_row(result: SubmissionScore, registry: Registry) -> tuple[list[str], lis
         if ts and ts.status != "ran":
             statuses.append(f"{task.id}:{ts.status}")
     row.append(";".join(statuses) or "ok")
+    row.append(str(result.grading.get("isolation", "")).split(" ")[0])
+    row.append(csv_cell(" | ".join(result.review)))
     return header, row
+
+
+def instructor_record(result: SubmissionScore) -> dict:
+    """grading.json: what the instructor needs to trust (or question) a grade; never shown to students."""
+    tasks = {}
+    for ts in result.tasks:
+        run = ts.run
+        tasks[ts.task.id] = {
+            "status": ts.status, "reason": ts.reason, "score": round(ts.score, 4), "max_score": ts.max_score,
+            "notes": ts.notes, "instructor": ts.instructor,
+            "duration_s": round(run.duration_s, 2) if run else None,
+            "log_tail": (run.log[-LOG_CHARS:] if run and run.log else ""),
+            "failed": [{"check": t.display_name, **t.check} for t in (run.tests if run else []) if t.outcome == "failed"],
+        }
+    return {"submission": result.name, "score": round(result.score, 4), "duration_s": round(result.duration_s, 2),
+            "review": result.review, **result.grading, "tasks": tasks}
 
 
 def write_all(result: SubmissionScore, registry: Registry, out: Path) -> dict[str, Path]:
     out = Path(out)
-    paths = {"results": out / "results.json", "csv": out / "grades.csv", "html": out / "report.html"}
+    paths = {"results": out / "results.json", "csv": out / "grades.csv", "html": out / "report.html",
+             "grading": out / "grading.json"}
     _atomic_write(paths["results"], json.dumps(gradescope_results(result), indent=2))
     header, row = csv_row(result, registry)
     buffer = io.StringIO()
@@ -90,4 +139,5 @@ def write_all(result: SubmissionScore, registry: Registry, out: Path) -> dict[st
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]))
     html = env.get_template("report.html.j2").render(result=result, registry=registry)
     _atomic_write(paths["html"], html)
+    _atomic_write(paths["grading"], json.dumps(instructor_record(result), indent=2, default=str))
     return paths

@@ -1,17 +1,18 @@
-"""Run one task's hidden suite in a child process and read back what happened.
+"""Grading phase 3: run one task's hidden suite in a checker process and read back what happened.
 
-The child is ``python -m pytest`` with pytest-json-report, started in its own
-process group in the submission's working directory. A crash, a hang or an
-import error in it scores that task zero with the reason; the parent and
-every other task are untouched.
+The checker is ``python -m pytest`` on the hidden suite with the grader's plugin
+(``grader.checker_plugin``), in its own session, with a wall-clock budget from the registry
+(``[task.grading]``). It never imports student code: Python goes through the sandboxed worker,
+CUDA is the spliced library (kit host code, student device code). The runner trusts only what the
+checker wrote: the ids it collected, its JSON report and its events (a check that hung, a CUDA fault).
+A collected check with no result is a failure with the reason; a crash, a hang or a CUDA fault
+scores the task zero; every other task and submission is untouched.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import secrets
 import signal
 import subprocess
 import sys
@@ -20,7 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from assignment.registry import Task
+from grader.checker_plugin import HANG_EXIT_CODE
 from grader.config import HIDDEN_DIR, REPO_ROOT, GradeConfig
+from grader.isolation.client import WorkerConfig
+from grader.prepare import PreparedTask
 
 
 @dataclass
@@ -29,25 +33,35 @@ class TestOutcome:
     outcome: str  # passed | failed | skipped | error
     message: str = ""
     is_perf: bool = False
+    is_structure: bool = False
     timing: dict = field(default_factory=dict)
+    check: dict = field(default_factory=dict)  # kind / summary from the checker plugin
+    reproduce: str = ""
     duration_s: float = 0.0
 
     @property
     def display_name(self) -> str:
-        func = self.nodeid.split("::")[-1]
-        base, _, params = func.partition("[")
-        base = base.removeprefix("test_").replace("_", " ")
-        return f"{base} ({params.rstrip(']').replace('-', ', ')})" if params else base
+        return display_name(self.nodeid)
+
+
+def display_name(nodeid: str) -> str:
+    func = nodeid.split("::")[-1]
+    base, _, params = func.partition("[")
+    base = base.removeprefix("test_").replace("_", " ")
+    return f"{base} ({params.rstrip(']').replace('-', ', ')})" if params else base
 
 
 @dataclass
 class TaskRun:
     task_id: str
-    status: str  # ran | not_run | timeout | crashed | missing_files
+    status: str  # ran | not_run | timeout | crashed | missing_files | rejected | compile_error
     reason: str = ""
     tests: list[TestOutcome] = field(default_factory=list)
     seed: int | None = None
     duration_s: float = 0.0
+    notes: list[str] = field(default_factory=list)       # shown to the student
+    instructor: list[str] = field(default_factory=list)  # grading.json only
+    log: str = ""
 
 
 def gpu_available() -> bool:
@@ -63,13 +77,6 @@ def hidden_suite(task: Task) -> list[Path]:
     return sorted(HIDDEN_DIR.glob(f"test_{task.id}_*.py"))
 
 
-def _limit_child() -> None:  # runs in the child before exec
-    import resource
-
-    os.setsid()
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
 def _read_report(path: Path) -> list[TestOutcome]:
     data = json.loads(path.read_text())
     outcomes = []
@@ -80,82 +87,130 @@ def _read_report(path: Path) -> list[TestOutcome]:
         message = ""
         if phase_failed is not None:
             crash = phase_failed.get("crash") or {}
-            message = crash.get("message", "") or phase_failed.get("longrepr", "")[-300:]
+            message = crash.get("message", "") or str(phase_failed.get("longrepr", ""))[-300:]
         elif test.get("outcome") == "skipped":
-            longrepr = (test.get("setup") or {}).get("longrepr", "")
+            longrepr = (test.get("setup") or test.get("call") or {}).get("longrepr", "")
             message = longrepr if isinstance(longrepr, str) else str(longrepr)
         metadata = test.get("metadata") or {}
-        outcomes.append(
-            TestOutcome(
-                nodeid=test["nodeid"],
-                outcome=test["outcome"],
-                message=message,
-                is_perf="perf" in test.get("keywords", []),
-                timing=metadata.get("timing", {}),
-                duration_s=sum((test.get(p) or {}).get("duration", 0.0) for p in ("setup", "call", "teardown")),
-            )
-        )
+        keywords = test.get("keywords", [])
+        outcomes.append(TestOutcome(
+            nodeid=test["nodeid"], outcome=test["outcome"], message=message, is_perf="perf" in keywords,
+            is_structure="structure" in keywords, timing=metadata.get("timing", {}), check=metadata.get("check", {}),
+            reproduce=metadata.get("reproduce", ""),
+            duration_s=sum((test.get(p) or {}).get("duration", 0.0) for p in ("setup", "call", "teardown")),
+        ))
     return outcomes
 
 
-def run_task(task: Task, student_dir: Path, workdir: Path, config: GradeConfig) -> TaskRun:
-    if task.needs_gpu and not gpu_available():
-        return TaskRun(task.id, "not_run", "this grading host has no CUDA GPU")
-    missing = [f for f in task.files if not (student_dir / f).is_file()]
-    if missing:
-        return TaskRun(task.id, "missing_files", f"file(s) not found in the submission: {', '.join(missing)}")
-    suite = hidden_suite(task)
-    if not suite:
-        return TaskRun(task.id, "crashed", f"no hidden tests found for {task.id} (instructor error)")
-    seed = config.seed if config.seed is not None else secrets.randbelow(2**31)
-    report = workdir / f"report_{task.id}.json"
-    log = workdir / f"pytest_{task.id}.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+def _events(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    events = []
+    for line in path.read_text().splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue
+    return events
+
+
+def checker_environment(prepared: PreparedTask, workdir: Path, config: GradeConfig, seed: int,
+                        worker: WorkerConfig | None) -> dict[str, str]:
+    task = prepared.task
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "KIT_", "IMPL"))}
     # Keep what the host's PYTHONPATH provides (pytest plugins carried as wheels, say).
     python_path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env.update(
-        IMPL=str(student_dir),
-        KIT_SEED=str(seed),
-        PYTHONPATH=python_path,
-        PYTHONDONTWRITEBYTECODE="1",
+        KIT_SEED=str(seed), PYTHONPATH=python_path, PYTHONDONTWRITEBYTECODE="1",
+        KIT_CACHE_DIR=str(config.submission_cache_root), KIT_REFERENCE_CACHE_DIR=str(config.reference_cache),
+        KIT_COLLECTED_FILE=str(workdir / f"collected_{task.id}.json"),
+        KIT_EVENTS_FILE=str(workdir / f"events_{task.id}.jsonl"),
+        KIT_TEST_DEADLINE_S=str(task.grading.test_deadline_s * config.timeout_scale),
         **config.extra_env,
     )
-    if not config.share_cuda_cache:
-        env["KIT_CACHE_DIR"] = str(workdir / ".kit_cache")
+    for name in ("KIT_CUDA_ARCH", "KIT_BWRAP"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    if prepared.impl_dir is not None:
+        env["IMPL"] = str(prepared.impl_dir)
+    if worker is not None:
+        path = workdir / f"worker_{task.id}.json"
+        path.write_text(worker.to_json())
+        env["KIT_WORKER_CONFIG"] = str(path)
+    return env
+
+
+def run_task(prepared: PreparedTask, workdir: Path, config: GradeConfig, seed: int,
+             worker: WorkerConfig | None = None) -> TaskRun:
+    task = prepared.task
+    suite = hidden_suite(task)
+    if not suite:
+        return TaskRun(task.id, "crashed", f"no hidden tests found for {task.id} (instructor error)")
+    report = workdir / f"report_{task.id}.json"
+    log = workdir / f"pytest_{task.id}.log"
+    env = checker_environment(prepared, workdir, config, seed, worker)
     command = [
         sys.executable, "-m", "pytest", *map(str, suite), "-m", task.id, "-q", "-p", "no:cacheprovider",
-        "--rootdir", str(REPO_ROOT), "-c", str(REPO_ROOT / "pyproject.toml"),
+        "-p", "grader.checker_plugin", "--rootdir", str(REPO_ROOT), "-c", str(REPO_ROOT / "pyproject.toml"),
         "--json-report", f"--json-report-file={report}", "--json-report-omit", "log", "streams",
+        *(["-k", config.select] if config.select else []),
     ]
-    timeout = config.timeout_for(task.needs_gpu)
+    timeout = task.grading.timeout_s * config.timeout_scale
     start = time.monotonic()
     with open(log, "wb") as log_file:
-        child = subprocess.Popen(
-            command, cwd=workdir, env=env, stdout=log_file, stderr=subprocess.STDOUT, preexec_fn=_limit_child
-        )
+        child = subprocess.Popen(command, cwd=workdir, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
         try:
             code = child.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
-            return TaskRun(task.id, "timeout", f"timed out after {timeout:.0f} s (an infinite loop or a hang?)",
-                           seed=seed, duration_s=time.monotonic() - start)
+            code = None
     duration = time.monotonic() - start
-    tail = log.read_text(errors="replace")[-1500:]
+    tail = log.read_text(errors="replace")[-4000:]
+    base = dict(seed=seed, duration_s=duration, notes=list(prepared.notes), log=tail)
+    events = _events(Path(env["KIT_EVENTS_FILE"]))
+    hang = next((e for e in events if e.get("event") == "hang"), None)
+    if hang or code == HANG_EXIT_CODE:
+        what = f"the check '{display_name(hang['nodeid'])}' ran past its time limit" if hang else \
+            "a check ran past its time limit"
+        return TaskRun(task.id, "timeout", f"{what} (an infinite loop, a deadlock or a hang?)", **base)
+    died = next((e for e in events if e.get("event") == "worker_crash"), None)
+    if died:
+        return TaskRun(task.id, "crashed", f"during the check '{display_name(died['nodeid'])}': "
+                                           f"{died.get('summary', 'the code crashed')}", **base)
+    if code is None:
+        return TaskRun(task.id, "timeout", f"the hidden suite took longer than {timeout:.0f} s", **base)
+    fault = next((e for e in events if e.get("event") == "cuda_fault"), None)
+    if fault:
+        return TaskRun(task.id, "crashed", f"a CUDA fault in the check '{display_name(fault['nodeid'])}' "
+                                           f"({fault.get('summary', '')}); the remaining checks could not run "
+                                           "(try compute-sanitizer: make sanitize T=" + task.id + ")", **base)
+    collected_file = Path(env["KIT_COLLECTED_FILE"])
+    if not collected_file.is_file():
+        return TaskRun(task.id, "crashed", "the hidden suite could not be collected (instructor error: see the log)",
+                       **base)
+    collected = json.loads(collected_file.read_text())
+    tests = _read_report(report) if report.is_file() else []
+    missing = [n for n in collected if n not in {t.nodeid for t in tests}]
     if code not in (0, 1) or not report.is_file():
         why = f"signal {-code}" if code < 0 else f"exit code {code}"
-        hint = _crash_reason(tail)
-        return TaskRun(task.id, "crashed", f"the test process crashed ({why}){hint}", seed=seed, duration_s=duration)
-    tests = _read_report(report)
-    if not tests:
-        return TaskRun(task.id, "crashed", "no hidden test ran (collection error?)" + _crash_reason(tail),
-                       seed=seed, duration_s=duration)
-    return TaskRun(task.id, "ran", tests=tests, seed=seed, duration_s=duration)
+        at = f" during the check '{display_name(missing[0])}'" if missing else ""
+        return TaskRun(task.id, "crashed", f"the checker process crashed ({why}){at}", **base)
+    if not collected:
+        return TaskRun(task.id, "crashed", "no hidden check was collected (instructor error)", **base)
+    tests, extra = reconcile(collected, tests)
+    run = TaskRun(task.id, "ran", tests=tests, **base)
+    if extra:
+        run.instructor.append(f"ignored {len(extra)} results for checks that were never collected")
+    return run
 
 
-def _crash_reason(log_tail: str) -> str:
-    for pattern in (r"(\w+Error: .*)", r"(Segmentation fault.*)", r"(illegal memory access.*)"):
-        match = re.search(pattern, log_tail)
-        if match:
-            return f": {match.group(1)[:200]}"
-    return ""
+def reconcile(collected: list[str], tests: list[TestOutcome]) -> tuple[list[TestOutcome], list[str]]:
+    """One outcome per collected check, in collection order: a check with no result fails, a result for
+    a check that was never collected is dropped (returned second)."""
+    by_id = {t.nodeid: t for t in tests}
+    outcomes = [by_id.get(n) or TestOutcome(n, "failed", "this check reported no result",
+                                            check={"kind": "crash", "summary": "this check reported no result"})
+                for n in collected]
+    return outcomes, sorted(set(by_id) - set(collected))

@@ -1,20 +1,30 @@
-"""Collect a submission's student files (from a folder or a .zip) into a fresh
-working directory, so graded code never runs inside the instructor's tree."""
+"""Grading phase 1: collect a submission's student files (from a folder or a .zip) into a fresh
+working directory, so graded code never runs inside the instructor's tree.
+
+Only the files the registry names are taken, each read with a size cap that counts the bytes
+actually read (a zip's declared sizes can lie). Symbolic links are never followed, in a folder or in
+a zip. A zip that is corrupt, encrypted or uses an unsupported compression gives a clear reason per
+file (or for the whole archive), never a traceback.
+"""
 
 from __future__ import annotations
 
+import os
+import stat
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from assignment.registry import Registry
 
 MAX_FILE_BYTES = 5 * 1024 * 1024
+MAX_ENTRIES = 20_000  # a folder or archive with more entries than this is not searched further
 SKIPPED_PARTS = {"__pycache__", ".git", ".venv", "node_modules", "__MACOSX"}
 
 
 class SubmissionError(ValueError):
-    """The submission cannot be read at all (not a folder or a valid zip)."""
+    """The submission cannot be read at all (not a folder or a readable zip)."""
 
 
 @dataclass
@@ -32,39 +42,95 @@ def _candidates(names: list[str], wanted: str) -> list[str]:
     return sorted(hits, key=lambda n: (len(PurePosixPath(n).parts), n))
 
 
+class _Folder:
+    def __init__(self, root: Path):
+        self.root = root
+        self.names: list[str] = []
+        self.links: set[str] = set()
+        for directory, dirs, files in os.walk(root, followlinks=False):
+            for name in files + dirs:
+                full = os.path.join(directory, name)
+                if name in dirs and not os.path.islink(full):
+                    continue  # a real folder: walked in its turn
+                rel = os.path.relpath(full, root).replace(os.sep, "/")
+                if os.path.islink(full):
+                    self.links.add(rel)
+                self.names.append(rel)
+                if len(self.names) > MAX_ENTRIES:
+                    return
+
+    def is_link(self, name: str) -> bool:
+        return name in self.links
+
+    def read(self, name: str, limit: int) -> bytes:
+        fd = os.open(self.root / name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise OSError("not a regular file")
+            return handle.read(limit + 1)
+
+
+class _Zip:
+    def __init__(self, path: Path):
+        try:
+            self.archive = zipfile.ZipFile(path)
+            infos = [i for i in self.archive.infolist() if not i.is_dir()][:MAX_ENTRIES]
+        except (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError) as exc:
+            raise SubmissionError(f"{path.name} is not a readable zip archive ({exc})") from None
+        self.infos = {i.filename: i for i in infos}
+        self.names = list(self.infos)
+
+    def is_link(self, name: str) -> bool:
+        return stat.S_ISLNK(self.infos[name].external_attr >> 16)
+
+    def read(self, name: str, limit: int) -> bytes:
+        info = self.infos[name]
+        if info.flag_bits & 0x1:
+            raise OSError("it is encrypted (zip the files without a password)")
+        try:
+            with self.archive.open(info) as member:  # decompresses as it reads: the cap counts real bytes
+                return member.read(limit + 1)
+        except NotImplementedError as exc:
+            raise OSError(f"its compression is not supported ({exc}); use a standard zip") from None
+        except (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError, ValueError) as exc:
+            raise OSError(f"it is corrupt in the archive ({exc})") from None
+
+
 def collect(source: Path, workdir: Path, registry: Registry) -> CollectedSubmission:
     source = Path(source)
     student_dir = workdir / "student"
     student_dir.mkdir(parents=True, exist_ok=True)
     found: dict[str, str] = {}
     notes: list[str] = []
-    wanted = registry.student_files
     if source.is_dir():
-        names = [p.relative_to(source).as_posix() for p in source.rglob("*") if p.is_file()]
-        reader = lambda n: (source / n).read_bytes()  # noqa: E731
-        size_of = lambda n: (source / n).stat().st_size  # noqa: E731
+        reader: _Folder | _Zip = _Folder(source.resolve())
     elif source.is_file() and zipfile.is_zipfile(source):
-        archive = zipfile.ZipFile(source)
-        infos = {i.filename: i for i in archive.infolist() if not i.is_dir()}
-        names = list(infos)
-        reader = archive.read
-        size_of = lambda n: infos[n].file_size  # noqa: E731
+        reader = _Zip(source)
     elif source.exists():
-        raise SubmissionError(f"{source} is neither a folder nor a .zip archive")
+        raise SubmissionError(f"{source.name} is neither a folder nor a .zip archive")
     else:
         raise SubmissionError(f"{source} does not exist")
-    for filename in wanted:
-        hits = _candidates(names, filename)
+    if len(reader.names) > MAX_ENTRIES:
+        notes.append(f"the submission holds more than {MAX_ENTRIES} files; only the first were searched")
+    for filename in registry.student_files:
+        hits = _candidates(reader.names, filename)
         if not hits:
             continue
         chosen = hits[0]
         if len(hits) > 1:
             notes.append(f"{filename}: several copies found, graded {chosen}")
-        if size_of(chosen) > MAX_FILE_BYTES:
+        if reader.is_link(chosen):
+            notes.append(f"{filename}: {chosen} is a symbolic link and was not followed; submit the file itself")
+            continue
+        try:
+            data = reader.read(chosen, MAX_FILE_BYTES)
+        except OSError as exc:
+            notes.append(f"{filename}: {chosen} could not be read: {exc.strerror or exc}")
+            continue
+        if len(data) > MAX_FILE_BYTES:
             notes.append(f"{filename}: {chosen} is larger than {MAX_FILE_BYTES} bytes and was not graded")
             continue
-        (student_dir / filename).write_bytes(reader(chosen))
+        (student_dir / filename).write_bytes(data)
         found[filename] = chosen
-    missing = [f for f in wanted if f not in found]
+    missing = [f for f in registry.student_files if f not in found]
     return CollectedSubmission(source.stem if source.is_file() else source.name, student_dir, found, missing, notes)
-

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 
 import markdown
-from markdown.extensions.toc import TocExtension, slugify_unicode
 from latex2mathml.converter import convert as latex_to_mathml
+from markdown.extensions.toc import TocExtension, slugify_unicode
 
 # One pass over the text; the first alternative that matches at a position wins,
 # so code is recognised before anything that looks like math inside it.

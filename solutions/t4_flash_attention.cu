@@ -578,3 +578,13 @@ KIT_API int t4_flash_attention_forward(const float* q, const float* k, const flo
                           : t4fa::launch<128, false>(q, k, v, o, lse, bh, Lq, Lk, scale, s);
     }
 }
+
+// The configuration a call takes: 4 * (d index: 32, 64, 128) + 2 * (big d = 64 tiles) + causal, or -1
+// for a call the kernel refuses. The grader's own tests use it to prove that their shapes reach
+// every configuration on the GPU they run on.
+KIT_API int t4_flash_attention_config(int B, int H, int Lq, int d, int causal) {
+    const int index = d == 32 ? 0 : d == 64 ? 1 : d == 128 ? 2 : -1;
+    if (index < 0 || B <= 0 || H <= 0 || Lq <= 0) return -1;
+    const bool big = d == 64 && t4fa::use_big_d64((long long)B * H, Lq);
+    return 4 * index + 2 * (big ? 1 : 0) + (causal ? 1 : 0);
+}

@@ -64,6 +64,7 @@ __device__ __forceinline__ float warp_allreduce(float v, Op op) {
   // PLAN: Use __shfl_xor_sync(0xffffffff, v, offset) for offset = 16, 8, 4, 2, 1.
   // PLAN: After each step combine v = op(v, other); after 5 steps every lane holds the result.
   KIT_TODO(t2);
+  // END TODO(t2)
   return v;
 }
 
@@ -81,6 +82,7 @@ __device__ __forceinline__ float block_allreduce(float v, Op op, float* scratch,
   // PLAN: After a __syncthreads(), every warp reads scratch[lane] (identity for lane >= nwarps)
   // PLAN: and reduces again, so all threads get the same value without another barrier.
   KIT_TODO(t2);
+  // END TODO(t2)
   return v;
 }
 
@@ -120,6 +122,7 @@ __device__ __forceinline__ void thread_stats(const float (&v)[N], float& m, floa
   // PLAN: so an all -inf slice gives s = 0 instead of NaN from (-inf) - (-inf).
   // PLAN: Unroll the loops (#pragma unroll) so v[] stays in registers.
   KIT_TODO(t2);
+  // END TODO(t2)
 }
 
 // Write y = exp(v - m) * inv for this thread's values (same layout as load_row).
@@ -131,6 +134,7 @@ __device__ __forceinline__ void store_normalised(const float (&v)[N], float* __r
   // PLAN: Visit exactly the slots load_row loaded (same index formula) and skip padding (c >= len).
   // PLAN: VEC: build a float4 and store it with one 16-byte store; scalar: one float per slot.
   KIT_TODO(t2);
+  // END TODO(t2)
 }
 
 // Combine a partial (max m, sum s relative to m) into the total over a group:
@@ -309,15 +313,6 @@ static cudaError_t launch_warp(const float* x, float* y, int64_t rows, int64_t c
   return cudaGetLastError();
 }
 
-template <bool VEC>
-static cudaError_t dispatch_warp(const float* x, float* y, int64_t rows, int64_t cols,
-                                 cudaStream_t st) {
-  if (cols <= 128) return launch_warp<1, VEC>(x, y, rows, cols, st);
-  if (cols <= 256) return launch_warp<2, VEC>(x, y, rows, cols, st);
-  if (cols <= 512) return launch_warp<4, VEC>(x, y, rows, cols, st);
-  return launch_warp<8, VEC>(x, y, rows, cols, st);
-}
-
 // Block (csize == 1) or cluster (csize > 1) launch of softmax_block_kernel.
 template <int NV, bool VEC>
 static cudaError_t launch_block(const float* x, float* y, int64_t rows, int64_t cols, int csize,
@@ -364,25 +359,45 @@ static int max_cluster_blocks(int dev) {
   return best > 0 ? best : 0;
 }
 
+// The path a row length takes (what the dispatch below launches; t2_softmax_path reports it).
+enum T2Path { kWarp1, kWarp2, kWarp4, kWarp8, kBlock, kCluster, kTwoPass };
+
 template <bool VEC>
-static cudaError_t dispatch(const float* x, float* y, int64_t rows, int64_t cols, cudaStream_t st) {
-  if (cols <= 1024) return dispatch_warp<VEC>(x, y, rows, cols, st);
-  if (cols <= 16384) {
-    // 16 values per thread; round the thread count up to whole warps.
-    int threads = (int)((cols + 15) / 16);
-    threads = (threads + 31) / 32 * 32;
-    return launch_block<4, VEC>(x, y, rows, cols, 1, threads, st);
-  }
+static T2Path choose_path(int64_t cols) {
+  if (cols <= 128) return kWarp1;
+  if (cols <= 256) return kWarp2;
+  if (cols <= 512) return kWarp4;
+  if (cols <= 1024) return kWarp8;
+  if (cols <= 16384) return kBlock;
   int dev = 0;
   cudaGetDevice(&dev);
-  const int maxc = max_cluster_blocks<VEC>(dev);
   const int64_t per_block = 32 * kClusterThreads;  // values one block holds in registers
-  const int64_t csize = (cols + per_block - 1) / per_block;
-  if (csize <= maxc)
-    return launch_block<8, VEC>(x, y, rows, cols, (int)csize, kClusterThreads, st);
-  const int64_t blocks = rows < kMaxGrid ? rows : kMaxGrid;
-  softmax_twopass_kernel<VEC><<<(unsigned)blocks, 1024, 0, st>>>(x, y, rows, cols);
-  return cudaGetLastError();
+  return (cols + per_block - 1) / per_block <= max_cluster_blocks<VEC>(dev) ? kCluster : kTwoPass;
+}
+
+template <bool VEC>
+static cudaError_t dispatch(const float* x, float* y, int64_t rows, int64_t cols, cudaStream_t st) {
+  switch (choose_path<VEC>(cols)) {
+    case kWarp1: return launch_warp<1, VEC>(x, y, rows, cols, st);
+    case kWarp2: return launch_warp<2, VEC>(x, y, rows, cols, st);
+    case kWarp4: return launch_warp<4, VEC>(x, y, rows, cols, st);
+    case kWarp8: return launch_warp<8, VEC>(x, y, rows, cols, st);
+    case kBlock: {
+      // 16 values per thread; round the thread count up to whole warps.
+      int threads = (int)((cols + 15) / 16);
+      threads = (threads + 31) / 32 * 32;
+      return launch_block<4, VEC>(x, y, rows, cols, 1, threads, st);
+    }
+    case kCluster: {
+      const int64_t per_block = 32 * kClusterThreads;
+      return launch_block<8, VEC>(x, y, rows, cols, (int)((cols + per_block - 1) / per_block), kClusterThreads, st);
+    }
+    default: {
+      const int64_t blocks = rows < kMaxGrid ? rows : kMaxGrid;
+      softmax_twopass_kernel<VEC><<<(unsigned)blocks, 1024, 0, st>>>(x, y, rows, cols);
+      return cudaGetLastError();
+    }
+  }
 }
 
 KIT_API int t2_softmax_forward(const float* x, float* y, int64_t rows, int64_t cols, void* stream) {
@@ -391,4 +406,10 @@ KIT_API int t2_softmax_forward(const float* x, float* y, int64_t rows, int64_t c
   // Vector path: every row start is 16-byte aligned iff the bases are and cols % 4 == 0.
   const bool vec = (cols % 4 == 0) && ((uintptr_t)x % 16 == 0) && ((uintptr_t)y % 16 == 0);
   return (int)(vec ? dispatch<true>(x, y, rows, cols, st) : dispatch<false>(x, y, rows, cols, st));
+}
+
+// Which path a call with this row length takes: 2 * T2Path + (float4 path). The grader's own tests
+// use it to prove that their shapes reach every path on the GPU they run on.
+KIT_API int t2_softmax_path(int64_t cols, int vec) {
+  return 2 * (int)(vec ? choose_path<true>(cols) : choose_path<false>(cols)) + (vec ? 1 : 0);
 }

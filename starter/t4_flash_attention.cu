@@ -132,6 +132,7 @@ __device__ __forceinline__ void load_tile_async(float4* dst, const float* src, i
     // PLAN: rows row0 + r >= nrows must become zeros: cp_async16(dst, any valid address, 0) zero-fills.
     // PLAN: if !vec use four cp_async4 copies of one float each instead of one cp_async16.
     KIT_TODO(t4);
+    // END TODO(t4)
 }
 
 // Load the Q tile (rows q0 .. q0+ROWS-1) into shared memory, multiplied by
@@ -145,6 +146,7 @@ __device__ __forceinline__ void load_q_tile(float4* dst, const float* src, int q
     // PLAN: but with ordinary loads: x = (float4 of row q0 + r, or zeros past Lq) * qscale, then dst[...] = x.
     // PLAN: folding scale*log2(e) into Q once makes S come out in log2 units: exp(scale*s) = exp2(S).
     KIT_TODO(t4);
+    // END TODO(t4)
 }
 
 // Per-d tile configuration. BR query rows x BC keys per step, CG column groups
@@ -265,6 +267,7 @@ flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const
         // PLAN: tiles after the one holding key `last` are fully masked: n_tiles = min(n_tiles, last / BC + 1).
         // PLAN: if last < 0 no row of the tile sees any key: n_tiles = 0 (O = 0, LSE = -inf).
         KIT_TODO(t5);
+        // END TODO(t5)
     }
 
     // Start the copies of K tile 0 and V tile 0, then load Q meanwhile.
@@ -300,6 +303,7 @@ flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const
         // PLAN: unroll KU k4 steps per iteration of a rolled loop (full unrolling can overflow the instruction cache).
         // PLAN: on the last tile (kv0 + BC > Lk) set s[i][c] = -INFINITY where kv0 + cg + CG*c >= Lk.
         KIT_TODO(t4);
+        // END TODO(t4)
 
         if constexpr (CAUSAL) {
             // TODO(t5): causal element mask, only on tiles that cross the diagonal
@@ -307,6 +311,7 @@ flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const
             // PLAN: otherwise, for each of my rows row = q0 + rg + RG*i and keys j = kv0 + cg + CG*c:
             // PLAN: s[i][c] = -INFINITY where j > row + Lk - Lq.
             KIT_TODO(t5);
+            // END TODO(t5)
         }
 
         // TODO(t4): online softmax: new row max m, alpha, P = exp2(S - m), update l, write P to smem
@@ -315,6 +320,7 @@ flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const
         // PLAN: alpha = exp2(m - mu); p = exp2(s - mu); l = alpha * l + sum(p); m = m_new (l stays a per-thread partial sum).
         // PLAN: store p at Ps[row * BC + ((j / 4) ^ sw) * 4 + j % 4] for row = rg + RG*i, j = cg + CG*c.
         KIT_TODO(t4);
+        // END TODO(t4)
 
         cp_async_wait<0>();   // V tile t has landed
         __syncthreads();      // P visible to all; nobody reads Ks any more
@@ -327,6 +333,7 @@ flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const
         // PLAN: and for each of the 4 keys j: vf = my d/CG columns of V row j (Vs[j * D/4 + cg + CG*g] as float4s,
         // PLAN: or a float2 at column 2*cg when d == 32); acc[i][4g + e] += p(i, j) * vf[g].e.
         KIT_TODO(t4);
+        // END TODO(t4)
 
         __syncthreads();   // everyone is done with Vs and Ps
         if (t + 1 < n_tiles) load_tile_async<BC, D, NT, false>(Vs, vb, kv0 + BC, Lk, vec, tid);
@@ -339,6 +346,7 @@ flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const
     // PLAN: same columns as in P V (float4 stores when vec); lane cg == 0 writes
     // PLAN: LSE[row] = m[i] * ln(2) + logf(lt) (m is in log2 units), or -INFINITY when lt == 0.
     KIT_TODO(t4);
+    // END TODO(t4)
 }
 
 template <int D, bool CAUSAL, bool BIG = false>
@@ -403,4 +411,14 @@ KIT_API int t4_flash_attention_forward(const float* q, const float* k, const flo
             return causal ? t4fa::launch<128, true>(q, k, v, o, lse, bh, Lq, Lk, scale, s)
                           : t4fa::launch<128, false>(q, k, v, o, lse, bh, Lq, Lk, scale, s);
     }
+}
+
+// The configuration a call takes: 4 * (d index: 32, 64, 128) + 2 * (big d = 64 tiles) + causal, or -1
+// for a call the kernel refuses. The grader's own tests use it to prove that their shapes reach
+// every configuration on the GPU they run on.
+KIT_API int t4_flash_attention_config(int B, int H, int Lq, int d, int causal) {
+    const int index = d == 32 ? 0 : d == 64 ? 1 : d == 128 ? 2 : -1;
+    if (index < 0 || B <= 0 || H <= 0 || Lq <= 0) return -1;
+    const bool big = d == 64 && t4fa::use_big_d64((long long)B * H, Lq);
+    return 4 * index + 2 * (big ? 1 : 0) + (causal ? 1 : 0);
 }

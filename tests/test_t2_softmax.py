@@ -7,7 +7,7 @@ import torch
 
 from assignment.cuda import kernels
 from assignment.registry import load_registry
-from assignment.testing import SENTINEL, assert_close
+from assignment.testing import SENTINEL, assert_close, assert_repeatable, check_todo_regions
 
 pytestmark = pytest.mark.t2
 TASK = load_registry().task("t2")
@@ -52,3 +52,20 @@ def test_minus_inf_entries_and_a_fully_masked_row(seed):
     expected[2] = 0.0  # a row of only -inf gives zeros by convention (not NaN)
     assert_close(run(x), expected, **TOL, name="softmax with -inf", layout="row, col",
                  hint="When the row max is -inf, use 0 as the shift and write zeros, never NaN.")
+
+
+def test_strongly_negative_rows(seed):
+    # Every value is about -1000: exp(x) underflows to 0 unless the row maximum is subtracted first.
+    x = random_rows(5, 3000, seed) * 3.0 - 1000.0
+    assert_close(run(x), reference(x), **TOL, name="softmax of rows near -1000", layout="row, col",
+                 hint="Start the running maximum at -inf, not 0: exp(-1000 - 0) is 0 and the sum stays 0.")
+
+
+def test_repeatable_bitwise(seed):
+    x = random_rows(37, 20001, seed)
+    assert_repeatable(lambda: kernels.softmax(x), 5,
+                      "results differ between identical runs: a race (a missing __syncthreads?)")
+
+
+def test_todo_regions_are_device_code_only():
+    check_todo_regions("t2_softmax.cu", ("t2",))

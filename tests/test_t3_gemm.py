@@ -7,7 +7,7 @@ import torch
 
 from assignment.cuda import kernels
 from assignment.registry import load_registry
-from assignment.testing import SENTINEL, assert_close
+from assignment.testing import SENTINEL, assert_close, assert_repeatable, check_todo_regions
 
 pytestmark = pytest.mark.t3
 TASK = load_registry().task("t3")
@@ -36,3 +36,13 @@ def test_gemm_matches_float64(shape, trans, seed):
     tol = {"atol": TOL["atol"] * shape["K"] ** 0.5, "rtol": TOL["rtol"]}
     assert_close(c, reference(a, b, *trans, alpha=0.5), **tol, name=f"C (trans_a={trans[0]}, trans_b={trans[1]})",
                  layout="batch, row, col", hint=TASK.hint)
+
+
+def test_repeatable_bitwise(seed):
+    a, b = operands(2, 300, 200, 500, False, False, seed)
+    assert_repeatable(lambda: kernels.gemm(a, b), 5,
+                      "results differ between identical runs: a race (a missing __syncthreads?)")
+
+
+def test_todo_regions_are_device_code_only():
+    check_todo_regions("t3_gemm.cu", ("t3",))

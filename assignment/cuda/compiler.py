@@ -115,8 +115,16 @@ def nvcc_command(source: Path, output: Path, arch: str) -> list[str]:
 # --------------------------------------------------------------------------- cache
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("KIT_CACHE_DIR") or REPO_ROOT / ".kit_cache") / "cuda"
+SOLUTIONS_DIR = REPO_ROOT / "solutions"
+
+
+def cache_dir(source: Path | None = None) -> Path:
+    """Where built libraries live. The reference solutions' builds have a cache of their own
+    (``KIT_REFERENCE_CACHE_DIR``), so nothing built from other sources can stand in for them."""
+    base = Path(os.environ.get("KIT_CACHE_DIR") or REPO_ROOT / ".kit_cache")
+    if source is not None and Path(source).resolve().is_relative_to(SOLUTIONS_DIR.resolve()):
+        return Path(os.environ.get("KIT_REFERENCE_CACHE_DIR") or base / "reference")
+    return base / "cuda"
 
 
 def cache_key(source_text: str, arch: str, *, flags: tuple[str, ...] = NVCC_FLAGS,
@@ -131,8 +139,8 @@ def cache_key(source_text: str, arch: str, *, flags: tuple[str, ...] = NVCC_FLAG
     return digest.hexdigest()[:24]
 
 
-def library_path(source: Path, arch: str, key: str) -> Path:
-    return cache_dir() / f"{source.stem}-{normalize_arch(arch)}-{key}.so"
+def library_path(source: Path, arch: str, key: str, cache: Path | None = None) -> Path:
+    return (cache or cache_dir(source)) / f"{source.stem}-{normalize_arch(arch)}-{key}.so"
 
 
 # --------------------------------------------------------------------------- compile errors
@@ -182,13 +190,15 @@ _handles: dict[tuple[Path, Path], ctypes.CDLL] = {}
 _lock = threading.Lock()
 
 
-def build(source: Path | str, arch: str | None = None, *, use_cache: bool = True, quiet: bool = False) -> BuildResult:
-    """Compile ``source`` for ``arch`` (cached). Raises CudaCompileError on a compile error."""
+def build(source: Path | str, arch: str | None = None, *, use_cache: bool = True, quiet: bool = False,
+          cache: Path | None = None) -> BuildResult:
+    """Compile ``source`` for ``arch`` into ``cache`` (default: ``cache_dir(source)``), reusing a build of the
+    same content. Raises CudaCompileError on a compile error."""
     source = Path(source).resolve()
     arch = normalize_arch(arch) if arch else detect_arch()
     text = source.read_text(encoding="utf-8")
     key = cache_key(text, arch)
-    target = library_path(source, arch, key)
+    target = library_path(source, arch, key, cache)
     if use_cache and target.is_file():
         return BuildResult(target, arch, 0.0, cached=True)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -238,6 +248,21 @@ def load_library(source: Path | str, tasks: tuple[str, ...] | list[str] = (), ar
         if handle_key not in _handles:
             _handles[handle_key] = ctypes.CDLL(str(result.library))
         return _handles[handle_key]
+
+
+_STACK = re.compile(r"STACK:(\d+)")
+_LOCAL = re.compile(r"LOCAL:(\d+)")
+
+
+def local_memory_bytes(library: Path) -> int | None:
+    """The largest per-thread stack frame plus local memory of any kernel in ``library`` (cuobjdump's
+    resource report), or None where cuobjdump is missing."""
+    tool = shutil.which("cuobjdump")
+    if tool is None:
+        return None
+    proc = subprocess.run([tool, "--dump-resource-usage", str(library)], capture_output=True, text=True)
+    sizes = [int(a) + int(b) for a, b in zip(_STACK.findall(proc.stdout), _LOCAL.findall(proc.stdout))]
+    return max(sizes, default=0)
 
 
 # --------------------------------------------------------------------------- CLI: --check-all

@@ -1,71 +1,135 @@
-// A small host program that loads a compiled t4 library and launches the
-// FlashAttention kernel on a few small shapes, so compute-sanitizer can check
-// it without starting Python and PyTorch under the sanitizer (minutes -> seconds).
+// A small host program that loads a compiled task library and launches its kernels on shapes that
+// reach every path of the kit's host code, so compute-sanitizer can check them without starting
+// Python and PyTorch under the sanitizer (minutes -> seconds).
 //
-//   sanitize_driver <library.so> <causal 0|1>
+//   sanitize_driver t2 <library.so>          softmax: every row-length path, float4 and scalar
+//   sanitize_driver t3 <library.so>          GEMM: every tile configuration and transpose, both loaders
+//   sanitize_driver t4 <library.so> <0|1>    FlashAttention, non-causal (0) or causal (1)
 //
-// Exit code: 0 when every launch returned success, 1 otherwise.
+// Buffers are exactly the size a call may touch (cudaMalloc each), so a read or write one element
+// past them is an error memcheck reports. Exit code: 0 when every launch returned success.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
+typedef int (*softmax_fn)(const float*, float*, int64_t, int64_t, void*);
+typedef int (*gemm_fn)(const float*, const float*, float*, int, int, int, int, int, int, int64_t, int64_t,
+                       int64_t, float, void*);
 typedef int (*flash_fn)(const float*, const float*, const float*, float*, float*, int, int, int, int, int, float,
                         int, void*);
 
-static int run(flash_fn flash, int B, int H, int Lq, int Lk, int d, int causal) {
-  size_t nq = (size_t)B * H * Lq * d, nk = (size_t)B * H * Lk * d, nl = (size_t)B * H * Lq;
-  std::vector<float> host(nq > nk ? nq : nk);
-  unsigned state = 12345u;
-  for (auto& x : host) {  // deterministic pseudo-random values in [-1, 1): never zeros
-    state = state * 1664525u + 1013904223u;
-    x = (float)((state >> 8) & 0xffff) / 32768.0f - 1.0f;
+// A device buffer of n floats holding deterministic pseudo-random values in [-1, 1) (never zeros).
+// `offset` floats are allocated in front and skipped, to hand the kernels a pointer that is not
+// 16-byte aligned (their scalar paths).
+struct Buffer {
+  float* base = nullptr;
+  float* ptr = nullptr;
+  Buffer(size_t n, unsigned seed, int offset = 0) {
+    std::vector<float> host(n + offset);
+    unsigned state = seed * 2654435761u + 12345u;
+    for (auto& x : host) {
+      state = state * 1664525u + 1013904223u;
+      x = (float)((state >> 8) & 0xffff) / 32768.0f - 1.0f;
+    }
+    cudaMalloc(&base, (n + offset) * sizeof(float));
+    cudaMemcpy(base, host.data(), (n + offset) * sizeof(float), cudaMemcpyHostToDevice);
+    ptr = base + offset;
   }
-  float *q, *k, *v, *o, *lse;
-  cudaMalloc(&q, nq * 4); cudaMalloc(&k, nk * 4); cudaMalloc(&v, nk * 4);
-  cudaMalloc(&o, nq * 4); cudaMalloc(&lse, nl * 4);
-  cudaMemcpy(q, host.data(), nq * 4, cudaMemcpyHostToDevice);
-  cudaMemcpy(k, host.data(), nk * 4, cudaMemcpyHostToDevice);
-  cudaMemcpy(v, host.data(), nk * 4, cudaMemcpyHostToDevice);
-  int status = flash(q, k, v, o, lse, B, H, Lq, Lk, d, 0.125f, causal, nullptr);
+  ~Buffer() { cudaFree(base); }
+};
+
+static int report(const char* what, int status) {
   cudaError_t sync = cudaDeviceSynchronize();
-  cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(lse);
   if (status != 0 || sync != cudaSuccess) {
-    std::fprintf(stderr, "B%d H%d Lq%d Lk%d d%d causal%d: status %d, sync %s\n", B, H, Lq, Lk, d, causal, status,
-                 cudaGetErrorString(sync));
+    std::fprintf(stderr, "%s: status %d, sync %s\n", what, status, cudaGetErrorString(sync));
     return 1;
   }
   return 0;
 }
 
-int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s <library.so> <causal 0|1>\n", argv[0]);
-    return 2;
+static int run_t2(void* lib) {
+  auto softmax = (softmax_fn)dlsym(lib, "t2_softmax_forward");
+  if (!softmax) return std::fprintf(stderr, "t2_softmax_forward not exported\n"), 2;
+  // One shape per path: warp kernels with 4/8/16/32 values a lane, block, cluster (sm_90), two passes.
+  const int64_t shapes[][2] = {{37, 33}, {9, 128}, {5, 255}, {3, 512}, {2, 1000}, {2, 4097},
+                               {2, 16384}, {2, 16385}, {2, 65536}, {1, 70001}, {1, 262144}};
+  int failures = 0;
+  for (auto& s : shapes) {
+    for (int offset = 0; offset < 2; ++offset) {  // aligned (float4) and misaligned (scalar) pointers
+      Buffer x(s[0] * s[1], 1, offset), y(s[0] * s[1], 2, offset);
+      char what[96];
+      std::snprintf(what, sizeof what, "t2 rows %lld cols %lld offset %d", (long long)s[0], (long long)s[1], offset);
+      failures += report(what, softmax(x.ptr, y.ptr, s[0], s[1], nullptr));
+    }
   }
-  void* library = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-  if (!library) {
-    std::fprintf(stderr, "dlopen: %s\n", dlerror());
-    return 2;
+  return failures;
+}
+
+static int run_t3(void* lib) {
+  auto gemm = (gemm_fn)dlsym(lib, "t3_gemm_batched");
+  if (!gemm) return std::fprintf(stderr, "t3_gemm_batched not exported\n"), 2;
+  // batch, M, N, K: big 128x128 tiles, 256x64, 128x64 and 64x64 (for 108-132 SMs), aligned and not.
+  // K is small: the configuration depends on M, N and the batch, and racecheck is slow per k step.
+  const int shapes[][4] = {{3, 772, 772, 20}, {3, 771, 769, 19}, {36, 2048, 64, 8}, {36, 2047, 63, 7},
+                           {70, 200, 40, 8}, {70, 201, 39, 7}, {2, 64, 128, 36}, {1, 33, 17, 5}};
+  int failures = 0;
+  for (auto& s : shapes) {
+    const int batch = s[0], M = s[1], N = s[2], K = s[3];
+    for (int t = 0; t < 4; ++t) {
+      const int ta = t & 1, tb = t >> 1;
+      Buffer a((size_t)batch * M * K, 3), b((size_t)batch * K * N, 4), c((size_t)batch * M * N, 5);
+      char what[96];
+      std::snprintf(what, sizeof what, "t3 batch %d M %d N %d K %d ta %d tb %d", batch, M, N, K, ta, tb);
+      failures += report(what, gemm(a.ptr, b.ptr, c.ptr, batch, M, N, K, ta, tb, (int64_t)M * K, (int64_t)K * N,
+                                    (int64_t)M * N, 1.5f, nullptr));
+    }
   }
-  flash_fn flash = (flash_fn)dlsym(library, "t4_flash_attention_forward");
-  if (!flash) {
-    std::fprintf(stderr, "t4_flash_attention_forward not exported\n");
-    return 2;
-  }
-  int causal = std::atoi(argv[2]);
+  return failures;
+}
+
+static int run_flash(flash_fn flash, int B, int H, int Lq, int Lk, int d, int causal) {
+  Buffer q((size_t)B * H * Lq * d, 6), k((size_t)B * H * Lk * d, 7), v((size_t)B * H * Lk * d, 8);
+  Buffer o((size_t)B * H * Lq * d, 9), lse((size_t)B * H * Lq, 10);
+  char what[96];
+  std::snprintf(what, sizeof what, "t4 B %d H %d Lq %d Lk %d d %d causal %d", B, H, Lq, Lk, d, causal);
+  return report(what, flash(q.ptr, k.ptr, v.ptr, o.ptr, lse.ptr, B, H, Lq, Lk, d, 0.125f, causal, nullptr));
+}
+
+static int run_t4(void* lib, int causal) {
+  auto flash = (flash_fn)dlsym(lib, "t4_flash_attention_forward");
+  if (!flash) return std::fprintf(stderr, "t4_flash_attention_forward not exported\n"), 2;
   int failures = 0;
   const int dims[] = {32, 64, 128};
   for (int d : dims) {
-    failures += run(flash, 1, 2, 70, 90, d, causal);
-    failures += run(flash, 1, 1, 90, 37, d, causal);
-    failures += run(flash, 2, 1, 129, 129, d, causal);
+    failures += run_flash(flash, 1, 2, 70, 90, d, causal);
+    failures += run_flash(flash, 1, 1, 90, 37, d, causal);
+    failures += run_flash(flash, 2, 1, 129, 129, d, causal);
   }
   // A grid large enough for the reference's 128-row tiles at d = 64 (it picks tiles by grid size).
-  failures += run(flash, 16, 16, 257, 200, 64, causal);
+  failures += run_flash(flash, 16, 16, 257, 200, 64, causal);
+  return failures;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s t2|t3|t4 <library.so> [causal 0|1]\n", argv[0]);
+    return 2;
+  }
+  void* lib = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    std::fprintf(stderr, "dlopen: %s\n", dlerror());
+    return 2;
+  }
+  int failures;
+  if (!std::strcmp(argv[1], "t2")) failures = run_t2(lib);
+  else if (!std::strcmp(argv[1], "t3")) failures = run_t3(lib);
+  else if (!std::strcmp(argv[1], "t4")) failures = run_t4(lib, argc > 3 ? std::atoi(argv[3]) : 0);
+  else return std::fprintf(stderr, "unknown task %s\n", argv[1]), 2;
   std::printf("%d launches failed\n", failures);
   return failures ? 1 : 0;
 }

@@ -2,25 +2,28 @@
 
 What makes a number a grade can rest on (DESIGN.md, "Timing that a grade can rest on"):
   * warm-up calls first (lazy module loading, allocator growth, clocks ramping up);
-  * an L2 flush before every timed call, and a pool of input sets larger than 2x L2 rotated
-    call by call, so no call finds its inputs in cache or at the address the last call used;
+  * an L2 flush before every timed call, and a fresh input set for every call (new values at a new
+    address), so no call finds its inputs in cache or can reuse work done for an earlier call;
   * candidates interleaved round-robin in one process (rotating who goes first), so clock and
     thermal drift hit all of them alike; scores are ratios of medians;
   * CUDA events around the call, read after a device-wide synchronize;
   * a stop rule: every candidate's relative standard error under a target (after a minimum),
     or a cap on repetitions or seconds;
-  * outputs of timed calls re-checked (a kernel cannot be fast on the first call and wrong later);
+  * outputs of timed calls re-checked: the student's every call, in full, after its inputs are
+    checked unchanged (a kernel cannot be fast on the checked calls and wrong on the others);
   * a median below the physical floor (bytes / peak bandwidth, flops / peak fp32 rate, with
     generous peaks) is rejected: the kernel skipped work.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import shutil
 import statistics
 import subprocess
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -211,78 +214,68 @@ def format_gpu_info(info: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------- the harness (GPU)
 
 
-def _nbytes(obj) -> int:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
-    if isinstance(obj, dict):
-        return sum(_nbytes(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(_nbytes(v) for v in obj)
-    return 0
-
-
-def _input_pool(make_inputs: Callable[[int], Any], l2_bytes: int, device) -> list[Any]:
-    """Input sets whose total exceeds 2x L2 (at least 2, so consecutive calls use different addresses)."""
-    import torch
-
-    free, _ = torch.cuda.mem_get_info(device)
-    pool = [make_inputs(0)]
-    total = _nbytes(pool[0])
-    budget = free // 4  # leave room for the candidates' outputs and workspaces
-    while (total <= 2 * l2_bytes or len(pool) < 2) and total + _nbytes(pool[0]) <= budget and len(pool) < 256:
-        pool.append(make_inputs(len(pool)))
-        total += _nbytes(pool[-1])
-    return pool
-
-
 def measure(candidates: dict[str, Callable[[Any], Any]], make_inputs: Callable[[int], Any], *,
-            check: Callable[[str, Any, Any], None] | None = None, flops: float | None = None,
-            bytes_moved: float | None = None, min_reps: int = 10, max_reps: int = 200, time_cap_s: float = 20.0,
-            rse_target: float = 0.01, warmup: int = 3, enforce_floor: bool = True) -> dict[str, TimingResult]:
+            check: Callable[[str, Any, Any], None] | None = None, check_every: Iterable[str] = (),
+            flops: float | None = None, bytes_moved: float | None = None, min_reps: int = 10, max_reps: int = 200,
+            time_cap_s: float = 20.0, rse_target: float = 0.01, warmup: int = 3,
+            enforce_floor: bool = True) -> dict[str, TimingResult]:
     """Time each candidate ``fn(inputs)`` interleaved; see the module docstring for the protocol.
 
-    ``make_inputs(i)`` returns a fresh input set (seed it with i). ``check(name, inputs, output)``
-    raises when an output is wrong. ``flops`` / ``bytes_moved`` are the work of ONE call, used for
-    TFLOP/s, GB/s and the physical floor.
+    ``make_inputs(seed)`` builds an input set on the GPU from a seed; every call, warm-up and timed,
+    gets a set of its own (fresh values, and a fresh address: the previous set is still alive when
+    the next is made), so no call can reuse work done for an earlier one. ``check(name, inputs,
+    output)`` raises when an output is wrong: it sees the first and the last timed output of every
+    candidate, and every timed output of the candidates named in ``check_every``, whose inputs are
+    also rebuilt from their seed and compared bit for bit first (a kernel that writes into its inputs
+    fails there). ``flops`` / ``bytes_moved`` are the work of ONE call, used for TFLOP/s, GB/s and
+    the physical floor.
     """
     import torch
+
+    from assignment.checks import require
 
     if not torch.cuda.is_available():
         raise RuntimeError("measure() needs a CUDA GPU")
     device = torch.cuda.current_device()
     l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
     flush = torch.empty(max(2 * l2_bytes, 2**20) // 4, dtype=torch.int32, device=device)
-    pool = _input_pool(make_inputs, l2_bytes, device)
     names = list(candidates)
+    every = set(check_every)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    cursor = 0
+    seeds = itertools.count(1)
+    held: list[Any] = []  # the previous input set stays alive while the next is allocated
 
-    def next_inputs():
-        nonlocal cursor
-        inputs = pool[cursor % len(pool)]
-        cursor += 1
-        return inputs
+    def fresh() -> tuple[int, Any]:
+        seed = next(seeds)
+        inputs = make_inputs(seed)
+        held[:] = [inputs]
+        return seed, inputs
+
+    def verify(name: str, seed: int, inputs, output) -> None:
+        if name in every:
+            pristine = make_inputs(seed)
+            same = all(torch.equal(a, b) for a, b in zip(_tensors(inputs), _tensors(pristine)))
+            require(same, "inputs_modified", f"{name}: an input was modified during a timed call")
+        check(name, inputs, output)
 
     for name in names:  # warm-up; the first output is checked before any time is spent
         for i in range(max(1, warmup)):
-            inputs = next_inputs()
+            seed, inputs = fresh()
             output = candidates[name](inputs)
             if check is not None and i == 0:
                 torch.cuda.synchronize()
-                check(name, inputs, output)
+                verify(name, seed, inputs, output)
     torch.cuda.synchronize()
 
     times: dict[str, list[float]] = {name: [] for name in names}
-    last: dict[str, tuple[Any, Any]] = {}
+    last: dict[str, tuple[int, Any, Any]] = {}
     began = time.perf_counter()
     reason = None
     rep = 0
     while reason is None:
         order = names[rep % len(names):] + names[: rep % len(names)]  # rotate who goes first
         for name in order:
-            inputs = next_inputs()
+            seed, inputs = fresh()
             flush.fill_(rep)  # evicts everything the previous call left in L2
             # Keep the GPU busy while Python runs the candidate's wrapper up to its launch, so the
             # events time the device work and not the host's argument checks (measured on an H200:
@@ -293,15 +286,16 @@ def measure(candidates: dict[str, Callable[[Any], Any]], make_inputs: Callable[[
             end.record()
             torch.cuda.synchronize()  # device-wide: work on any stream is done before we read the events
             times[name].append(start.elapsed_time(end))
-            if check is not None and rep == 0:
-                check(name, inputs, output)
-            last[name] = (inputs, output)
+            if check is not None and (rep == 0 or name in every):
+                verify(name, seed, inputs, output)
+            last[name] = (seed, inputs, output)
         rep += 1
         reason = stop_reason(times, time.perf_counter() - began, min_reps=min_reps, max_reps=max_reps,
                              time_cap_s=time_cap_s, rse_target=rse_target)
     if check is not None:
-        for name, (inputs, output) in last.items():
-            check(name, inputs, output)
+        for name, (seed, inputs, output) in last.items():
+            if name not in every:  # those were checked as they ran
+                verify(name, seed, inputs, output)
 
     bandwidth, peak_flops = device_peaks(device)
     floor = physical_floor_ms(flops, bytes_moved, bandwidth, peak_flops)
@@ -316,6 +310,18 @@ def measure(candidates: dict[str, Callable[[Any], Any]], make_inputs: Callable[[
             except ImpossibleTimeError as exc:
                 raise ImpossibleTimeError(str(exc), results) from None
     return results
+
+
+def _tensors(inputs) -> list:
+    import torch
+
+    if isinstance(inputs, torch.Tensor):
+        return [inputs]
+    if isinstance(inputs, dict):
+        return [t for v in inputs.values() for t in _tensors(v)]
+    if isinstance(inputs, (list, tuple)):
+        return [t for v in inputs for t in _tensors(v)]
+    return []
 
 
 LAUNCH_OVERHEAD_SLEEP_CYCLES = 400_000  # ~0.2 ms at 2 GHz: longer than any wrapper's host work

@@ -1,40 +1,36 @@
-"""Grader v0 end to end on CPU: scores, isolation of crashes and hangs, report formats."""
+"""The grader end to end on CPU: scores, formats, the preflight, isolation levels, unreadable submissions."""
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from assignment.registry import load_registry
 from grader.config import GradeConfig
-from grader.grade import grade_submission
+from grader.grade import PreflightError, check_host, grade_submission
+from grader.isolation import sandbox
 
 pytestmark = pytest.mark.kit
 REPO = Path(__file__).resolve().parents[2]
-CPU_TASKS = GradeConfig(tasks=("t1",), cpu_task_timeout_s=300)
+CPU_TASKS = replace(GradeConfig(), tasks=("t1",), preflight=False, allow_weak_isolation=True, seed=7)
 
 
 def quiet(*args, **kwargs):
     pass
 
 
-def make_submission(tmp_path: Path, source: str) -> Path:
-    sub = tmp_path / "submission"
-    sub.mkdir()
-    (sub / "t1_attention.py").write_text(source)
-    return sub
-
-
 def test_solutions_score_full_and_starter_zero_via_make_grade(tmp_path):
     for impl, expected in (("solutions", 10.0), ("starter", 0.0)):
         out = tmp_path / impl
         proc = subprocess.run(
-            ["make", "-s", "grade", f"SUBMISSION={impl}", f"OUT={out}", f"PY={sys.executable}"],
+            ["make", "-s", "grade", f"SUBMISSION={impl}", f"OUT={out}", f"PY={sys.executable}", "TASKS=t1"],
             cwd=REPO, capture_output=True, text=True,
         )
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -45,49 +41,60 @@ def test_solutions_score_full_and_starter_zero_via_make_grade(tmp_path):
             assert key in results
         for test in results["tests"]:
             assert set(test) >= {"name", "number", "score", "max_score", "status", "visibility", "output", "tags"}
-        assert (out / "grades.csv").read_text().splitlines()[0].startswith("submission,total,t1")
+            if impl == "starter":
+                assert test["output"].startswith("NotImplementedError: t1:"), test
+        header = (out / "grades.csv").read_text().splitlines()[0]
+        assert header.startswith("submission,total,t1") and "isolation" in header
         assert "<table>" in (out / "report.html").read_text()
+        grading = json.loads((out / "grading.json").read_text())
+        level, _ = sandbox.best_isolation()
+        assert grading["isolation"].startswith(level) and isinstance(grading["seed"], int)
+        assert grading["tasks"]["t1"]["status"] == "ran"
+        # What the instructor record holds never reaches the student's files.
+        assert str(grading["seed"]) not in json.dumps(results)
 
 
-def test_crash_in_student_code_scores_zero_with_reason(tmp_path):
-    sub = make_submission(tmp_path, "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
-    result = grade_submission(sub, tmp_path / "out", CPU_TASKS, log=quiet)
-    (task,) = result.tasks
-    assert task.score == 0 and task.status == "crashed"
-    assert "signal 11" in task.reason
+def test_points_are_shared_over_the_checks_the_checker_collected():
+    from grader.runner import TaskRun, TestOutcome, reconcile
+    from grader.scoring import score_task
+
+    collected = ["a::test_x[1]", "a::test_x[2]", "a::test_y", "a::test_z"]
+    reported = [TestOutcome("a::test_x[1]", "passed"), TestOutcome("a::test_y", "passed"),
+                TestOutcome("a::test_z", "passed"), TestOutcome("a::test_forged", "passed")]
+    tests, extra = reconcile(collected, reported)
+    assert [t.nodeid for t in tests] == collected and extra == ["a::test_forged"]
+    assert tests[1].outcome == "failed" and tests[1].check["kind"] == "crash"
+    task = load_registry().task("t1")
+    scored = score_task(task, TaskRun("t1", "ran", tests=tests))
+    assert scored.total == 4 and scored.passed == 3 and scored.score == pytest.approx(7.5)
 
 
-def test_hang_is_killed_by_the_timeout(tmp_path):
-    sub = make_submission(tmp_path, "while True:\n    pass\n")
-    config = GradeConfig(tasks=("t1",), cpu_task_timeout_s=8)
-    result = grade_submission(sub, tmp_path / "out", config, log=quiet)
-    (task,) = result.tasks
-    assert task.status == "timeout" and task.score == 0 and "timed out after 8 s" in task.reason
-
-
-def test_wrong_answer_shows_the_hint_but_nothing_hidden(tmp_path):
+def test_wrong_answer_shows_the_kind_and_size_but_nothing_hidden(tmp_path):
     solution = (REPO / "solutions" / "t1_attention.py").read_text()
-    broken = solution.replace("out = (p @ vf) / torch.where", "out = 1.01 * (p @ vf) / torch.where")
-    sub = make_submission(tmp_path, broken)
-    result = grade_submission(sub, tmp_path / "out", CPU_TASKS, log=quiet)
+    sub = tmp_path / "submission"
+    sub.mkdir()
+    (sub / "t1_attention.py").write_text(solution.replace("out = (p @ vf) / torch.where",
+                                                          "out = 1.01 * (p @ vf) / torch.where"))
+    result = grade_submission(sub, tmp_path / "out", replace(CPU_TASKS, select="(naive or flash) and case0"),
+                              log=quiet)
     (task,) = result.tasks
     assert 0 < task.score < 10, "only the naive checks should fail"
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     failed = [t for t in results["tests"] if t["status"] == "failed"]
-    passed = {t["name"] for t in results["tests"] if t["status"] == "passed"}
-    assert failed and all("naive" not in t["name"] for t in results["tests"] if t["name"] in passed)
-    assert "t1 flash (case0, full)" in passed, "flash_attention_forward was not broken"
+    assert failed and all("naive" in t["name"] for t in failed)
     for test in failed:
+        assert test["output"].startswith("Wrong values: naive O:"), test["output"]
+        assert "max abs error" in test["output"] and "Reproduce this kind of check locally" in test["output"]
         assert load_registry().task("t1").hint in test["output"]
-        for leak in ("expected", "Lq", "index", "assert_close", "tensor("):
-            assert leak not in test["output"] and leak not in test["name"], test
+        for leak in ("index", "Lq", "tensor(", "assert_close", "/"):
+            assert leak not in test["output"].split("Hint:")[0], (leak, test["output"])
 
 
 def test_zip_with_nested_folder_and_missing_file(tmp_path):
     archive = tmp_path / "alice.zip"
     with zipfile.ZipFile(archive, "w") as zf:
         zf.write(REPO / "solutions" / "t1_attention.py", "bundle/starter/t1_attention.py")
-    result = grade_submission(archive, tmp_path / "out", CPU_TASKS, log=quiet)
+    result = grade_submission(archive, tmp_path / "out", replace(CPU_TASKS, select="naive and case0"), log=quiet)
     assert result.name == "alice" and result.tasks[0].score == pytest.approx(10.0)
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -95,7 +102,48 @@ def test_zip_with_nested_folder_and_missing_file(tmp_path):
     assert result.tasks[0].status == "missing_files" and "t1_attention.py" in result.tasks[0].reason
 
 
-def test_unreadable_submission_is_a_clear_error(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "grader.grade", str(tmp_path / "nope"), "--out", str(tmp_path)],
+def test_unreadable_submission_still_gets_results_and_exit_2(tmp_path):
+    bad = tmp_path / "bob.zip"
+    bad.write_bytes(b"PK\x03\x04" + b"\0" * 100)
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "grader.grade", str(bad), "--out", str(out), "--task", "t1",
+                           "--skip-preflight", "--allow-weak-isolation"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "not a readable zip" in proc.stderr or "neither a folder nor" in proc.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert results["score"] == 0 and "bob.zip" in results["output"]
+    missing = subprocess.run([sys.executable, "-m", "grader.grade", str(tmp_path / "nope"), "--out", str(out),
+                              "--task", "t1", "--skip-preflight"], cwd=REPO, capture_output=True, text=True)
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
+def test_csv_cells_are_never_formulas(tmp_path):
+    from grader.report import csv_cell
+
+    assert csv_cell("=HYPERLINK(1)") == "'=HYPERLINK(1)" and csv_cell("+1") == "'+1" and csv_cell("alice") == "alice"
+    folder = tmp_path / "=cmd|' -C calc'!A0"
+    folder.mkdir()
+    grade_submission(folder, tmp_path / "out", CPU_TASKS, log=quiet)
+    rows = list(csv.reader((tmp_path / "out" / "grades.csv").read_text().splitlines()))
+    assert rows[1][0].startswith("'=")
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this host has a GPU")
+def test_preflight_refuses_gpu_tasks_on_a_host_without_a_gpu(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "grader.grade", "solutions", "--out", str(tmp_path), "--task", "t2"],
                           cwd=REPO, capture_output=True, text=True)
-    assert proc.returncode == 2 and "does not exist" in proc.stderr
+    assert proc.returncode == 3 and "need a CUDA GPU" in proc.stderr, proc.stderr
+
+
+def test_weak_isolation_needs_an_explicit_flag():
+    config = replace(GradeConfig(), tasks=("t1",), preflight=False, isolation="process")
+    with pytest.raises(PreflightError, match="allow-weak-isolation"):
+        check_host(config, load_registry())
+    assert check_host(replace(config, allow_weak_isolation=True), load_registry()).isolation == sandbox.FALLBACK
+
+
+def test_the_process_fallback_grades_the_solutions(tmp_path):
+    config = replace(CPU_TASKS, isolation="process", select="naive and case0")
+    result = grade_submission(REPO / "solutions", tmp_path / "out", config, log=quiet)
+    assert result.tasks[0].score == pytest.approx(10.0)
+    assert result.grading["isolation"].startswith("process")

@@ -91,3 +91,27 @@ def test_pytest_rejects_a_test_with_an_unknown_task_marker(tmp_path):
     )
     assert proc.returncode != 0
     assert re.search(r"'t9'", proc.stdout + proc.stderr), proc.stdout + proc.stderr
+
+
+def test_hidden_shapes_are_fixed_edge_cases_plus_shapes_drawn_from_the_seed():
+    task = load_registry().task("t4")
+    first, again, other = task.hidden_shapes(11), task.hidden_shapes(11), task.hidden_shapes(12)
+    assert first == again and first != other, "the drawn shapes must follow the seed and only the seed"
+    assert first[: len(task.hidden.fixed)] == task.hidden.fixed
+    assert len(first) == len(task.hidden)
+    for shape in first[len(task.hidden.fixed):]:
+        for key, (lo, hi) in task.hidden.ranges.items():
+            assert lo <= shape[key] <= hi
+
+
+def test_a_malformed_draw_range_is_rejected(tmp_path):
+    path = write_variant(tmp_path, "draw = { count = 2, B = [1, 2], H = [1, 3], Lq = [1, 1500], Lk = [1, 1500] }",
+                         "draw = { count = 2, B = [2, 1], H = [1, 3], Lq = [1, 1500], Lk = [1, 1500] }")
+    with pytest.raises(RegistryError, match=r"hidden.draw.B"):
+        load_registry(path)
+
+
+def test_grading_limits_must_be_consistent(tmp_path):
+    path = write_variant(tmp_path, "timeout_s = 300\ntest_deadline_s = 60", "timeout_s = 30\ntest_deadline_s = 60")
+    with pytest.raises(RegistryError, match=r"test_deadline_s <= timeout_s"):
+        load_registry(path)

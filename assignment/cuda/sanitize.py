@@ -1,0 +1,93 @@
+"""``make sanitize T=t4``: run a task's kernels under compute-sanitizer, memcheck and racecheck.
+
+The grader runs the same two tools on the same launches (``sanitize_driver.cpp``: shapes that reach
+every path of the kit's host code, buffers allocated to their exact size), so a memory error or a
+shared-memory race shows up here first.
+
+    python -m assignment.cuda.sanitize --task t2|t3|t4|t5 [--tool memcheck|racecheck]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from assignment.cuda.compiler import CudaCompileError, CudaToolkitError, build, cache_dir, require_implemented
+from assignment.impl import student_file
+from assignment.registry import load_registry
+
+DRIVER_SOURCE = Path(__file__).resolve().parent / "sanitize_driver.cpp"
+TOOLS = ("memcheck", "racecheck")
+# The library a task's kernels live in, and the driver's arguments for it.
+TARGETS = {"t2": ("t2_softmax.cu", ["t2"]), "t3": ("t3_gemm.cu", ["t3"]),
+           "t4": ("t4_flash_attention.cu", ["t4", "0"]), "t5": ("t4_flash_attention.cu", ["t4", "1"])}
+
+
+class SanitizerMissing(RuntimeError):
+    """compute-sanitizer is not on PATH."""
+
+
+@dataclass
+class SanitizerResult:
+    tool: str
+    ok: bool
+    summary: str  # the sanitizer's summary line(s), or why it failed
+    output: str   # the tail of its output (for the instructor's log, or a student's own run)
+
+
+def driver() -> Path:
+    """Build (once per cache) the host program the sanitizer runs."""
+    digest = hashlib.sha1(DRIVER_SOURCE.read_bytes()).hexdigest()[:12]
+    path = cache_dir() / f"sanitize_driver_{digest}"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+        subprocess.run(["nvcc", "-O1", "-o", str(tmp), str(DRIVER_SOURCE), "-ldl"], check=True, capture_output=True)
+        os.replace(tmp, path)
+    return path
+
+
+def run(task: str, tool: str, library: Path, timeout_s: float = 600) -> SanitizerResult:
+    sanitizer = shutil.which("compute-sanitizer")
+    if sanitizer is None:
+        raise SanitizerMissing("compute-sanitizer is not on PATH (it ships with the CUDA toolkit)")
+    args = TARGETS[task][1]
+    proc = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "97", str(driver()), args[0], str(library),
+                           *args[1:]], capture_output=True, text=True, timeout=timeout_s)
+    output = (proc.stdout + proc.stderr)[-6000:]
+    summary = "\n".join(line for line in output.splitlines() if "SUMMARY" in line or "launches failed" in line)
+    clean = "ERROR SUMMARY: 0 errors" in output or "RACECHECK SUMMARY: 0 hazards" in output
+    return SanitizerResult(tool, proc.returncode == 0 and clean, summary or f"exit code {proc.returncode}", output)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", required=True, choices=sorted(TARGETS))
+    parser.add_argument("--tool", choices=TOOLS, action="append")
+    args = parser.parse_args(argv)
+    load_registry().task(args.task)
+    filename = TARGETS[args.task][0]
+    source = student_file(filename)
+    try:
+        require_implemented(source, ("t4", "t5") if args.task == "t5" else (args.task,))
+        library = build(source).library
+        failed = 0
+        for tool in args.tool or TOOLS:
+            result = run(args.task, tool, library)
+            print(f"== compute-sanitizer --tool {tool}: {'clean' if result.ok else 'ERRORS'}")
+            print(result.output if not result.ok else result.summary)
+            failed += not result.ok
+    except (NotImplementedError, CudaCompileError, CudaToolkitError, SanitizerMissing) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,313 @@
+"""The grader against the kit's own adversarial fixtures: known cheats and known honest bugs.
+
+    python -m grader.adversarial [--cpu | --gpu] [--only NAME ...] [--list]
+
+Each fixture in ``grader/fixtures/fixtures.toml`` is a submission (the reference solutions with one
+planted trick or bug, or a malformed submission) and what the grader must make of it: a status, a
+failed check of some kind, a score below full marks, a note, nothing leaked into the student's
+report, no process left behind. The runner grades each one through the real grader (``--cpu``: the
+ones that need no GPU, run in CI; ``--gpu``: the rest, run by grader/device_check.sh) and prints a
+table of the class, the defence and the verdict; it exits 1 when any fixture got through.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from assignment.registry import load_registry
+from grader.config import REPO_ROOT, GradeConfig
+from grader.grade import check_host, grade_submission
+from grader.scoring import SubmissionScore
+
+FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures"
+MANIFEST = FIXTURES_DIR / "fixtures.toml"
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+@dataclass
+class Fixture:
+    name: str
+    cls: str
+    task: str
+    defence: str
+    expect: dict
+    gpu: bool = False
+    file: str = ""
+    append: str = ""
+    replace: list = field(default_factory=list)
+    source: str = ""
+    rules: bool = True
+    select: str = ""
+    submission: str = ""   # a builder for a malformed submission (see BUILDERS)
+    timeout_scale: float = 1.0
+
+
+def load_fixtures(path: Path = MANIFEST) -> list[Fixture]:
+    raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    fixtures = []
+    for item in raw["fixture"]:
+        item = dict(item)
+        item["cls"] = item.pop("class")
+        fixtures.append(Fixture(**item))
+    return fixtures
+
+
+# --------------------------------------------------------------------------- building a submission
+
+
+def _graded_file(fixture: Fixture) -> str:
+    return fixture.file or load_registry().task(fixture.task).files[0]
+
+
+def planted_text(fixture: Fixture) -> str:
+    """The fixture's version of its graded file."""
+    name = _graded_file(fixture)
+    if fixture.source:
+        return (FIXTURES_DIR / fixture.source).read_text(encoding="utf-8")
+    text = (REPO_ROOT / "solutions" / name).read_text(encoding="utf-8")
+    for old, new in fixture.replace:
+        if old not in text:
+            raise ValueError(f"fixture {fixture.name}: {old[:60]!r} is not in solutions/{name} (update the fixture)")
+        text = text.replace(old, new, 1)
+    if fixture.append:
+        text = text.rstrip("\n") + "\n\n" + fixture.append.strip("\n") + "\n"
+    return text.replace("@REPO@", str(REPO_ROOT))
+
+
+def _solutions_copy(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in (REPO_ROOT / "solutions").iterdir():
+        if path.is_file():
+            shutil.copyfile(path, folder / path.name)
+
+
+def _zip(path: Path, entries: dict[str, bytes], **kwargs) -> Path:
+    with zipfile.ZipFile(path, "w", **kwargs) as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+    return path
+
+
+def _symlink_to(target: str):
+    def build(root: Path) -> Path:
+        folder = root / "alice"
+        folder.mkdir()
+        os.symlink(target, folder / "t1_attention.py")
+        return folder
+    return build
+
+
+def _zip_bomb(root: Path) -> Path:
+    # 64 MB of zeros that deflate to about 64 KB.
+    return _zip(root / "bomb.zip", {"t1_attention.py": b"\0" * (64 << 20)}, compression=zipfile.ZIP_DEFLATED)
+
+
+def _lying_zip(root: Path) -> Path:
+    # The same bomb, its declared size patched to 1 KB (what a size check that trusts the header sees).
+    path = _zip_bomb(root)
+    data = bytearray(path.read_bytes())
+    for header in (b"PK\x03\x04", b"PK\x01\x02"):
+        at = data.find(header)
+        size_at = at + (22 if header == b"PK\x03\x04" else 24)
+        data[size_at:size_at + 4] = (1024).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    return path
+
+
+def _corrupt_zip(root: Path) -> Path:
+    good = _zip(root / "good.zip", {"t1_attention.py": (REPO_ROOT / "solutions" / "t1_attention.py").read_bytes()})
+    path = root / "corrupt.zip"
+    data = good.read_bytes()
+    path.write_bytes(data[:30] + b"\xff" * 200 + data[230:])
+    return path
+
+
+def _encrypted_zip(root: Path) -> Path:
+    path = _zip(root / "secret.zip", {"t1_attention.py": b"x = 1\n"})
+    data = bytearray(path.read_bytes())
+    for header, flag_at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):
+        at = data.find(header)
+        data[at + flag_at] |= 0x1  # mark the entry encrypted
+    path.write_bytes(bytes(data))
+    return path
+
+
+def _unsupported_zip(root: Path) -> Path:
+    path = _zip(root / "odd.zip", {"t1_attention.py": b"x = 1\n"})
+    data = bytearray(path.read_bytes())
+    for header, method_at in ((b"PK\x03\x04", 8), (b"PK\x01\x02", 10)):
+        at = data.find(header)
+        data[at + method_at:at + method_at + 2] = (97).to_bytes(2, "little")  # no such compression method
+    path.write_bytes(bytes(data))
+    return path
+
+
+def _zip_symlink(root: Path) -> Path:
+    path = root / "links.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        info = zipfile.ZipInfo("t1_attention.py")
+        info.create_system = 3
+        info.external_attr = (0o120777 << 16)  # a symbolic link entry
+        archive.writestr(info, str(REPO_ROOT / "solutions" / "t1_attention.py"))
+    return path
+
+
+def _formula_name(root: Path) -> Path:
+    folder = root / "=HYPERLINK(\"http://x\")"
+    _solutions_copy(folder)
+    return folder
+
+
+BUILDERS = {
+    "symlink-passwd": _symlink_to("/etc/passwd"),
+    "symlink-solution": _symlink_to(str(REPO_ROOT / "solutions" / "t1_attention.py")),
+    "zip-bomb": _zip_bomb, "lying-zip": _lying_zip, "corrupt-zip": _corrupt_zip, "encrypted-zip": _encrypted_zip,
+    "unsupported-zip": _unsupported_zip, "zip-symlink": _zip_symlink, "formula-name": _formula_name,
+}
+
+
+def build_submission(fixture: Fixture, root: Path) -> Path:
+    if fixture.submission:
+        return BUILDERS[fixture.submission](root)
+    folder = root / fixture.name
+    _solutions_copy(folder)
+    (folder / _graded_file(fixture)).write_text(planted_text(fixture), encoding="utf-8")
+    return folder
+
+
+# --------------------------------------------------------------------------- judging the result
+
+
+def _processes_with(marker: str) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if marker in cmdline:
+                found.append(f"{entry.name}: {cmdline.strip()}")
+    return found
+
+
+def judge(fixture: Fixture, result: SubmissionScore, out: Path) -> list[str]:
+    """What went wrong (empty: the grader did what the fixture expects)."""
+    expect = fixture.expect
+    (ts,) = [t for t in result.tasks if t.task.id == fixture.task]
+    problems = []
+    kinds = {t.check.get("kind") for t in (ts.run.tests if ts.run else []) if t.outcome == "failed"}
+    texts = json.dumps(json.loads((out / "results.json").read_text())) + (out / "report.html").read_text()
+    notes = " ".join(result.notes + ts.notes)
+    if "status" in expect and ts.status != expect["status"]:
+        problems.append(f"status {ts.status!r}, expected {expect['status']!r} ({ts.reason[:200]})")
+    if expect.get("below_full") and ts.score >= ts.max_score - 1e-9:
+        problems.append(f"scored full marks ({ts.score:g})")
+    if expect.get("zero") and ts.score > 1e-9:
+        problems.append(f"scored {ts.score:g}, expected 0")
+    if expect.get("full") and ts.status == "ran" and ts.score < ts.max_score - 1e-9:
+        problems.append(f"scored {ts.score:g} of {ts.max_score:g}, expected full marks")
+    if "kind" in expect and expect["kind"] not in kinds:
+        problems.append(f"no failed check of kind {expect['kind']!r} (kinds: {sorted(k for k in kinds if k)})")
+    if "performance_at_least" in expect and ts.performance < expect["performance_at_least"] - 1e-9:
+        problems.append(f"performance {ts.performance:g}, expected at least {expect['performance_at_least']:g}")
+    if "rule_zero" in expect:
+        earned = [t.score for t in ts.tests if "performance" in t.tags and expect["rule_zero"] in t.name]
+        if not earned or any(e > 0 for e in earned):
+            problems.append(f"the timing rule '{expect['rule_zero']}' earned {earned}, expected 0")
+    for text in expect.get("output_contains", []):
+        if text not in texts:
+            problems.append(f"the student's report does not say {text!r}")
+    for text in expect.get("output_lacks", []):
+        if text in texts:
+            problems.append(f"the student's report leaks {text!r}")
+    if "note" in expect and expect["note"] not in notes:
+        problems.append(f"no note containing {expect['note']!r} (notes: {notes[:300]!r})")
+    for marker in expect.get("no_process", []):
+        left = _processes_with(marker)
+        if left:
+            problems.append(f"processes left behind: {left[:3]}")
+    for path in (p.replace("@REPO@", str(REPO_ROOT)) for p in expect.get("no_file", [])):
+        if Path(path).exists():
+            problems.append(f"the submission planted {path}")
+            Path(path).unlink()
+    return problems
+
+
+@dataclass
+class Verdict:
+    fixture: Fixture
+    problems: list[str]
+    score: str
+    seconds: float
+
+    @property
+    def caught(self) -> bool:
+        return not self.problems
+
+
+def run_fixture(fixture: Fixture, config: GradeConfig, work: Path, host) -> Verdict:
+    root = work / fixture.name
+    root.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    submission = build_submission(fixture, root)
+    fixture_config = replace(config, tasks=(fixture.task,), select=fixture.select, python_rules=fixture.rules,
+                             timeout_scale=config.timeout_scale * fixture.timeout_scale)
+    out = root / "out"
+    result = grade_submission(submission, out, fixture_config, log=lambda *a, **k: None, host=host)
+    (ts,) = [t for t in result.tasks if t.task.id == fixture.task]
+    return Verdict(fixture, judge(fixture, result, out), f"{ts.score:g}/{ts.max_score:g} {ts.status}",
+                   time.monotonic() - started)
+
+
+def run_all(fixtures: list[Fixture], config: GradeConfig | None = None, log=print) -> list[Verdict]:
+    config = config or replace(GradeConfig(), preflight=False, seed=20261122)
+    host = check_host(config, load_registry())
+    verdicts = []
+    with tempfile.TemporaryDirectory(prefix="kit-adversarial-") as tmp:
+        for fixture in fixtures:
+            verdict = run_fixture(fixture, config, Path(tmp), host)
+            verdicts.append(verdict)
+            mark = "caught" if verdict.caught else "GOT THROUGH"
+            log(f"{mark:<12} {fixture.name:<28} {fixture.task} {verdict.score:<22} {verdict.seconds:5.1f} s  "
+                f"[{fixture.cls}] {fixture.defence}" + ("" if verdict.caught else f"\n    {verdict.problems}"))
+    return verdicts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--cpu", action="store_true", help="only the fixtures that need no GPU")
+    which.add_argument("--gpu", action="store_true", help="only the fixtures that need a GPU")
+    parser.add_argument("--only", nargs="*", default=[])
+    parser.add_argument("--list", action="store_true")
+    args = parser.parse_args(argv)
+    fixtures = load_fixtures()
+    if args.cpu or args.gpu:
+        fixtures = [f for f in fixtures if f.gpu == args.gpu]
+    if args.only:
+        fixtures = [f for f in fixtures if f.name in args.only]
+    if args.list:
+        for f in fixtures:
+            print(f"{f.name:<28} {f.task} {'gpu' if f.gpu else 'cpu'} [{f.cls}] {f.defence}")
+        return 0
+    verdicts = run_all(fixtures)
+    missed = [v for v in verdicts if not v.caught]
+    print(f"\n{len(verdicts) - len(missed)}/{len(verdicts)} fixtures caught")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

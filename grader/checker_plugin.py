@@ -1,0 +1,135 @@
+"""The grader's pytest plugin, loaded into every hidden-suite process (``-p grader.checker_plugin``).
+
+That process is the checker: it owns the inputs, the expected outputs, the comparisons and the
+timing, and never imports student code (Python runs in the sandboxed worker; CUDA is the kit's host
+code around the student's device code). This plugin makes what it reports complete and precise:
+
+* the ids of every test it collected go to ``KIT_COLLECTED_FILE`` before any runs, so the runner
+  counts a test that never reported as a failure, never as absent;
+* a watchdog ends the process when one check runs past its deadline (``KIT_TEST_DEADLINE_S``, or a
+  test's ``deadline`` marker), writing which check hung to ``KIT_EVENTS_FILE``: a hang costs that
+  deadline, not the task's whole budget;
+* each failure's kind and a summary that tells its size but not the inputs go into the JSON report
+  (``check`` metadata), with the public test or make target that reproduces it (``reproduce`` marker);
+* a CUDA fault that poisons the context (illegal address, trap, launch failure), or a student worker
+  that hangs or dies, ends the session at once with an event: the task scores zero with that reason
+  instead of failing every later check the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from assignment.checks import CheckFailure
+
+CUDA_FAULT = re.compile(r"illegal memory access|illegal instruction|misaligned address|unspecified launch failure|"
+                        r"device-side assert|an illegal|launch timed out|cudaErrorLaunchFailure|CUDA error: unspecified",
+                        re.IGNORECASE)
+HANG_EXIT_CODE = 86
+_PATH = re.compile(r"(?:/[\w.@+-]+)+/([\w.@+-]+)")
+SUMMARY_CHARS = 400
+
+
+def scrub(text: str, limit: int = SUMMARY_CHARS) -> str:
+    """One line, no directories (only file names), at most ``limit`` characters."""
+    text = _PATH.sub(r"\1", " ".join(str(text).split()))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _event(kind: str, **fields) -> None:
+    path = os.environ.get("KIT_EVENTS_FILE")
+    if path:
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(json.dumps({"event": kind, **fields}) + "\n")
+
+
+def classify(exc: BaseException) -> dict:
+    """What the grader may tell a student about a failed check."""
+    from grader.isolation.client import WorkerFailure
+
+    if isinstance(exc, CheckFailure):
+        return {"kind": exc.kind, "summary": scrub(exc.summary)}
+    if isinstance(exc, WorkerFailure):
+        kind = {"killed": "crash", "missing": "import", "result": "shape", "protocol": "crash"}.get(exc.kind, exc.kind)
+        summary = str(exc)
+        if exc.kind in ("import", "exception") and exc.detail:
+            summary += " | " + exc.detail.strip().splitlines()[-1] if exc.detail.strip() else ""
+        return {"kind": kind, "summary": scrub(summary, 1200 if kind == "import" else SUMMARY_CHARS)}
+    if isinstance(exc, NotImplementedError):
+        return {"kind": "not_implemented", "summary": str(exc).splitlines()[0] if str(exc) else "not implemented"}
+    name = type(exc).__name__
+    if name == "ImpossibleTimeError":
+        return {"kind": "impossible_time", "summary": scrub(str(exc))}
+    if CUDA_FAULT.search(str(exc)):
+        return {"kind": "memory_error", "summary": scrub(f"{name}: {exc}")}
+    if isinstance(exc, AssertionError):
+        return {"kind": "mismatch", "summary": "a check failed"}
+    return {"kind": "exception", "summary": scrub(f"{name}: {exc}")}
+
+
+class _Watchdog:
+    def __init__(self, default_s: float):
+        self.default_s = default_s
+        self.current: tuple[str, float, float] | None = None  # nodeid, started, deadline
+        thread = threading.Thread(target=self._run, daemon=True)
+        thread.start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(0.25)
+            current = self.current
+            if current and time.monotonic() - current[1] > current[2]:
+                _event("hang", nodeid=current[0], seconds=round(current[2]))
+                os._exit(HANG_EXIT_CODE)
+
+
+_watchdog: _Watchdog | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _watchdog
+    deadline = os.environ.get("KIT_TEST_DEADLINE_S")
+    if deadline:
+        _watchdog = _Watchdog(float(deadline))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    path = os.environ.get("KIT_COLLECTED_FILE")
+    if path:
+        Path(path).write_text(json.dumps([item.nodeid for item in session.items]))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    if _watchdog is not None:
+        marker = item.get_closest_marker("deadline")
+        limit = float(marker.args[0]) if marker else _watchdog.default_s
+        _watchdog.current = (item.nodeid, time.monotonic(), limit)
+    yield
+    if _watchdog is not None:
+        _watchdog.current = None
+
+
+def pytest_json_runtest_metadata(item: pytest.Item, call) -> dict:
+    marker = item.get_closest_marker("reproduce")
+    extra = {"reproduce": marker.args[0]} if marker else {}
+    if call.excinfo is None or call.excinfo.errisinstance(pytest.skip.Exception):
+        return extra if call.when == "call" else {}
+    exc = call.excinfo.value
+    check = classify(exc)
+    if check["kind"] == "memory_error" and not isinstance(exc, CheckFailure):
+        _event("cuda_fault", nodeid=item.nodeid, summary=check["summary"])
+        item.session.shouldstop = "a CUDA fault poisoned the context"
+    elif type(exc).__name__ == "WorkerFailure" and exc.kind in ("timeout", "crash", "killed", "protocol"):
+        # The student's process hung or died: the task ends here (scored zero, with this reason).
+        _event("hang" if exc.kind == "timeout" else "worker_crash", nodeid=item.nodeid, summary=check["summary"],
+               seconds=round(getattr(exc, "seconds", 0) or 0))
+        item.session.shouldstop = "the student's code hung or crashed"
+    return {**extra, "check": check}

@@ -1,0 +1,51 @@
+"""What every hidden suite shares: its cases for this grading, the sanitizer, local-memory and timing checks.
+
+Hidden checks are the public checks' kinds on more shapes and seeds. Each failure raises a
+``CheckFailure`` with its kind, so the grader can tell a student what went wrong without the inputs.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from assignment.checks import require
+from assignment.cuda import sanitize
+from assignment.cuda.compiler import build, require_implemented
+from assignment.cuda.kernels import Kernels
+from assignment.impl import student_file
+from assignment.pytest_plugin import grading_seed
+from assignment.registry import Task
+from assignment.testing import local_memory_of, run_timing_rule
+from grader.hidden.workloads import workload
+
+
+def cases(task: Task) -> list:
+    """The task's hidden shapes for this grading (fixed edge cases, then shapes drawn from the seed)."""
+    return [pytest.param(shape, id=f"case{i}") for i, shape in enumerate(task.hidden_shapes(grading_seed()))]
+
+
+def check_sanitizer(task_id: str, tool: str) -> None:
+    filename = sanitize.TARGETS[task_id][0]
+    source = student_file(filename)
+    require_implemented(source, ("t4", "t5") if task_id == "t5" else (task_id,))
+    if shutil.which("compute-sanitizer") is None:
+        pytest.skip("compute-sanitizer is not on PATH on this host")
+    result = sanitize.run(task_id, tool, build(source, quiet=True).library)
+    require(result.ok, "memory_error", f"compute-sanitizer --tool {tool} reported errors:\n{result.output[-2500:]}",
+            f"compute-sanitizer --tool {tool} found {'races' if tool == 'racecheck' else 'memory errors'}")
+
+
+def check_local_memory(filename: str, tasks: tuple[str, ...]) -> None:
+    used, limit = local_memory_of(filename, tasks)
+    require(used <= limit, "structure",
+            f"a kernel uses {used} bytes of local memory per thread (limit {limit}): scores or rows kept per "
+            "thread in local memory are the matrix the task must not build",
+            f"a kernel keeps {used} bytes per thread in local memory (limit {limit})")
+
+
+def time_rule(task: Task, rule, record: dict, **measure_kwargs) -> None:
+    work = workload(task.id, rule, Kernels(), task.tol("float32"))
+    run_timing_rule(rule, work.candidates(), work.make_inputs, check=work.check, flops=work.flops,
+                    bytes_moved=work.bytes_moved, record=record, **measure_kwargs)

@@ -1,0 +1,1 @@
+"""Running untrusted student code: the sandbox, the worker inside it and the checker's client."""

@@ -1,0 +1,445 @@
+"""The checker's side of the worker: student Python runs only in a sandboxed process it talks to.
+
+Hidden tests use ``student_module("t1_attention.py")`` where public tests import the file. The object
+it returns looks like the module: ``student.naive_attention(q, k, v, causal=True)`` sends the tensors
+to the worker as plain data, waits (with a timeout), checks the reply and returns plain tensors on
+the inputs' device. Nothing the student wrote runs in this process.
+
+``memory_probe`` measures, from outside the worker, how much memory one call made it use: it resets
+the worker's peak-RSS counter (``/proc/<pid>/clear_refs``) just before the call and reads it
+(``VmHWM``) after. The worker cannot switch that counter off: it is the kernel's, and a CPU-only
+worker's /proc is read-only inside the sandbox.
+
+Configuration comes from ``KIT_WORKER_CONFIG`` (a JSON file the grader's runner writes). Without
+it (the hidden tests run directly with pytest) the worker runs ``IMPL``'s files with the best
+isolation this host has.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import math
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from grader.isolation import sandbox
+from grader.isolation.worker import ProtocolError, read_frame, write_frame
+
+WORKER_SOURCE = Path(__file__).resolve().parent / "worker.py"
+LOG_KEEP_BYTES = 32 * 1024  # of the worker's stderr: the first and the last this many bytes
+
+
+@lru_cache(maxsize=1)
+def _kit_dir() -> Path:
+    """A private folder holding only worker.py: what the sandbox mounts at /kit (not the grader's package)."""
+    folder = Path(tempfile.mkdtemp(prefix="kit-worker-"))
+    shutil.copyfile(WORKER_SOURCE, folder / "worker.py")
+    folder.chmod(0o755)
+    (folder / "worker.py").chmod(0o644)
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+class WorkerFailure(RuntimeError):
+    """A call did not produce a usable result. ``kind`` says how (the checker reports it)."""
+
+    def __init__(self, kind: str, message: str, detail: str = ""):
+        super().__init__(message)
+        self.kind, self.detail = kind, detail
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    student_dir: Path
+    isolation: str = sandbox.FULL
+    bwrap: str | None = None
+    call_timeout_s: float = 120.0
+    start_timeout_s: float = 120.0
+    memory_cap_bytes: int = 8 * 2**30    # the worker is killed past this resident size
+    max_result_bytes: int = 4 * 2**30
+    forbidden: tuple[str, ...] = ()       # the task's forbidden names: tripwires in the worker
+    deny: tuple[str, ...] = ()
+    limits: sandbox.Limits = field(default_factory=sandbox.Limits)
+
+    @classmethod
+    def from_environment(cls) -> "WorkerConfig":
+        path = os.environ.get("KIT_WORKER_CONFIG")
+        if path:
+            raw = json.loads(Path(path).read_text())
+            limits = sandbox.Limits(**raw.pop("limits", {}))
+            return cls(student_dir=Path(raw.pop("student_dir")), limits=limits,
+                       forbidden=tuple(raw.pop("forbidden", ())), deny=tuple(raw.pop("deny", ())), **raw)
+        from assignment.impl import REPO_ROOT, student_dir
+
+        level, _ = sandbox.best_isolation()
+        return cls(student_dir=student_dir(), isolation=level, deny=(str(REPO_ROOT),))
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "student_dir": str(self.student_dir), "isolation": self.isolation, "bwrap": self.bwrap,
+            "call_timeout_s": self.call_timeout_s, "start_timeout_s": self.start_timeout_s,
+            "memory_cap_bytes": self.memory_cap_bytes, "max_result_bytes": self.max_result_bytes,
+            "forbidden": list(self.forbidden), "deny": list(self.deny), "limits": self.limits.__dict__,
+        }, indent=1)
+
+
+class _CappedLog:
+    """Keeps the head and the tail of a stream, counts the rest."""
+
+    def __init__(self, stream):
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+        self.thread = threading.Thread(target=self._drain, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _drain(self, stream) -> None:
+        while chunk := stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536):
+            self.total += len(chunk)
+            room = LOG_KEEP_BYTES - len(self.head)
+            if room > 0:
+                self.head += chunk[:room]
+                chunk = chunk[room:]
+            self.tail = (self.tail + chunk)[-LOG_KEEP_BYTES:]
+
+    def text(self) -> str:
+        dropped = self.total - len(self.head) - len(self.tail)
+        middle = f"\n[... {dropped} bytes not kept ...]\n" if dropped > 0 else ""
+        return (bytes(self.head).decode(errors="replace") + middle + bytes(self.tail).decode(errors="replace"))
+
+
+def _status_kib(pid: int, field_name: str) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+class Worker:
+    """One sandboxed worker process (started on first use, restarted after a crash or a timeout)."""
+
+    def __init__(self, config: WorkerConfig, gpu: bool):
+        self.config, self.gpu = config, gpu
+        self.proc: subprocess.Popen | None = None
+        self.log: _CappedLog | None = None
+        self.pid: int | None = None        # the worker's pid on this host (inside bwrap's namespace)
+        self.init_pid: int | None = None   # bwrap's process that is pid 1 in the sandbox
+        self.next_id = 0
+        self.killed_for = ""
+        self.info: dict = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ lifecycle
+    def spec(self) -> sandbox.SandboxSpec:
+        from assignment.impl import REPO_ROOT
+
+        deny = tuple(Path(p) for p in self.config.deny) or (REPO_ROOT,)
+        return sandbox.SandboxSpec(student_dir=self.config.student_dir, kit_dir=_kit_dir(), gpu=self.gpu,
+                                   isolation=self.config.isolation, bwrap=self.config.bwrap,
+                                   limits=self.config.limits, deny=deny, allow=(Path(sys.prefix),))
+
+    def start(self) -> None:
+        spec = self.spec()
+        worker_config = {"forbidden": list(self.config.forbidden), "max_payload": self.config.max_result_bytes}
+        argv = sandbox.command(spec, worker_config)
+        info_r = info_w = None
+        if spec.isolation == sandbox.FULL:
+            info_r, info_w = os.pipe()
+            argv = [argv[0], "--info-fd", str(info_w), *argv[1:]]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=sandbox.environment_for_launcher(spec), preexec_fn=sandbox.limit_child(spec),
+                                     pass_fds=(info_w,) if info_w is not None else ())
+        self.log = _CappedLog(self.proc.stderr)
+        self.killed_for = ""
+        if info_w is not None:
+            os.close(info_w)
+            self.init_pid = self._read_info(info_r)
+            os.close(info_r)
+            self.pid = self._wait_for_child(self.init_pid)
+        else:
+            self.pid = self.proc.pid
+        self._watch = threading.Thread(target=self._watch_memory, args=(self.proc,), daemon=True)
+        self._watch.start()
+        self.info = self._request({"op": "hello"}, b"", timeout=self.config.start_timeout_s)[0]
+
+    def _read_info(self, fd: int) -> int | None:
+        ready, _, _ = select.select([fd], [], [], self.config.start_timeout_s)
+        if not ready:
+            return None
+        data = b""
+        while chunk := os.read(fd, 4096):
+            data += chunk
+            try:
+                return int(json.loads(data)["child-pid"])
+            except (ValueError, KeyError):
+                continue
+        return None
+
+    def _wait_for_child(self, init_pid: int | None) -> int | None:
+        if init_pid is None:
+            return None
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            kids = _children(init_pid)
+            if kids:
+                return kids[0]
+            time.sleep(0.005)
+        return None
+
+    def stop(self, reason: str = "") -> None:
+        if self.proc is None:
+            return
+        if reason:
+            self.killed_for = reason
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self.proc = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _sandbox_pids(self) -> list[int]:
+        if self.init_pid is None:
+            return [self.pid] if self.pid else []
+        pids, todo = [], [self.init_pid]
+        while todo:
+            pid = todo.pop()
+            pids.append(pid)
+            todo.extend(_children(pid))
+        return pids
+
+    def _watch_memory(self, proc: subprocess.Popen) -> None:
+        cap_kib = self.config.memory_cap_bytes // 1024
+        while proc.poll() is None:
+            rss = sum(_status_kib(pid, "VmRSS") or 0 for pid in self._sandbox_pids())
+            if rss > cap_kib:
+                self.stop(f"used {rss * 1024 / 2**30:.1f} GiB of memory (the limit is "
+                          f"{self.config.memory_cap_bytes / 2**30:.0f} GiB)")
+                return
+            time.sleep(0.1)
+
+    # ------------------------------------------------------------------ requests
+    def _request(self, header: dict, payload: bytes, timeout: float) -> tuple[dict, bytes]:
+        if not self.alive():
+            raise WorkerFailure("crash", "the worker is not running")
+        self.next_id += 1
+        header = dict(header, id=self.next_id)
+        try:
+            write_frame(self.proc.stdin, header, payload)
+        except (BrokenPipeError, OSError):
+            raise self._died() from None
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        while True:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([fd], [], [], max(0.0, left))
+            if not ready:
+                self.stop(f"took longer than {timeout:.0f} s")
+                raise WorkerFailure("timeout", f"the call took longer than {timeout:.0f} s (an infinite loop?)")
+            try:
+                reply, data = read_frame(self.proc.stdout, self.config.max_result_bytes)
+            except (EOFError, OSError):
+                raise self._died() from None
+            except (ProtocolError, ValueError) as exc:
+                self.stop("protocol error")
+                raise WorkerFailure("protocol", f"the worker's reply could not be read ({exc})") from None
+            if reply.get("id") == header["id"]:
+                return reply, data
+            # A stale or forged frame: the worker's own replies always carry the request's id.
+            self.stop("out-of-order reply")
+            raise WorkerFailure("protocol", "the worker sent a reply to no request (something wrote to its channel)")
+
+    def _died(self) -> WorkerFailure:
+        code = self.proc.wait(timeout=10) if self.proc else None
+        self.proc = None
+        if self.killed_for:
+            return WorkerFailure("killed", f"the worker was stopped: it {self.killed_for}")
+        if code is not None and code < 0:
+            why = f"signal {-code}"
+        elif code is not None and code > 128 and self.init_pid is not None:
+            why = f"signal {code - 128}"  # bubblewrap exits with 128 + the signal that ended the worker
+        else:
+            why = f"exit code {code}"
+        return WorkerFailure("crash", f"the student's code crashed the worker ({why})", self.log.text() if self.log else "")
+
+    def call(self, filename: str, function: str, args: tuple, kwargs: dict, *, track: bool = False,
+             measure_memory: bool = False) -> "CallResult":
+        with self._lock:
+            if not self.alive():
+                self.start()
+            tensors: dict[str, torch.Tensor] = {}
+            device = _device_of(args, kwargs)
+            request = {"op": "call", "file": filename, "function": function, "device": device, "track": track,
+                       "args": _encode(list(args), tensors), "kwargs": _encode(dict(kwargs), tensors)}
+            from safetensors.torch import save
+
+            payload = save(tensors) if tensors else b""
+            baseline = None
+            if measure_memory:
+                baseline = self._reset_peak()
+            started = time.monotonic()
+            reply, data = self._request(request, payload, self.config.call_timeout_s)
+            seconds = time.monotonic() - started
+            peak = None
+            if measure_memory and baseline is not None:
+                hwm = _status_kib(self.pid, "VmHWM")
+                peak = None if hwm is None else max(0, hwm - baseline) * 1024
+            if not reply.get("ok"):
+                error = reply.get("error") or {}
+                raise WorkerFailure(str(error.get("kind", "exception")), _error_text(error),
+                                    str(error.get("traceback", ""))[-4000:])
+            from safetensors.torch import load
+
+            received = load(data) if data else {}
+            value = _decode(reply.get("result"), received, device)
+            return CallResult(value, peak, reply.get("largest"), seconds)
+
+    def _reset_peak(self) -> int | None:
+        if self.pid is None:
+            return None
+        try:
+            Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+        except OSError:
+            return None
+        return _status_kib(self.pid, "VmRSS")
+
+
+@dataclass
+class CallResult:
+    value: object
+    peak_bytes: int | None          # resident memory the call added (None: not measured)
+    largest: dict | None            # the worker's own report of its largest tensor (informative only)
+    seconds: float
+
+
+def _error_text(error: dict) -> str:
+    kind, name, message = error.get("kind", ""), error.get("type", "Error"), str(error.get("message", ""))
+    if kind == "forbidden":
+        return f"called {message}, which this task forbids"
+    return f"{name}: {message}"[:4000]
+
+
+def _device_of(args, kwargs) -> str:
+    for value in list(args) + list(kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            return str(value.device)
+    return "cpu"
+
+
+def _encode(value, tensors: dict):
+    if isinstance(value, torch.Tensor):
+        name = f"a{len(tensors)}"
+        tensors[name] = value.detach().to("cpu").contiguous().clone()
+        return {"$t": name}
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"$float": repr(value)}
+    if isinstance(value, (list, tuple)):
+        return [_encode(v, tensors) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _encode(v, tensors) for k, v in value.items()}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"cannot send a {type(value).__name__} to the worker")
+
+
+class ResultTypeError(WorkerFailure):
+    pass
+
+
+def _decode(value, tensors: dict, device: str):
+    if isinstance(value, dict):
+        if "$t" in value:
+            name = value["$t"]
+            if name not in tensors:
+                raise WorkerFailure("result", "the reply refers to a tensor it does not carry")
+            declared = str(value.get("type", "torch.Tensor"))
+            if declared != "torch.Tensor":
+                raise ResultTypeError("result", f"returned a {declared.rsplit('.', 1)[-1]}, not a plain torch.Tensor")
+            if str(value.get("device", device)) != device:
+                raise ResultTypeError("result", f"returned a tensor on {value.get('device')}, but the inputs were on "
+                                                f"{device}")
+            return tensors[name].to(device)
+        if "$tuple" in value or "$list" in value:
+            items = [_decode(v, tensors, device) for v in value.get("$tuple", value.get("$list", []))]
+            return tuple(items) if "$tuple" in value else items
+        if "$float" in value:
+            return float(value["$float"])
+        if "$other" in value:
+            what = str(value["$other"]).rsplit(".", 1)[-1]
+            raise ResultTypeError("result", f"returned a {what}, not a plain torch.Tensor" if value.get("subclass")
+                                  else f"returned a {what}, not a tensor")
+    return value
+
+
+class StudentModule:
+    """Stands in for a student's Python module: attribute access gives functions that call the worker."""
+
+    def __init__(self, filename: str, worker: Worker):
+        self._filename, self._worker = filename, worker
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def call(*args, **kwargs):
+            return self._worker.call(self._filename, name, args, kwargs).value
+        call.__name__ = name
+        return call
+
+    def call(self, function: str, *args, track: bool = False, measure_memory: bool = False, **kwargs) -> CallResult:
+        """Like ``student.function(...)``, with the measurements: ``.value``, ``.peak_bytes``, ``.largest``."""
+        return self._worker.call(self._filename, function, args, kwargs, track=track, measure_memory=measure_memory)
+
+    @property
+    def worker(self) -> Worker:
+        return self._worker
+
+
+_workers: dict[tuple, Worker] = {}
+
+
+def student_module(filename: str, *, gpu: bool | None = None, forbidden: tuple[str, ...] | None = None) -> StudentModule:
+    """The student's ``filename`` behind a sandboxed worker (one worker per GPU/CPU kind, reused)."""
+    config = WorkerConfig.from_environment()
+    if forbidden is not None:
+        config = replace(config, forbidden=tuple(forbidden))
+    use_gpu = torch.cuda.is_available() if gpu is None else gpu and torch.cuda.is_available()
+    key = (config.to_json(), use_gpu)
+    if key not in _workers:
+        _workers[key] = Worker(config, use_gpu)
+    return StudentModule(filename, _workers[key])
+
+
+@atexit.register
+def _stop_all() -> None:
+    for worker in _workers.values():
+        worker.stop()

@@ -1,0 +1,244 @@
+"""Start a program that runs untrusted student Python, isolated from the grader.
+
+Two levels, and the grader records which one ran:
+
+``bwrap`` (full): Debian's bubblewrap. The program sees a read-only view of only what it needs (the
+system's /usr and a few /etc files, the Python installation and its site packages, the driver
+libraries, the submission's files at /submission and the worker script at /kit) and a private /tmp;
+no network, its own PID, IPC and UTS namespaces, a scrubbed environment; it dies with the grader and
+takes every process it started with it (its PID namespace ends). The instructor's tree, the hidden
+tests, the outputs and the CUDA caches are simply not there. When the grader runs as root the worker
+drops to an unprivileged uid (65534) before anything of the student's runs; otherwise bubblewrap maps
+the grader's own uid in a user namespace. GPU workers get the device nodes, /sys and a writable /proc
+(the driver needs it); CPU-only workers get a read-only /proc (so a program cannot reset the peak
+memory counter the grader reads) and no GPU.
+
+``process`` (fallback, where bubblewrap is missing or user namespaces are off): a child process in
+its own session with the same rlimits and scrubbed environment, as the grader's own user (the
+interpreter may live where an unprivileged uid cannot read it); it can read the file system and
+reach the network, and nothing kills what it detaches. Grading untrusted submissions at this level
+needs an explicit flag.
+
+rlimits at both levels: CPU time, processes, file size, open files, no core dumps, and address space
+for CPU-only workers. ``bwrap`` is found on PATH or through ``KIT_BWRAP`` (a wrapper script is fine:
+the GPU hosts carry Debian's bubblewrap unpacked in /tmp with its own LD_LIBRARY_PATH).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import site
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+FULL, FALLBACK = "bwrap", "process"
+SANDBOX_UID = 65534  # nobody
+SUBMISSION_MOUNT = "/submission"
+KIT_MOUNT = "/kit"
+# Passed through when set: what the CUDA driver and PyTorch need to find the GPU. Nothing else leaks.
+PASSTHROUGH_ENV = ("LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
+                   "CUDA_MODULE_LOADING")
+ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/passwd",
+             "/etc/group", "/etc/nsswitch.conf", "/etc/localtime")
+SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/bin", "/sbin")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-worker limits. Defaults are stated once, here."""
+    cpu_seconds: int = 900            # CPU time of the whole worker (threads included)
+    processes: int = 256              # processes and threads of the sandbox user
+    file_bytes: int = 64 * 2**20      # largest file it may write (its /tmp is private anyway)
+    open_files: int = 1024
+    address_space_bytes: int = 16 * 2**30  # CPU-only workers; CUDA reserves far more address space
+    tmp_bytes: int = 256 * 2**20      # size of the private /tmp
+    threads: int = 4                  # OMP/MKL threads (results must not depend on the host's core count)
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    student_dir: Path
+    kit_dir: Path                     # holds worker.py; mounted read-only at /kit
+    gpu: bool
+    isolation: str = FULL
+    bwrap: str | None = None          # path of bwrap (or a wrapper); None: find it
+    limits: Limits = field(default_factory=Limits)
+    deny: tuple[Path, ...] = ()       # never mounted even when on sys.path (the instructor tree, outputs)
+    allow: tuple[Path, ...] = ()      # mounted although under a denied path (a venv inside the repo)
+
+
+class SandboxUnavailable(RuntimeError):
+    """Full isolation was asked for and cannot run here; the message says why."""
+
+
+# --------------------------------------------------------------------------- what this host can do
+
+
+def find_bwrap(setting: str | None = None) -> str | None:
+    candidate = setting or os.environ.get("KIT_BWRAP") or shutil.which("bwrap")
+    if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+        return candidate
+    return None
+
+
+@lru_cache(maxsize=None)
+def probe(bwrap: str | None) -> tuple[bool, str]:
+    """(True, version) when bubblewrap can start a sandbox here, else (False, why)."""
+    if bwrap is None:
+        return False, "bubblewrap (bwrap) is not installed: apt-get install bubblewrap, or set KIT_BWRAP"
+    args = [bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--die-with-parent"]
+    if os.geteuid() != 0:
+        args.append("--unshare-user")
+    try:
+        proc = subprocess.run(args + ["true"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"{bwrap} could not start: {exc}"
+    if proc.returncode != 0:
+        return False, f"{bwrap} cannot create namespaces here: {proc.stderr.strip()[:300]}"
+    version = subprocess.run([bwrap, "--version"], capture_output=True, text=True).stdout.strip()
+    return True, version or "bubblewrap"
+
+
+def best_isolation(bwrap_setting: str | None = None) -> tuple[str, str]:
+    """(level, detail): the strongest isolation this host offers, and why not more."""
+    ok, detail = probe(find_bwrap(bwrap_setting))
+    return (FULL, detail) if ok else (FALLBACK, detail)
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def _under(path: str, roots: list[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _python_paths() -> list[str]:
+    paths = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))]
+    paths += site.getsitepackages() + [p for p in sys.path if p]
+    return paths
+
+
+def _mounts(spec: SandboxSpec) -> tuple[list[str], list[str]]:
+    """bwrap arguments for the read-only view, and the sys.path entries it keeps."""
+    args: list[str] = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for path in ETC_FILES:
+        if os.path.exists(path):
+            args += ["--ro-bind", path, path]
+    deny = [os.path.realpath(p) for p in spec.deny]
+    allow = [os.path.realpath(p) for p in spec.allow]
+    bound = ["/usr"]
+    made: set[str] = {"/"}
+    wanted = _python_paths() + [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p]
+    kept_sys_path: list[str] = []
+    for path in sorted({os.path.realpath(p) for p in wanted if os.path.isdir(p)}, key=len):
+        if _under(path, bound):
+            continue
+        if _under(path, deny) and not _under(path, allow):
+            continue
+        parents = []
+        parent = Path(path).parent
+        while str(parent) not in made and str(parent) != "/":
+            parents.append(str(parent))
+            parent = parent.parent
+        for directory in reversed(parents):
+            args += ["--perms", "0755", "--dir", directory]
+            made.add(directory)
+        args += ["--ro-bind", path, path]
+        bound.append(path)
+    for entry in sys.path:
+        real = os.path.realpath(entry) if entry else ""
+        if real and _under(real, bound) and not (_under(real, deny) and not _under(real, allow)):
+            kept_sys_path.append(real)
+    return args, kept_sys_path
+
+
+def worker_environment(spec: SandboxSpec) -> dict[str, str]:
+    env = {
+        "PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1", "OMP_NUM_THREADS": str(spec.limits.threads),
+        "MKL_NUM_THREADS": str(spec.limits.threads),
+    }
+    for name in PASSTHROUGH_ENV:
+        if name in os.environ:
+            env[name] = os.environ[name]
+    if not spec.gpu:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def command(spec: SandboxSpec, worker_config: dict) -> list[str]:
+    """The argv that starts worker.py with ``worker_config`` under ``spec``."""
+    root = os.geteuid() == 0
+    if spec.isolation == FALLBACK:  # runs as the grader's user: the interpreter may sit where uid 65534 cannot read
+        config = dict(worker_config, uid=None, gid=None, student_dir=str(spec.student_dir), sys_path=[])
+        return [sys.executable, "-I", str(spec.kit_dir / "worker.py"), json.dumps(config)]
+    config = dict(worker_config, uid=SANDBOX_UID if root else None, gid=SANDBOX_UID if root else None)
+    bwrap = find_bwrap(spec.bwrap)
+    ok, detail = probe(bwrap)
+    if not ok:
+        raise SandboxUnavailable(detail)
+    mounts, sys_path = _mounts(spec)
+    args = [bwrap, *mounts,
+            "--size", str(spec.limits.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp",
+            "--ro-bind", str(spec.student_dir), SUBMISSION_MOUNT,
+            "--ro-bind", str(spec.kit_dir), KIT_MOUNT,
+            "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--hostname", "sandbox", "--die-with-parent", "--new-session", "--clearenv", "--chdir", "/tmp"]
+    if not root:
+        args.append("--unshare-user")
+    if spec.gpu:
+        args += ["--dev-bind", "/dev", "/dev", "--ro-bind", "/sys", "/sys", "--proc", "/proc"]
+    else:
+        args += ["--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc"]
+    for name, value in worker_environment(spec).items():
+        args += ["--setenv", name, value]
+    config |= {"student_dir": SUBMISSION_MOUNT, "sys_path": sys_path}
+    return args + [sys.executable, "-I", f"{KIT_MOUNT}/worker.py", json.dumps(config)]
+
+
+def limit_child(spec: SandboxSpec):
+    """preexec_fn: rlimits and a new session, in the child before it execs."""
+    limits = spec.limits
+    nproc = limits.processes
+    if os.geteuid() != 0:  # the limit counts every process of this uid on the host, not only the sandbox's
+        nproc += _processes_of(os.getuid())
+
+    def apply() -> None:
+        os.setsid()
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 5))
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
+        if not spec.gpu:
+            resource.setrlimit(resource.RLIMIT_AS, (limits.address_space_bytes, limits.address_space_bytes))
+    return apply
+
+
+def _processes_of(uid: int) -> int:
+    count = 0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                count += len(list((entry / "task").iterdir())) if entry.stat().st_uid == uid else 0
+            except OSError:
+                continue
+    return count
+
+
+def environment_for_launcher(spec: SandboxSpec) -> dict[str, str]:
+    """What bwrap itself (or the fallback's python) starts with; bwrap clears it for the worker."""
+    if spec.isolation == FULL:
+        return dict(os.environ)
+    return worker_environment(spec)

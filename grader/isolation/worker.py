@@ -1,0 +1,269 @@
+"""The sandboxed half of the grader: import a student's Python file and answer calls to it.
+
+    python -I worker.py '<json config>'          (started by grader.isolation.sandbox)
+
+Runs inside the sandbox with nothing of the instructor's in view, so it imports only the standard
+library, torch and safetensors, never the kit. Before anything of the student's runs it drops to an
+unprivileged uid (when started as root), moves its protocol off stdin/stdout (a student's print goes
+to the log, not into the protocol) and replaces the operations the task forbids with tripwires.
+
+Protocol: frames on the private descriptors, each ``HEADER`` (magic, JSON length, payload length),
+a JSON object, then a safetensors payload holding the tensors the JSON refers to as {"$t": name}.
+Tensors cross as plain data, so whatever a student's object pretends to be, the grader receives
+bytes with a dtype and a shape. Requests: {"op": "hello"} and {"op": "call", "file", "function",
+"args", "kwargs", "device", "track"}; every reply carries the request's "id". The grader trusts
+nothing a reply says except the data it checks itself.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import struct
+import sys
+import traceback
+
+MAGIC = b"KITW"
+HEADER = struct.Struct("<4sQQ")
+MAX_JSON_BYTES = 1 << 20
+# Where a tripwire is installed for each forbidden name found there.
+TRIPWIRE_HOMES = ("torch", "torch.nn", "torch.nn.functional", "torch.Tensor", "torch._C", "torch._C._nn",
+                  "torch.linalg", "torch.special")
+
+
+class ProtocolError(RuntimeError):
+    """A malformed or oversized frame."""
+
+
+class ForbiddenOperation(RuntimeError):
+    """Raised by a tripwire: the student's code called something its task forbids."""
+
+
+def write_frame(stream, header: dict, payload: bytes = b"") -> None:
+    body = json.dumps(header, allow_nan=False).encode()
+    stream.write(HEADER.pack(MAGIC, len(body), len(payload)) + body + payload)
+    stream.flush()
+
+
+def _read_exactly(stream, n: int) -> bytes:
+    chunks, left = [], n
+    while left:
+        chunk = stream.read(left)
+        if not chunk:
+            raise EOFError("the other side closed the channel")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(stream, max_payload: int) -> tuple[dict, bytes]:
+    magic, json_len, payload_len = HEADER.unpack(_read_exactly(stream, HEADER.size))
+    if magic != MAGIC:
+        raise ProtocolError("not a frame (bad magic)")
+    if json_len > MAX_JSON_BYTES or payload_len > max_payload:
+        raise ProtocolError(f"frame too large ({json_len} + {payload_len} bytes)")
+    header = json.loads(_read_exactly(stream, json_len))
+    if not isinstance(header, dict):
+        raise ProtocolError("frame header is not an object")
+    return header, _read_exactly(stream, payload_len) if payload_len else b""
+
+
+# --------------------------------------------------------------------------- the sandboxed side
+
+
+def _drop_privileges(config: dict) -> None:
+    uid, gid = config.get("uid"), config.get("gid")
+    if uid is None or os.getuid() != 0:
+        return
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+    try:
+        os.setuid(0)
+    except PermissionError:
+        return
+    raise SystemExit("worker: could not drop root privileges")
+
+
+def _install_tripwires(names: list[str]) -> list[str]:
+    installed = []
+    for home in TRIPWIRE_HOMES:
+        obj = sys.modules.get(home)
+        if obj is None and home == "torch.Tensor":
+            obj = sys.modules["torch"].Tensor
+        if obj is None:
+            continue
+        for name in names:
+            if hasattr(obj, name):
+                def tripwire(*args, _what=f"{home}.{name}", **kwargs):
+                    raise ForbiddenOperation(_what)
+                try:
+                    setattr(obj, name, tripwire)
+                    installed.append(f"{home}.{name}")
+                except (AttributeError, TypeError):
+                    pass
+    return installed
+
+
+class _Largest:
+    """The largest tensor any PyTorch operation makes inside the block (what the student used)."""
+
+    def __new__(cls):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Mode(TorchDispatchMode):
+            def __init__(self):
+                super().__init__()
+                self.numel, self.shape, self.op = 0, [], ""
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                import torch
+                for t in out if isinstance(out, (tuple, list)) else (out,):
+                    if isinstance(t, torch.Tensor) and t.numel() > self.numel:
+                        self.numel, self.shape, self.op = t.numel(), list(t.shape), str(func)
+                return out
+        return Mode()
+
+
+class Worker:
+    def __init__(self, config: dict, out_stream, in_stream):
+        import torch
+        from safetensors.torch import load, save
+
+        self.torch, self.load, self.save = torch, load, save
+        self.config = config
+        self.out, self.inp = out_stream, in_stream
+        self.modules: dict[str, object] = {}
+        self.max_payload = int(config.get("max_payload", 8 << 30))
+
+    def _module(self, filename: str):
+        if filename not in self.modules:
+            if "/" in filename or filename.startswith("."):
+                raise ProtocolError(f"bad file name {filename!r}")
+            path = os.path.join(self.config["student_dir"], filename)
+            spec = importlib.util.spec_from_file_location("student_" + filename.removesuffix(".py"), path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+            self.modules[filename] = module
+        return self.modules[filename]
+
+    def _decode(self, value, tensors: dict, device: str):
+        if isinstance(value, dict) and "$t" in value:
+            return tensors[value["$t"]].to(device)
+        if isinstance(value, dict) and "$float" in value:
+            return float(value["$float"])
+        if isinstance(value, list):
+            return [self._decode(v, tensors, device) for v in value]
+        if isinstance(value, dict):
+            return {k: self._decode(v, tensors, device) for k, v in value.items()}
+        return value
+
+    def _encode(self, value, tensors: dict):
+        torch = self.torch
+        if isinstance(value, torch.Tensor) and type(value) is not torch.Tensor:
+            # A subclass can answer anything about itself: report it without asking it for anything.
+            return {"$other": f"{type(value).__module__}.{type(value).__qualname__}", "subclass": True}
+        if isinstance(value, torch.Tensor):
+            name = f"r{len(tensors)}"
+            meta = {"$t": name, "type": f"{type(value).__module__}.{type(value).__qualname__}",
+                    "device": str(value.device)}
+            tensors[name] = value.detach().to("cpu").clone().contiguous()
+            return meta
+        if isinstance(value, (tuple, list)):
+            return {"$tuple" if isinstance(value, tuple) else "$list": [self._encode(v, tensors) for v in value]}
+        if isinstance(value, float) and not math.isfinite(value):
+            return {"$float": repr(value)}
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        return {"$other": f"{type(value).__module__}.{type(value).__qualname__}"}
+
+    def _student_traceback(self) -> str:
+        root = self.config["student_dir"]
+        frames = [f for f in traceback.extract_tb(sys.exc_info()[2]) if f.filename.startswith(root)]
+        return "".join(traceback.format_list(frames))[-4000:]
+
+    def call(self, request: dict, payload: bytes) -> tuple[dict, bytes]:
+        torch = self.torch
+        device = request.get("device", "cpu")
+        tensors = self.load(payload) if payload else {}
+        args = self._decode(request.get("args", []), tensors, device)
+        kwargs = self._decode(request.get("kwargs", {}), tensors, device)
+        try:
+            module = self._module(request["file"])
+        except BaseException as exc:  # noqa: BLE001 - any failure to import is the student's to see
+            return {"ok": False, "error": {"kind": "import", "type": type(exc).__name__, "message": str(exc)[:4000],
+                                           "traceback": self._student_traceback()}}, b""
+        function = getattr(module, request["function"], None)
+        if not callable(function):
+            return {"ok": False, "error": {"kind": "missing", "type": "AttributeError",
+                                           "message": f"{request['file']} has no function {request['function']}"}}, b""
+        largest = None
+        try:
+            if request.get("track"):
+                with _Largest() as mode:
+                    result = function(*args, **kwargs)
+                largest = {"numel": mode.numel, "shape": mode.shape, "op": mode.op}
+            else:
+                result = function(*args, **kwargs)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+        except ForbiddenOperation as exc:
+            return {"ok": False, "error": {"kind": "forbidden", "type": "ForbiddenOperation", "message": str(exc)}}, b""
+        except NotImplementedError as exc:
+            return {"ok": False, "error": {"kind": "not_implemented", "type": "NotImplementedError",
+                                           "message": str(exc)[:2000]}}, b""
+        except BaseException as exc:  # noqa: BLE001
+            return {"ok": False, "error": {"kind": "exception", "type": type(exc).__name__, "message": str(exc)[:4000],
+                                           "traceback": self._student_traceback()}}, b""
+        out: dict = {}
+        try:
+            encoded = self._encode(result, out)
+            data = self.save(out) if out else b""
+        except BaseException as exc:  # noqa: BLE001
+            return {"ok": False, "error": {"kind": "result", "type": type(exc).__name__,
+                                           "message": f"the result could not be read: {str(exc)[:500]}"}}, b""
+        return {"ok": True, "result": encoded, "largest": largest}, data
+
+    def serve(self) -> None:
+        while True:
+            try:
+                request, payload = read_frame(self.inp, self.max_payload)
+            except EOFError:
+                return
+            op = request.get("op")
+            if op == "hello":
+                reply, data = {"ok": True, "uid": os.getuid(), "python": sys.version.split()[0],
+                               "torch": self.torch.__version__, "cuda": self.torch.cuda.is_available(),
+                               "tripwires": self.config.get("installed", [])}, b""
+            elif op == "call":
+                reply, data = self.call(request, payload)
+            else:
+                reply, data = {"ok": False, "error": {"kind": "protocol", "message": f"unknown op {op!r}"}}, b""
+            reply["id"] = request.get("id")
+            write_frame(self.out, reply, data)
+
+
+def main() -> None:
+    config = json.loads(sys.argv[1])
+    _drop_privileges(config)
+    # The protocol moves to private descriptors; fd 0 and 1 become /dev/null and the log.
+    inp = os.fdopen(os.dup(0), "rb", buffering=0)
+    out = os.fdopen(os.dup(1), "wb", buffering=0)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    sys.path[:0] = [p for p in config.get("sys_path", []) if p not in sys.path]
+    sys.dont_write_bytecode = True
+    import torch  # noqa: F401 - loaded before the student's code, so the tripwires sit on the real modules
+
+    config["installed"] = _install_tripwires(list(config.get("forbidden", [])))
+    Worker(config, out, inp).serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Grading phase 2: turn a collected submission into what one task's checker may run.
+
+Nothing of the student's runs here. For each task:
+
+* Python files are checked against the task's rules (``assignment.policy``) and handed to the
+  sandboxed worker through a config file; the checker process never imports them.
+* CUDA files are never built as submitted: the student's TODO regions of this task are spliced into
+  the kit's own file (``assignment.cuda.regions``), with the kit's regions for every other task, so a
+  student who has not done t4 can still be graded on t5, and host code, includes and launches are
+  always the kit's. The spliced file is built into the submissions' cache, and the library's exported
+  and imported symbols are compared with the reference's built from the same kit file.
+
+A task that cannot run ends here with the reason (rejected, compile error, missing files).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from assignment import policy
+from assignment.cuda import compiler, regions
+from assignment.registry import Task
+from grader.config import REPO_ROOT, GradeConfig
+
+KIT_SOURCES = REPO_ROOT / "solutions"  # the kit's own files: host code, and every region's reference
+
+
+@dataclass
+class PreparedTask:
+    task: Task
+    impl_dir: Path | None = None        # IMPL for the checker process (CUDA: the spliced files)
+    python_files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    status: str = "ready"               # ready | rejected | compile_error | missing_files
+    reason: str = ""
+
+    def fail(self, status: str, reason: str) -> "PreparedTask":
+        self.status, self.reason = status, reason
+        return self
+
+
+def prepare(task: Task, student_dir: Path, workdir: Path, config: GradeConfig, *, build: bool) -> PreparedTask:
+    """Check and splice ``task``'s files; build the CUDA ones when ``build`` (a GPU host)."""
+    prepared = PreparedTask(task)
+    missing = [f for f in task.files if not (student_dir / f).is_file()]
+    if missing:
+        return prepared.fail("missing_files", f"file(s) not found in the submission: {', '.join(missing)}")
+    rules = policy.Rules(task.id, task.rules.imports, task.rules.forbidden)
+    for name in task.files:
+        source = student_dir / name
+        if name.endswith(".py"):
+            found = policy.check_file(source, rules) if config.python_rules else []
+            if found:
+                return prepared.fail("rejected", "the file breaks the task's rules, so none of it was run:\n"
+                                     + policy.describe(found, name))
+            prepared.python_files.append(name)
+        elif name.endswith(".cu"):
+            failure = _prepare_cuda(prepared, name, source, workdir, config, build)
+            if failure:
+                return failure
+    return prepared
+
+
+def _prepare_cuda(prepared: PreparedTask, name: str, source: Path, workdir: Path, config: GradeConfig,
+                  build: bool) -> PreparedTask | None:
+    task = prepared.task
+    kit_file = KIT_SOURCES / name
+    student_text = source.read_text(encoding="utf-8", errors="replace")
+    try:
+        spliced = regions.splice(kit_file.read_text(encoding="utf-8"), student_text, (task.id,), filename=name)
+    except regions.RegionError as exc:
+        return prepared.fail("rejected", str(exc))
+    if spliced.ignored_outside:
+        prepared.notes.append(f"{name}: lines {regions.line_ranges(spliced.ignored_outside)} are outside the TODO "
+                              "regions and differ from the starter; only the regions are graded (the kit's own "
+                              "host code ran instead)")
+    impl = workdir / "impl" / task.id
+    impl.mkdir(parents=True, exist_ok=True)
+    target = impl / name
+    target.write_text(spliced.text, encoding="utf-8")
+    prepared.impl_dir = impl
+    todo = compiler.todo_lines(spliced.text)
+    if not build or task.id in todo:  # a TODO left: the checks fail cleanly with NotImplementedError
+        return None
+    try:
+        built = compiler.build(target, cache=config.submission_cache, quiet=True)
+    except compiler.CudaCompileError as exc:
+        return prepared.fail("compile_error", compile_feedback(exc, spliced, student_text, name))
+    reference = compiler.build(kit_file, cache=config.reference_cache, quiet=True)
+    problem = compare_symbols(built.library, reference.library)
+    if problem:
+        return prepared.fail("rejected", f"{name}: the built library {problem}")
+    return None
+
+
+def compile_feedback(exc: "compiler.CudaCompileError", spliced: "regions.Spliced", student_text: str,
+                     name: str, limit: int = 5) -> str:
+    """nvcc's errors in the student's own lines; the kit's code is named but never quoted."""
+    student_lines = student_text.splitlines()
+    errors = [d for d in exc.diagnostics if "error" in d.severity] or exc.diagnostics
+    parts = [f"{name} does not compile (nvcc, {len(errors)} error{'s' if len(errors) != 1 else ''}):"]
+    for diag in errors[:limit]:
+        origin = spliced.origin[diag.line - 1] if 0 < diag.line <= len(spliced.origin) else None
+        if origin:
+            parts.append(f"{name}:{origin}: {diag.severity}: {diag.message}")
+            if 0 < origin <= len(student_lines):
+                parts.append(f"    {origin:5d} | {student_lines[origin - 1].rstrip()}")
+        else:
+            parts.append(f"{name}: {diag.severity} in the kit's code around your TODO regions: {diag.message} "
+                         "(your code declares or uses a name the kit's code conflicts with?)")
+    if not exc.diagnostics:
+        parts.append("(nvcc gave no diagnostics the grader could read)")
+    return "\n".join(parts)
+
+
+def _symbols(library: Path, which: str) -> set[str] | None:
+    nm = shutil.which("nm")
+    if nm is None:
+        return None
+    proc = subprocess.run([nm, "-D", which, "--format=posix", str(library)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return None
+    return {line.split()[0] for line in proc.stdout.splitlines() if line.strip()}
+
+
+def compare_symbols(student: Path, reference: Path) -> str:
+    """'' when the student's library exports and imports what the reference's does (or less)."""
+    for which, verb in (("--defined-only", "exports"), ("--undefined-only", "imports")):
+        mine, kit = _symbols(student, which), _symbols(reference, which)
+        if mine is None or kit is None:
+            return ""  # no nm on this host: the splice already keeps host code the kit's
+        extra = sorted(mine - kit)
+        if extra:
+            return f"{verb} symbols the kit's does not: {', '.join(extra[:5])}"
+    return ""

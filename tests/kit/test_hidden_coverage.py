@@ -1,0 +1,58 @@
+"""The hidden correctness shapes reach every configuration the reference dispatches to, on this GPU.
+
+Each reference file exports a hook that reports the configuration its host code picks for a call
+(t2_softmax_path, t3_gemm_config, t4_flash_attention_config). A configuration that no correctness
+shape reaches would be graded only by timing, or not at all.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import pytest
+import torch
+
+from assignment.cuda.compiler import load_library
+from assignment.registry import load_registry
+
+pytestmark = [pytest.mark.kit, pytest.mark.gpu]
+REPO = Path(__file__).resolve().parents[2]
+REGISTRY = load_registry()
+
+
+def hook(filename: str, symbol: str, argtypes):
+    function = getattr(load_library(REPO / "solutions" / filename), symbol)
+    function.argtypes, function.restype = argtypes, ctypes.c_int
+    return function
+
+
+def test_t2_shapes_reach_every_path():
+    path = hook("t2_softmax.cu", "t2_softmax_path", (ctypes.c_int64, ctypes.c_int))
+    sweep = sorted({c + e for c in [2**p for p in range(1, 19)] + [1000, 4097, 70001] for e in (-1, 0, 1)})
+    reachable = {path(cols, vec) for cols in sweep for vec in (0, 1) if not vec or cols % 4 == 0}
+    shapes = REGISTRY.task("t2").hidden.fixed
+    reached = {path(s["cols"], int(s["cols"] % 4 == 0)) for s in shapes}
+    assert reachable <= reached, f"paths no hidden t2 shape reaches on {torch.cuda.get_device_name()}: " \
+                                 f"{sorted(reachable - reached)}"
+
+
+def test_t3_shapes_reach_every_tile_configuration_with_both_loaders():
+    config = hook("t3_gemm.cu", "t3_gemm_config", (ctypes.c_int,) * 6)
+    reachable = {config(b, m, n, k, ta, tb) for b in (1, 4, 36, 70) for m in (64, 200, 772, 2048, 2047)
+                 for n in (40, 63, 64, 772, 769) for k in (36, 35) for ta in (0, 1) for tb in (0, 1)}
+    shapes = REGISTRY.task("t3").hidden.fixed
+    reached = {config(s["batch"], s["M"], s["N"], s["K"], ta, tb) for s in shapes for ta in (0, 1) for tb in (0, 1)}
+    assert reachable <= reached, f"configurations no hidden t3 shape reaches: {sorted(reachable - reached)}"
+    assert len(reachable) == 8, f"expected 4 tiles x 2 loaders, found {sorted(reachable)}"
+
+
+def test_t4_and_t5_shapes_reach_every_kernel_configuration():
+    config = hook("t4_flash_attention.cu", "t4_flash_attention_config", (ctypes.c_int,) * 5)
+    reachable = {config(b, h, lq, d, causal) for b in (1, 8, 64) for h in (1, 8, 16) for lq in (1, 777, 1500, 4096)
+                 for d in (32, 64, 128) for causal in (0, 1)}
+    reached = set()
+    for task_id, causal in (("t4", 0), ("t5", 1)):
+        for s in REGISTRY.task(task_id).hidden.fixed:
+            reached |= {config(s["B"], s["H"], s["Lq"], d, causal) for d in (32, 64, 128)}
+    assert reachable <= reached, f"configurations no hidden t4/t5 shape reaches: {sorted(reachable - reached)}"

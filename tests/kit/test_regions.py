@@ -1,0 +1,112 @@
+"""Student CUDA is device code only: the region rules and the splice into the kit's file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from assignment.cuda import regions
+from assignment.cuda.regions import Region, RegionError, check_region
+
+pytestmark = pytest.mark.kit
+REPO = Path(__file__).resolve().parents[2]
+CUDA_FILES = ["t2_softmax.cu", "t3_gemm.cu", "t4_flash_attention.cu"]
+
+
+def body(code: str) -> Region:
+    return Region("t2", "test", 1, 2, tuple(line + "\n" for line in code.splitlines()))
+
+
+@pytest.mark.parametrize("code", [
+    "x = a[i] + b;",
+    "#pragma unroll\nfor (int i = 0; i < 4; ++i) { s += v[i]; }",
+    "#pragma unroll 4\nfor (;;) { break; }",
+    "// a comment with } and #include and asm\nx = 1;",
+    "/* a block\n   comment */ x = 2;",
+    "printf(\"%d }\\n\", x);",
+    "const char c = '}';",
+    "__shared__ float tile[64];",
+    "auto f = [&](float y) { return y * 2.f; };",
+    "if (threadIdx.x == 0) { __syncthreads(); }",
+])
+def test_device_code_is_accepted(code):
+    assert check_region(body(code)) == []
+
+
+@pytest.mark.parametrize("code, why", [
+    ("#include <cstdio>", "preprocessor"),
+    ("#define N 4", "preprocessor"),
+    ("#pragma GCC optimize(\"O0\")", "preprocessor"),
+    ("asm volatile(\"trap;\");", "inline assembly"),
+    ("static float cache[4];", "outlives a call"),
+    ("extern __shared__ float dyn[];", "declarations outside"),
+    ("__device__ float g;", "new device functions"),
+    ("float* p = (float*)malloc(16);", "allocation"),
+    ("float* p = new float[4];", "allocation"),
+    ("cudaMemcpyAsync(a, b, 4, cudaMemcpyDeviceToDevice);", "CUDA runtime"),
+    ("cublasSgemm(h);", "library calls"),
+    ("} int evil() { return 0; } void f() {", "closes something"),
+    ("x = (a + b;", "not closed"),
+    ("/* open", "not closed inside the region"),
+    ("const char* s = \"open;", "not closed on its line"),
+    ("x = 1; \\", "backslash"),
+    ("%:define X 1", "digraphs"),
+    ("x = a <% 1 %>;", "digraphs"),
+    ("y = R\"(raw)\";", "raw string"),
+    ("st\\u0061tic int x;", "backslashes"),
+    ("int ａ = 1;", "non-ASCII"),
+    ("_Pragma(\"unroll\")", "pragmas"),
+    ("template <int N> struct S {};", "templates"),
+])
+def test_escapes_are_rejected(code, why):
+    problems = check_region(body(code))
+    assert problems and any(why in p.message for p in problems), (code, problems)
+
+
+@pytest.mark.parametrize("name", CUDA_FILES)
+def test_the_starter_and_the_solutions_follow_the_rules(name):
+    for tree in ("starter", "solutions"):
+        assert regions.check_file((REPO / tree / name).read_text(), None, name) == []
+
+
+@pytest.mark.parametrize("name", CUDA_FILES)
+def test_splicing_the_solutions_gives_the_kit_file_and_the_starter_gives_its_stubs(name):
+    kit = (REPO / "solutions" / name).read_text()
+    starter = (REPO / "starter" / name).read_text()
+    tasks = sorted({r.task for r in regions.solution_regions(kit)})
+    for task in tasks:
+        assert regions.splice(kit, kit, (task,), filename=name).text == kit
+        spliced = regions.splice(kit, starter, (task,), filename=name)
+        assert f"KIT_TODO({task})" in spliced.text
+        others = [t for t in tasks if t != task]
+        assert all(f"KIT_TODO({t})" not in spliced.text for t in others), "other tasks keep the kit's regions"
+        assert spliced.ignored_outside == []
+
+
+def test_changes_outside_the_regions_are_reported_and_have_no_effect():
+    kit = (REPO / "solutions" / "t3_gemm.cu").read_text()
+    student = kit.replace('#include "kit.cuh"\n', '#include "kit.cuh"\n#include <cublas_v2.h>\n')
+    student = student.replace("return (int)dispatch_trans<128, 128, 16, 8, 8>", "return (int)dispatch_trans<64, 64, 8, 4, 4>")
+    spliced = regions.splice(kit, student, ("t3",), filename="t3_gemm.cu")
+    assert spliced.text == kit
+    assert len(spliced.ignored_outside) == 2
+
+
+def test_a_file_without_the_starters_regions_is_rejected_with_what_to_keep():
+    kit = (REPO / "solutions" / "t2_softmax.cu").read_text()
+    starter = (REPO / "starter" / "t2_softmax.cu").read_text()
+    broken = starter.replace("  // END TODO(t2)\n", "", 1)
+    with pytest.raises(RegionError, match=r"keep the .// END TODO\(t2\). line"):
+        regions.splice(kit, broken, ("t2",), filename="t2_softmax.cu")
+    with pytest.raises(RegionError, match="do not match the starter"):
+        regions.splice(kit, "int main() {}\n", ("t2",), filename="t2_softmax.cu")
+
+
+def test_spliced_lines_map_back_to_the_students_lines():
+    kit = (REPO / "solutions" / "t2_softmax.cu").read_text()
+    starter = (REPO / "starter" / "t2_softmax.cu").read_text()
+    student = starter.replace("  KIT_TODO(t2);\n", "  float oops = undefined_thing;\n", 1)
+    spliced = regions.splice(kit, student, ("t2",), filename="t2_softmax.cu")
+    line = next(i for i, text in enumerate(spliced.text.splitlines()) if "undefined_thing" in text)
+    assert "undefined_thing" in student.splitlines()[spliced.origin[line] - 1]
