@@ -7,6 +7,8 @@ grader shows for a hidden check, which must not tell the inputs. The timing harn
 
 from __future__ import annotations
 
+import torch
+
 # The kinds of failed check the grader reports to a student (what went wrong, never the inputs).
 CHECK_KINDS = {
     "mismatch": "wrong values",
@@ -35,3 +37,11 @@ def require(condition: bool, kind: str, message: str, summary: str = "") -> None
     """``assert condition, message`` with a kind the grader can report."""
     if not condition:
         raise CheckFailure(kind, message, summary)
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit-for-bit equality (a NaN equals the same NaN, unlike torch.equal), on a's device."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    a, b = a.detach().contiguous(), b.detach().to(a.device).contiguous()
+    return torch.equal(a.view(torch.uint8), b.view(torch.uint8))

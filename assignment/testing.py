@@ -54,7 +54,7 @@ def random_qkv(
 
 def _first_bad_index(bad: torch.Tensor) -> tuple[int, ...]:
     flat = int(torch.nonzero(bad.reshape(-1))[0])
-    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), bad.shape))
+    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(bad.shape)))
 
 
 @dataclass
@@ -76,13 +76,16 @@ def compare(
     hint: str = "",
     layout: str = "",
 ) -> Comparison:
-    """Compare with a tolerance; -inf must match -inf, NaN never passes."""
+    """Compare with a tolerance; -inf must match -inf, NaN never passes.
+
+    The arithmetic runs in float64 on ``actual``'s device (a GPU compares millions of elements in a
+    blink); only the verdict and the elements it reports come back."""
     where = f" ({layout})" if layout else ""
     if tuple(actual.shape) != tuple(expected.shape):
         return Comparison(False, f"{name}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}", math.inf,
                           "shape", f"{name} has the wrong shape")
-    a = actual.detach().to("cpu", torch.float64)
-    e = expected.detach().to("cpu", torch.float64)
+    a = actual.detach().to(torch.float64)
+    e = expected.detach().to(a.device, torch.float64)
     if a.numel() == 0:
         return Comparison(True, "", 0.0)
     nan = torch.isnan(a)

@@ -120,6 +120,8 @@ def instructor_record(result: SubmissionScore) -> dict:
             "duration_s": round(run.duration_s, 2) if run else None,
             "log_tail": (run.log[-LOG_CHARS:] if run and run.log else ""),
             "failed": [{"check": t.display_name, **t.check} for t in (run.tests if run else []) if t.outcome == "failed"],
+            "slowest": [[t.display_name, round(t.duration_s, 2)] for t in
+                        sorted(run.tests if run else [], key=lambda t: -t.duration_s)[:5]],
         }
     return {"submission": result.name, "score": round(result.score, 4), "duration_s": round(result.duration_s, 2),
             "review": result.review, **result.grading, "tasks": tasks}

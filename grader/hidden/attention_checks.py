@@ -8,43 +8,51 @@ from __future__ import annotations
 
 import torch
 
-from assignment.checks import require
+from assignment.checks import require, same_bits
 from assignment.cuda import kernels
-from assignment.testing import SENTINEL, assert_close, assert_repeatable, random_qkv, reference_attention
+from assignment.testing import SENTINEL, assert_close, assert_repeatable, reference_attention
 
 LAYOUT = "batch, head, query, dim"
 
 
-def run_flash(q_host, k_host, v_host, causal, scale=None):
-    """The student's (O, LSE) on the host; the inputs must come back unchanged."""
-    q, k, v = (t.cuda() for t in (q_host, k_host, v_host))
+def qkv_on_gpu(B, H, Lq, Lk, d, seed, magnitude=1.0):
+    """Normal random q (times ``magnitude``), k, v made on the GPU (never zeros)."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(B, H, Lq, d, generator=gen, device="cuda") * magnitude
+    return q, torch.randn(B, H, Lk, d, generator=gen, device="cuda"), torch.randn(B, H, Lk, d, generator=gen,
+                                                                                     device="cuda")
+
+
+def run_flash(q, k, v, causal, scale=None):
+    """The student's (O, LSE) and host copies of the inputs made before the call; the inputs must come
+    back unchanged. Expected values are then computed from the host copies."""
+    hosts = tuple(t.cpu() for t in (q, k, v))
     out = torch.full_like(q, SENTINEL)
     lse = torch.full(q.shape[:3], SENTINEL, device=q.device)
     kernels.flash_attention(q, k, v, causal=causal, scale=scale, out=out, lse=lse)
     torch.cuda.synchronize()
-    same = all(torch.equal(d.cpu(), h) for d, h in zip((q, k, v), (q_host, k_host, v_host)))
-    require(same, "inputs_modified", "an input (q, k or v) was modified; write only to O and LSE")
-    return out.cpu(), lse.cpu()
+    require(all(same_bits(d, h) for d, h in zip((q, k, v), hosts)), "inputs_modified",
+            "an input (q, k or v) was modified; write only to O and LSE")
+    return out, lse, hosts
 
 
 def expected_on_gpu(q, k, v, causal, scale=None):
-    out, lse = reference_attention(q.cuda(), k.cuda(), v.cuda(), causal=causal, scale=scale)
-    return out.cpu(), lse.cpu()
+    return reference_attention(q.cuda(), k.cuda(), v.cuda(), causal=causal, scale=scale)
 
 
 def check_values(shape, d, causal, seed, tol, magnitude=1.0, scale=None, strongly_negative=False):
-    q, k, v = random_qkv(shape["B"], shape["H"], shape["Lq"], shape["Lk"], d, seed=seed, magnitude=magnitude)
+    q, k, v = qkv_on_gpu(shape["B"], shape["H"], shape["Lq"], shape["Lk"], d, seed, magnitude)
     if strongly_negative:  # q near +c, k near -c: every score near -120, whose exp underflows to 0
         shift = (120.0 / d ** 0.5) ** 0.5
         q, k = q * 0.3 + shift, k * 0.3 - shift
-    out, lse = run_flash(q, k, v, causal, scale)
-    expected, expected_lse = expected_on_gpu(q, k, v, causal, scale)
+    out, lse, hosts = run_flash(q, k, v, causal, scale)
+    expected, expected_lse = expected_on_gpu(*hosts, causal, scale)
     assert_close(out, expected, **tol, name="O", layout=LAYOUT)
     lse_tol = {"atol": max(tol["atol"], 1e-4 * magnitude), "rtol": tol["rtol"]}
     assert_close(lse, expected_lse, **lse_tol, name="LSE", layout="batch, head, query")
 
 
 def check_repeatable(causal, seed, repeats=20):
-    q, k, v = (t.cuda() for t in random_qkv(2, 3, 333, 517, 64, seed=seed))
+    q, k, v = qkv_on_gpu(2, 3, 333, 517, 64, seed)
     assert_repeatable(lambda: kernels.flash_attention(q, k, v, causal=causal), repeats,
                       "O or LSE changed between identical runs: a race (a missing __syncthreads?)")

@@ -23,9 +23,11 @@ LAYOUT = "batch, head, query, dim"
 CASES = cases(TASK)
 PUBLIC = "make test T=t1"
 # The memory bound a tiled implementation stays under, measured from outside the worker: the inputs
-# and outputs crossing the channel (a few copies each) plus this much working memory. The naive
-# formula needs 5-6x more on these shapes (measured: 147 MB tiled vs 780 MB naive, 1M keys).
-MEMORY_SLACK_BYTES = 64 * 2**20
+# and outputs crossing the channel (two copies each) plus this much working memory. Measured on the
+# reference (after a small warm-up call): 8 MB; a row or a column of scores on these shapes (64 x 256K
+# floats, with its exponentials) needs 190-200 MB.
+MEMORY_SLACK_BYTES = 32 * 2**20
+LONG = 2**18
 
 
 def student(gpu: bool = True):
@@ -135,14 +137,18 @@ def test_low_precision(dtype, causal, seed, devices):
 
 @pytest.mark.structure
 @pytest.mark.reproduce(f"{PUBLIC} (test_tiled_version_never_allocates_the_score_matrix)")
-@pytest.mark.parametrize("lengths", [(64, 2**20), (2**20, 64)], ids=["long_keys", "long_queries"])
+@pytest.mark.parametrize("lengths", [(64, LONG), (LONG, 64)], ids=["long_keys", "long_queries"])
 def test_no_score_matrix_allocated(lengths, seed):
-    # One block of queries over a million keys, and the other way round: a tile is at most 64 x 256,
-    # a row or a column of the score matrix is a million scores. Measured from outside the worker.
+    # One block of queries over 256K keys, and the other way round: a tile is at most 64 x 256, a row
+    # or a column of the score matrix is 256K scores. Measured from outside the worker, after a small
+    # call of the same function has paid for the libraries' one-time set-up.
     lq, lk = lengths
     q, k, v = random_qkv(1, 1, lq, lk, 4, seed=seed)
     blocks = {"block_q": 64, "block_k": 256} if lq < lk else {"block_q": 256, "block_k": 64}
-    result = student(gpu=False).call("flash_attention_forward", q, k, v, track=True, measure_memory=True, **blocks)
+    worker = student(gpu=False)
+    worker.call("flash_attention_forward", *random_qkv(1, 1, min(lq, 512), min(lk, 512), 4, seed=seed), track=True,
+                **blocks)
+    result = worker.call("flash_attention_forward", q, k, v, track=True, measure_memory=True, **blocks)
     out, lse = result.value
     expected, expected_lse = reference_attention(q, k, v)
     assert_close(out, expected, **TOL, name="flash O", layout=LAYOUT)
@@ -153,7 +159,7 @@ def test_no_score_matrix_allocated(lengths, seed):
             f"the largest intermediate has {largest} elements (shape {result.largest.get('shape')}); a tile has "
             f"{tile}: the tiled version must not build a row or column of the score matrix",
             "an intermediate far larger than one tile of scores")
-    moved = 4 * sum(t.numel() * t.element_size() for t in (q, k, v)) + 3 * (out.numel() * 4 + lse.numel() * 4)
+    moved = 2 * sum(t.numel() * t.element_size() for t in (q, k, v)) + 2 * (out.numel() * 4 + lse.numel() * 4)
     if result.peak_bytes is not None:
         require(result.peak_bytes <= moved + MEMORY_SLACK_BYTES, "structure",
                 f"the call used {result.peak_bytes / 2**20:.0f} MB beyond its inputs and outputs' "

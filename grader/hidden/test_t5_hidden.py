@@ -11,7 +11,7 @@ import torch
 
 from assignment.checks import require
 from assignment.registry import load_registry
-from assignment.testing import assert_close, random_qkv
+from assignment.testing import assert_close
 from grader.hidden import attention_checks as checks
 from grader.hidden.common import cases, check_local_memory, check_sanitizer, time_rule
 
@@ -47,11 +47,11 @@ def test_strongly_negative_scores(d, seed):
 @pytest.mark.reproduce(f"{PUBLIC} (test_keys_a_query_cannot_see_are_never_read)")
 @pytest.mark.parametrize("bh", [pytest.param((1, 2), id="small_grid"), pytest.param((8, 8), id="large_grid")])
 def test_future_tiles_are_skipped(bh, seed):
-    q, k, v = random_qkv(*bh, 1000, 1000, 64, seed=seed)
-    expected, _ = checks.expected_on_gpu(q[:, :, :256], k[:, :, :256], v[:, :, :256], True)
+    q, k, v = checks.qkv_on_gpu(*bh, 1000, 1000, 64, seed)
     k[:, :, 384:] = float("nan")
     v[:, :, 384:] = float("nan")
-    out, _ = checks.run_flash(q, k, v, True)
+    out, _, (q, k, v) = checks.run_flash(q, k, v, True)
+    expected, _ = checks.expected_on_gpu(q[:, :, :256], k[:, :, :256], v[:, :, :256], True)
     require(bool(torch.isfinite(out[:, :, :256]).all()), "structure", "fully masked key tiles were read: skip them",
             "key tiles that no query of a tile can see were read instead of skipped")
     assert_close(out[:, :, :256], expected, **TOL, name="O of the first 256 queries", layout=checks.LAYOUT)

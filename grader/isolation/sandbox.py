@@ -167,6 +167,8 @@ def worker_environment(spec: SandboxSpec) -> dict[str, str]:
     env = {
         "PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONNOUSERSITE": "1", "OMP_NUM_THREADS": str(spec.limits.threads),
+        # getpass.getuser() reads these first: the sandbox user need not be in the host's passwd file.
+        "USER": "sandbox", "LOGNAME": "sandbox",
         "MKL_NUM_THREADS": str(spec.limits.threads),
     }
     for name in PASSTHROUGH_ENV:
