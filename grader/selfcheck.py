@@ -32,7 +32,7 @@ def _starter_failure_problems(task_score) -> list[str]:
     return problems
 
 
-def run_selfcheck(repeats: int = 1, config: GradeConfig | None = None) -> int:
+def run_selfcheck(repeats: int = 1, config: GradeConfig | None = None, starter: bool = True) -> int:
     registry = load_registry()
     # The kit's own code is trusted: grade it with the best isolation this host has, and without the
     # preflight's refusal (GPU tasks on a host without a GPU are reported "not run", never passed).
@@ -53,9 +53,9 @@ def run_selfcheck(repeats: int = 1, config: GradeConfig | None = None) -> int:
                                     + "; ".join(failed[:3]))
                 elif ts.status not in ("ran", "not_run"):
                     problems.append(f"{ts.task.id}: solutions {ts.status}: {ts.reason}")
-        starter = grade_submission(REPO_ROOT / "starter", Path(tmp) / "starter", config, registry,
-                                   log=lambda *a, **k: None, host=host)
-        for ts in starter.tasks:
+        graded_starter = grade_submission(REPO_ROOT / "starter", Path(tmp) / "starter", config, registry,
+                                          log=lambda *a, **k: None, host=host) if starter else None
+        for ts in graded_starter.tasks if graded_starter else []:
             rows.append(("starter", ts))
             if ts.score != 0:
                 problems.append(f"{ts.task.id}: starter scored {ts.score:.2f}, expected 0")
@@ -78,8 +78,9 @@ def run_selfcheck(repeats: int = 1, config: GradeConfig | None = None) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=1, help="grade the solutions this many times")
+    parser.add_argument("--solutions-only", action="store_true", help="skip grading the starter")
     args = parser.parse_args(argv)
-    return run_selfcheck(args.repeats)
+    return run_selfcheck(args.repeats, starter=not args.solutions_only)
 
 
 if __name__ == "__main__":

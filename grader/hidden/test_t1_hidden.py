@@ -139,12 +139,12 @@ def test_low_precision(dtype, causal, seed, devices):
 @pytest.mark.reproduce(f"{PUBLIC} (test_tiled_version_never_allocates_the_score_matrix)")
 @pytest.mark.parametrize("lengths", [(64, LONG), (LONG, 64)], ids=["long_keys", "long_queries"])
 def test_no_score_matrix_allocated(lengths, seed):
-    # One block of queries over 256K keys, and the other way round: a tile is at most 64 x 256, a row
+    # One block of queries over 256K keys, and the other way round: a tile is at most 64 x 1024, a row
     # or a column of the score matrix is 256K scores. Measured from outside the worker, after a small
     # call of the same function has paid for the libraries' one-time set-up.
     lq, lk = lengths
     q, k, v = random_qkv(1, 1, lq, lk, 4, seed=seed)
-    blocks = {"block_q": 64, "block_k": 256} if lq < lk else {"block_q": 256, "block_k": 64}
+    blocks = {"block_q": 64, "block_k": 1024} if lq < lk else {"block_q": 1024, "block_k": 64}
     worker = student(gpu=False)
     worker.call("flash_attention_forward", *random_qkv(1, 1, min(lq, 512), min(lk, 512), 4, seed=seed), track=True,
                 **blocks)
