@@ -46,6 +46,7 @@ def check_local_memory(filename: str, tasks: tuple[str, ...]) -> None:
 
 
 def time_rule(task: Task, rule, record: dict, **measure_kwargs) -> None:
+    record["timing"] = {"rule": rule.name, "metric": rule.metric}  # named even when the timing fails
     work = workload(task.id, rule, Kernels(), task.tol("float32"))
     run_timing_rule(rule, work.candidates(), work.make_inputs, check=work.check, flops=work.flops,
                     bytes_moved=work.bytes_moved, record=record, **measure_kwargs)
