@@ -86,7 +86,7 @@ def _prepare_cuda(prepared: PreparedTask, name: str, source: Path, workdir: Path
     if not build or task.id in todo:  # a TODO left: the checks fail cleanly with NotImplementedError
         return None
     try:
-        built = compiler.build(target, cache=config.submission_cache, quiet=True)
+        built = compiler.build(target, cache=config.submission_cache, quiet=True, timeout_s=config.build_timeout_s)
     except compiler.CudaCompileError as exc:
         return prepared.fail("compile_error", compile_feedback(exc, spliced, student_text, name))
     reference = compiler.build(kit_file, cache=config.reference_cache, quiet=True)
@@ -112,7 +112,8 @@ def compile_feedback(exc: "compiler.CudaCompileError", spliced: "regions.Spliced
             parts.append(f"{name}: {diag.severity} in the kit's code around your TODO regions: {diag.message} "
                          "(your code declares or uses a name the kit's code conflicts with?)")
     if not exc.diagnostics:
-        parts.append("(nvcc gave no diagnostics the grader could read)")
+        parts.append(str(exc).splitlines()[0].split(": ", 1)[-1] if "took longer" in str(exc) else
+                     "(nvcc gave no diagnostics the grader could read)")
     return "\n".join(parts)
 
 

@@ -191,9 +191,9 @@ _lock = threading.Lock()
 
 
 def build(source: Path | str, arch: str | None = None, *, use_cache: bool = True, quiet: bool = False,
-          cache: Path | None = None) -> BuildResult:
+          cache: Path | None = None, timeout_s: float | None = None) -> BuildResult:
     """Compile ``source`` for ``arch`` into ``cache`` (default: ``cache_dir(source)``), reusing a build of the
-    same content. Raises CudaCompileError on a compile error."""
+    same content. Raises CudaCompileError on a compile error, or when nvcc runs past ``timeout_s``."""
     source = Path(source).resolve()
     arch = normalize_arch(arch) if arch else detect_arch()
     text = source.read_text(encoding="utf-8")
@@ -208,7 +208,11 @@ def build(source: Path | str, arch: str | None = None, *, use_cache: bool = True
     tmp = Path(tmp_name)
     start = time.perf_counter()
     try:
-        proc = subprocess.run(nvcc_command(source, tmp, arch), capture_output=True, text=True)
+        try:
+            proc = subprocess.run(nvcc_command(source, tmp, arch), capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise CudaCompileError(f"{source}: nvcc took longer than {timeout_s:.0f} s", source, [],
+                                   "(timed out)") from None
         if proc.returncode != 0:
             message, diagnostics = format_compile_error(source, proc.stderr + proc.stdout, arch)
             raise CudaCompileError(message, source, diagnostics, proc.stderr + proc.stdout)
