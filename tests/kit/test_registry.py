@@ -115,3 +115,20 @@ def test_grading_limits_must_be_consistent(tmp_path):
     path = write_variant(tmp_path, "timeout_s = 300\ntest_deadline_s = 60", "timeout_s = 30\ntest_deadline_s = 60")
     with pytest.raises(RegistryError, match=r"test_deadline_s <= timeout_s"):
         load_registry(path)
+
+
+def test_the_student_view_of_the_registry_has_no_hidden_shapes(tmp_path):
+    from assignment.registry import REGISTRY_PATH, without_hidden
+
+    text = without_hidden(REGISTRY_PATH.read_text())
+    assert "[task.hidden]" not in text and "draw = " not in text
+    path = tmp_path / "tasks.toml"
+    path.write_text(text)
+    student = load_registry(path)
+    assert all(len(t.hidden) == 0 for t in student.tasks)
+    assert [t.points for t in student.tasks] == [t.points for t in load_registry().tasks]
+
+
+def test_every_available_task_has_hidden_shapes():
+    for task in load_registry().available:
+        assert task.hidden.fixed, f"{task.id} has no [task.hidden] shapes: the grader would have no cases"
