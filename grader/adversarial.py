@@ -109,21 +109,24 @@ def _symlink_to(target: str):
     return build
 
 
+def _set_entry_field(path: Path, local_at: int, central_at: int, value: bytes) -> Path:
+    """Overwrite one field of the first entry's local and central headers (offsets from each signature)."""
+    data = bytearray(path.read_bytes())
+    for signature, offset in ((b"PK\x03\x04", local_at), (b"PK\x01\x02", central_at)):
+        at = data.find(signature) + offset
+        data[at:at + len(value)] = value
+    path.write_bytes(bytes(data))
+    return path
+
+
 def _zip_bomb(root: Path) -> Path:
     # 64 MB of zeros that deflate to about 64 KB.
     return _zip(root / "bomb.zip", {"t1_attention.py": b"\0" * (64 << 20)}, compression=zipfile.ZIP_DEFLATED)
 
 
 def _lying_zip(root: Path) -> Path:
-    # The same bomb, its declared size patched to 1 KB (what a size check that trusts the header sees).
-    path = _zip_bomb(root)
-    data = bytearray(path.read_bytes())
-    for header in (b"PK\x03\x04", b"PK\x01\x02"):
-        at = data.find(header)
-        size_at = at + (22 if header == b"PK\x03\x04" else 24)
-        data[size_at:size_at + 4] = (1024).to_bytes(4, "little")
-    path.write_bytes(bytes(data))
-    return path
+    # The same bomb, its declared size 1 KB (what a size check that trusts the header sees).
+    return _set_entry_field(_zip_bomb(root), 22, 24, (1024).to_bytes(4, "little"))
 
 
 def _corrupt_zip(root: Path) -> Path:
@@ -135,23 +138,13 @@ def _corrupt_zip(root: Path) -> Path:
 
 
 def _encrypted_zip(root: Path) -> Path:
-    path = _zip(root / "secret.zip", {"t1_attention.py": b"x = 1\n"})
-    data = bytearray(path.read_bytes())
-    for header, flag_at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):
-        at = data.find(header)
-        data[at + flag_at] |= 0x1  # mark the entry encrypted
-    path.write_bytes(bytes(data))
-    return path
+    # General-purpose flag bit 0: the entry is encrypted.
+    return _set_entry_field(_zip(root / "secret.zip", {"t1_attention.py": b"x = 1\n"}), 6, 8, (1).to_bytes(2, "little"))
 
 
 def _unsupported_zip(root: Path) -> Path:
-    path = _zip(root / "odd.zip", {"t1_attention.py": b"x = 1\n"})
-    data = bytearray(path.read_bytes())
-    for header, method_at in ((b"PK\x03\x04", 8), (b"PK\x01\x02", 10)):
-        at = data.find(header)
-        data[at + method_at:at + method_at + 2] = (97).to_bytes(2, "little")  # no such compression method
-    path.write_bytes(bytes(data))
-    return path
+    # Compression method 97: no such method.
+    return _set_entry_field(_zip(root / "odd.zip", {"t1_attention.py": b"x = 1\n"}), 8, 10, (97).to_bytes(2, "little"))
 
 
 def _zip_symlink(root: Path) -> Path:

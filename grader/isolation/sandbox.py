@@ -191,8 +191,9 @@ def command(spec: SandboxSpec, worker_config: dict) -> list[str]:
     if not ok:
         raise SandboxUnavailable(detail)
     mounts, sys_path = _mounts(spec)
-    args = [bwrap, *mounts,
-            "--size", str(spec.limits.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp",
+    # The private /tmp first: the read-only binds that follow may lie under /tmp on the host (a kit
+    # cloned into /tmp keeps its virtual environment there), and a later mount would hide them.
+    args = [bwrap, "--size", str(spec.limits.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp", *mounts,
             "--ro-bind", str(spec.student_dir), SUBMISSION_MOUNT,
             "--ro-bind", str(spec.kit_dir), KIT_MOUNT,
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
