@@ -34,6 +34,12 @@ def student(gpu: bool = True):
     return student_module("t1_attention.py", gpu=gpu, forbidden=TASK.rules.forbidden)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _workers_started_side_by_side():
+    for gpu in (True, False):
+        student(gpu=gpu).worker.prestart()
+
+
 def qkv(shape, seed, device, **kwargs):
     return random_qkv(shape["B"], shape["H"], shape["Lq"], shape["Lk"], shape["d"], seed=seed, device=device, **kwargs)
 

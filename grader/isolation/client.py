@@ -162,6 +162,18 @@ class Worker:
                                    limits=self.config.limits, deny=deny, allow=(Path(sys.prefix),))
 
     def start(self) -> None:
+        self._launch()
+        self._handshake()
+
+    def prestart(self) -> None:
+        """Launch the worker now and let it import torch in its sandbox (seconds) while other work goes
+        on; the first call waits for it. Launched from the calling thread on purpose: bubblewrap's
+        --die-with-parent kills the sandbox when the thread that started it ends."""
+        with self._lock:
+            if not self.alive():
+                self._launch()
+
+    def _launch(self) -> None:
         spec = self.spec()
         worker_config = {"forbidden": list(self.config.forbidden), "max_payload": self.config.max_result_bytes}
         argv = sandbox.command(spec, worker_config)
@@ -181,8 +193,11 @@ class Worker:
             self.pid = self._wait_for_child(self.init_pid)
         else:
             self.pid = self.proc.pid
+        self.info = {}
         self._watch = threading.Thread(target=self._watch_memory, args=(self.proc,), daemon=True)
         self._watch.start()
+
+    def _handshake(self) -> None:
         self.info = self._request({"op": "hello"}, b"", timeout=self.config.start_timeout_s)[0]
 
     def _read_info(self, fd: int) -> int | None:
@@ -295,7 +310,9 @@ class Worker:
              measure_memory: bool = False) -> "CallResult":
         with self._lock:
             if not self.alive():
-                self.start()
+                self._launch()
+            if not self.info:
+                self._handshake()
             tensors: dict[str, torch.Tensor] = {}
             device = _device_of(args, kwargs)
             request = {"op": "call", "file": filename, "function": function, "device": device, "track": track,
