@@ -24,7 +24,7 @@ from pathlib import Path
 from assignment.registry import Registry, load_registry
 from grader.config import ISOLATION_CHOICES, REPO_ROOT, GradeConfig
 from grader.isolation.client import WorkerConfig
-from grader.preflight import Preflight, decide_isolation, run_preflight
+from grader.preflight import Preflight, isolation_check, run_preflight
 from grader.prepare import prepare
 from grader.report import summary_lines, write_all
 from grader.runner import TaskRun, gpu_available, run_task
@@ -43,13 +43,7 @@ def selected_tasks(config: GradeConfig, registry: Registry):
 def check_host(config: GradeConfig, registry: Registry) -> Preflight:
     """The preflight (or, without it, just the isolation decision); raises PreflightError on a problem."""
     tasks = selected_tasks(config, registry)
-    if config.preflight:
-        result = run_preflight(tasks, config)
-    else:
-        level, detail, problem = decide_isolation(config)
-        result = Preflight(isolation=level, facts={"isolation": f"{level} ({detail})"})
-        if problem and any(f.endswith(".py") for t in tasks for f in t.files):
-            result.problems.append(problem)
+    result = run_preflight(tasks, config) if config.preflight else isolation_check(tasks, config)
     if not result.ok:
         raise PreflightError("this host cannot grade: " + "; ".join(result.problems))
     return result

@@ -56,13 +56,17 @@ def decide_isolation(config: GradeConfig) -> tuple[str, str, str | None]:
     return level, detail, None
 
 
-def run_preflight(tasks: list[Task], config: GradeConfig, *, time_reference: bool = True) -> Preflight:
-    result = Preflight()
+def isolation_check(tasks: list[Task], config: GradeConfig) -> Preflight:
+    """The isolation to grade ``tasks`` with, refused when it is not enough for their Python files."""
     level, detail, problem = decide_isolation(config)
-    result.isolation = level
-    result.facts["isolation"] = f"{level} ({detail})"
+    result = Preflight(isolation=level, facts={"isolation": f"{level} ({detail})"})
     if problem and any(f.endswith(".py") for t in tasks for f in t.files):
         result.problems.append(problem)
+    return result
+
+
+def run_preflight(tasks: list[Task], config: GradeConfig, *, time_reference: bool = True) -> Preflight:
+    result = isolation_check(tasks, config)
     if importlib.util.find_spec("pytest_jsonreport") is None:
         result.problems.append("pytest-json-report is not installed (the checker's report format)")
     gpu_tasks = [t for t in tasks if t.needs_gpu]

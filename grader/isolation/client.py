@@ -161,10 +161,6 @@ class Worker:
                                    isolation=self.config.isolation, bwrap=self.config.bwrap,
                                    limits=self.config.limits, deny=deny, allow=(Path(sys.prefix),))
 
-    def start(self) -> None:
-        self._launch()
-        self._handshake()
-
     def prestart(self) -> None:
         """Launch the worker now and let it import torch in its sandbox (seconds) while other work goes
         on; the first call waits for it. Launched from the calling thread on purpose: bubblewrap's
