@@ -29,7 +29,7 @@ TASKS     ?=
 GRADE_FLAGS ?=
 
 .PHONY: help test test-public demo starter check-starter check-cuda selfcheck grade preflight handout bench profile \
-        sanitize clean
+        sanitize generate clean
 
 help:
 	@echo "Students:"
@@ -37,6 +37,8 @@ help:
 	@echo "  make bench T=t2           time your kernel against the reference and PyTorch"
 	@echo "  make profile T=t4         Nsight Compute metrics of one launch"
 	@echo "  make sanitize T=t4        compute-sanitizer memcheck and racecheck, as the grader runs them"
+	@echo "  make generate PROMPT=\"The history of\" [CKPT=dir] [MAX_TOKENS=100] [TEMPERATURE=0.8 (0: greedy)]"
+	@echo "                [TOP_P=] [TOP_K=] [SEED=0] [DEVICE=cpu|cuda] [ATTN=reference|t1|t5] [CHAT=1]"
 	@echo "Instructors:"
 	@echo "  make demo                 grade the reference solutions, render the handout"
 	@echo "  make starter              regenerate starter/ from solutions/"
@@ -74,6 +76,15 @@ grade: $(SETUP)
 
 preflight: $(SETUP)
 	$(PY) -m grader.preflight $(foreach t,$(TASKS),--task $(t))
+
+# Stream text with your t7 sampling loop (IMPL picks it), on the shipped model unless CKPT names another.
+PROMPT ?=
+generate: $(SETUP)
+	@test -n "$(PROMPT)" || { echo 'make generate: give a prompt, e.g. make generate PROMPT="The history of"'; exit 2; }
+	$(PY) -m assignment.model.generate --prompt "$(PROMPT)" $(if $(CKPT),--ckpt "$(CKPT)") \
+	  $(if $(MAX_TOKENS),--max-tokens $(MAX_TOKENS)) $(if $(TEMPERATURE),--temperature $(TEMPERATURE)) \
+	  $(if $(TOP_P),--top-p $(TOP_P)) $(if $(TOP_K),--top-k $(TOP_K)) $(if $(SEED),--seed $(SEED)) \
+	  $(if $(DEVICE),--device $(DEVICE)) $(if $(ATTN),--attention $(ATTN)) $(if $(CHAT),--chat)
 
 handout: $(SETUP)
 	$(PY) -m handout.render

@@ -1,0 +1,28 @@
+"""The model half of the kit: a LLaMA-family transformer, Hugging Face checkpoints and tokenizers.
+
+    llama.py       the model (RMSNorm, RoPE, GQA attention, SwiGLU), the static KV cache,
+                   prefill() and decode_one_token()
+    attention.py   the seam that picks which attention runs (PyTorch reference, the student's t1/t5 code)
+    config.py      config.json <-> ModelConfig
+    checkpoint.py  load_checkpoint() / save_checkpoint() for Hugging Face directories (safetensors)
+    tokenizer.py   tokenizer.json, special and stop tokens, chat templates
+    scripted.py    a scripted stand-in model and a byte tokenizer, for testing generation loops
+    generate.py    `make generate`: stream text from a checkpoint with the student's t7 loop
+    corpus.py, train.py   how the shipped checkpoint (checkpoints/kit-tiny) was made: `make train-tiny`
+
+Only llama.py, attention.py and config.py load without optional packages; this file imports lazily so
+that the grader's sandbox, which carries this package, never pulls in more than it uses.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DEFAULT_CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "kit-tiny"
+
+
+def load_checkpoint(*args, **kwargs):
+    """See ``checkpoint.load_checkpoint``."""
+    from .checkpoint import load_checkpoint as load
+
+    return load(*args, **kwargs)

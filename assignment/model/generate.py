@@ -1,0 +1,140 @@
+"""``make generate``: stream text from a checkpoint through the student's t7 loop, then its timings.
+
+    python -m assignment.model.generate --prompt "The history of" [--ckpt DIR] [--max-tokens 100]
+        [--temperature 0.8] [--top-p 0.95] [--top-k 50] [--seed 0] [--device cpu|cuda] [--chat]
+        [--attention reference|sdpa|t1|t5]
+
+Runs the shipped checkpoint by default (no network, no GPU needed). The sampling loop is the one in
+the implementation ``IMPL`` names (``t7_generate.py``: solutions in an instructor's tree, the student's
+own file in a bundle). Temperature 0 is greedy. Settings not given come from the checkpoint's
+generation_config.json. TTFT is the time from the request to the first token (tokenizing and the
+prefill); the time between tokens is the mean over the decode steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from . import DEFAULT_CHECKPOINT
+
+
+@dataclass
+class TimedModel:
+    """Stands in front of the model and notes when each prefill and decode step has finished."""
+    model: object
+    start: float = 0.0
+    done: list[float] = field(default_factory=list)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def _timed(self, fn, *args):
+        logits = fn(*args)
+        if logits.is_cuda:
+            torch.cuda.synchronize(logits.device)
+        self.done.append(time.perf_counter())
+        return logits
+
+    def prefill(self, tokens, input_pos):
+        return self._timed(self.model.prefill, tokens, input_pos)
+
+    def decode_one_token(self, token, input_pos):
+        return self._timed(self.model.decode_one_token, token, input_pos)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="make generate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompt", required=True)
+    parser.add_argument("--ckpt", default=str(DEFAULT_CHECKPOINT), help="a Hugging Face checkpoint directory")
+    parser.add_argument("--max-tokens", type=int, default=100)
+    parser.add_argument("--temperature", type=float, default=None, help="0 is greedy")
+    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--repetition-penalty", type=float, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="auto", help="cpu, cuda or auto (a GPU when there is one)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--attention", default="reference", help="reference, sdpa, t1 (your Python) or t5 (CUDA)")
+    parser.add_argument("--chat", action="store_true", help="wrap the prompt in the checkpoint's chat template")
+    return parser.parse_args(argv)
+
+
+def sampling_settings(args: argparse.Namespace, generation_config: dict) -> dict:
+    """The command line wins; then the checkpoint's generation_config.json (do_sample false: greedy); then
+    plain sampling at temperature 1."""
+    def pick(value, key, default):
+        return value if value is not None else generation_config.get(key, default)
+
+    greedy_default = generation_config.get("do_sample") is False
+    temperature = pick(args.temperature, "temperature", 1.0) if args.temperature is not None or not greedy_default \
+        else 0.0
+    return {"temperature": float(temperature), "top_k": pick(args.top_k, "top_k", None) or None,
+            "top_p": pick(args.top_p, "top_p", None),
+            "repetition_penalty": float(pick(args.repetition_penalty, "repetition_penalty", 1.0))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from assignment.impl import ImplError, load_python
+
+    from .checkpoint import DTYPES, load_checkpoint
+    from .config import CheckpointError
+
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    if args.max_tokens < 0:
+        print("generate: --max-tokens must be >= 0", file=sys.stderr)
+        return 2
+    try:
+        t7 = load_python("t7_generate.py")
+        loaded = load_checkpoint(args.ckpt, device=device, dtype=DTYPES[args.dtype], attention=args.attention)
+    except (ImplError, CheckpointError, ValueError) as exc:
+        print(f"generate: {exc}", file=sys.stderr)
+        return 2
+    tokenizer, settings = loaded.tokenizer, sampling_settings(args, loaded.generation_config)
+    start = time.perf_counter()
+    text = tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
+    prompt_tokens = tokenizer.encode(text, add_bos=not args.chat)
+    needed = len(prompt_tokens) + args.max_tokens
+    if needed > loaded.model.max_seq_len:
+        loaded.model.setup_caches(1, min(needed, loaded.config.max_position_embeddings))
+    model = TimedModel(loaded.model, start)
+    generator = torch.Generator(device).manual_seed(args.seed)
+    print(args.prompt if not args.chat else text, end="", flush=True)
+    try:
+        for piece in t7.stream(model, tokenizer, prompt_tokens, args.max_tokens, stop_tokens=tokenizer.stop_ids,
+                               generator=generator, **settings):
+            print(piece, end="", flush=True)
+    except NotImplementedError as exc:
+        print(f"\ngenerate: the sampling loop is not written yet: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"\ngenerate: {exc}", file=sys.stderr)
+        return 2
+    print()
+    print(report(model, len(prompt_tokens), device, args, settings), file=sys.stderr)
+    return 0
+
+
+def report(model: TimedModel, prompt_tokens: int, device: str, args: argparse.Namespace, settings: dict) -> str:
+    done = model.done
+    if not done:
+        return f"-- prompt tokens: {prompt_tokens}; nothing generated"
+    ttft = done[0] - model.start
+    steps = len(done) - 1
+    generated = len(done)  # the prefill gives the first token, each decode step one more (the last may stop)
+    between = (done[-1] - done[0]) / steps if steps else float("nan")
+    total = done[-1] - model.start
+    mode = "greedy" if settings["temperature"] == 0 else ", ".join(
+        f"{k.replace('_', '-')} {v}" for k, v in settings.items() if v not in (None, 1.0) or k == "temperature")
+    return (f"-- prompt tokens: {prompt_tokens} | model calls: 1 prefill + {steps} decode | TTFT {ttft * 1e3:.1f} ms | "
+            f"time between tokens {between * 1e3:.2f} ms | {generated / total:.1f} tokens/s\n"
+            f"-- {device}, {args.dtype}, attention {args.attention}, {mode}, seed {args.seed}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

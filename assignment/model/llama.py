@@ -1,0 +1,277 @@
+"""A LLaMA-family transformer (Llama 2/3.x, TinyLlama, SmolLM, Mistral), small enough to read in one sitting.
+
+    tokens ─ embed ─┬─ [ RMSNorm ─ attention (RoPE, GQA, KV cache) ─ + ─ RMSNorm ─ SwiGLU MLP ─ + ] × layers
+                    └─────────────── residual stream ────────────────┘
+                  ─ RMSNorm ─ lm_head ─ logits
+
+Module names are Hugging Face's (``embed_tokens``, ``layers.N.self_attn.q_proj``, ...), so a checkpoint's
+tensors load by name (checkpoint.py). Positions are always explicit: ``input_pos`` says where in the
+sequence each token sits, which is also where its key and value go in the static KV cache. Generation
+uses two entry points, as the course's t6/t7 do:
+
+    prefill(model, tokens (B, T), input_pos = arange(T))        -> logits (B, V) of the last prompt token
+    decode_one_token(model, token (B, 1), input_pos = tensor([p])) -> logits (B, V) of the token at p
+
+Every attention call goes through the seam in attention.py (``model.attention_impl`` names it), and the
+cache is any object with ``update(input_pos, k, v)`` (``setup_caches(..., cache_cls=)``), which is where
+t6 plugs the student's cache and kernels in. Logits are returned in float32 whatever the weights' dtype.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from . import attention
+from .config import ModelConfig, rope_type_of
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in float32 (a bf16 mean of squares loses digits), scale in the model's dtype.
+        x32 = x.float()
+        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * normed.to(x.dtype)
+
+
+# --------------------------------------------------------------------------- rotary position embeddings
+def rope_frequencies(config: ModelConfig) -> torch.Tensor:
+    """Inverse frequencies (head_dim / 2,) of the rotary embedding, with the config's scaling applied."""
+    d = config.head_dim
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    kind, params = rope_type_of(config.rope_scaling), config.rope_scaling or {}
+    if kind == "linear":
+        return inv_freq / params["factor"]
+    if kind == "llama3":
+        return _llama3_frequencies(inv_freq, params)
+    return inv_freq
+
+
+def _llama3_frequencies(inv_freq: torch.Tensor, params: dict) -> torch.Tensor:
+    """Llama 3.1's scaling: long wavelengths are slowed by ``factor``, short ones kept, the middle blended."""
+    factor = params["factor"]
+    low, high = params["low_freq_factor"], params["high_freq_factor"]
+    context = params["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > context / low, inv_freq / factor, inv_freq)
+    blend = (context / wavelen - low) / (high - low)
+    blended = (1 - blend) * scaled / factor + blend * scaled
+    middle = (wavelen >= context / high) & (wavelen <= context / low)
+    return torch.where(middle, blended, scaled)
+
+
+def rope_tables(config: ModelConfig, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin, each (length, head_dim): row p rotates the token at position p."""
+    freqs = torch.outer(torch.arange(length, dtype=torch.float32), rope_frequencies(config))  # (length, d/2)
+    angles = torch.cat((freqs, freqs), dim=-1)                                                # (length, d)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate x (B, heads, T, d) by the angles of its positions (cos, sin: (T, d)); halves pair up (d/2 apart)."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+
+
+# --------------------------------------------------------------------------- the static KV cache
+class KVCache(nn.Module):
+    """Keys and values of every position so far, in fixed buffers (B_max, H_kv, L_max, d).
+
+    ``update`` writes k and v at ``input_pos`` and returns the whole buffers; the attention reads the
+    first ``input_pos[-1] + 1`` positions. Nothing is reallocated between steps, so a step's memory
+    addresses never change (what a captured CUDA graph needs, t6).
+    """
+
+    def __init__(self, max_batch_size: int, max_seq_len: int, n_kv_heads: int, head_dim: int,
+                 dtype: torch.dtype, device: torch.device | str):
+        super().__init__()
+        shape = (max_batch_size, n_kv_heads, max_seq_len, head_dim)
+        self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+
+    def update(self, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """k, v: (B, H_kv, T, d) for positions input_pos (T,) -> the cache buffers (B, H_kv, L_max, d)."""
+        B = k.shape[0]
+        self.k_cache[:B, :, input_pos] = k
+        self.v_cache[:B, :, input_pos] = v
+        return self.k_cache[:B], self.v_cache[:B]
+
+
+# --------------------------------------------------------------------------- the blocks
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = (config.num_attention_heads, config.num_key_value_heads,
+                                                        config.head_dim)
+        bias, hidden = config.attention_bias, config.hidden_size
+        self.q_proj = nn.Linear(hidden, self.n_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(hidden, self.n_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(hidden, self.n_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, hidden, bias=bias)
+        self.scale = attention.default_scale(self.head_dim)
+        self.kv_cache = None
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, input_pos: torch.Tensor | None,
+                kv_len: int, attend) -> torch.Tensor:
+        B, T, _ = x.shape                                                           # x: (B, T, hidden)
+        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)     # (B, H, T, d)
+        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, H_kv, T, d)
+        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, H_kv, T, d)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if input_pos is not None:
+            k, v = self.kv_cache.update(input_pos, k, v)                               # (B, H_kv, L_max, d)
+            k, v = k[:, :, :kv_len], v[:, :, :kv_len]                                  # (B, H_kv, kv_len, d)
+        out = attend(q, k, v, self.scale)                                              # (B, H, T, d)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+
+
+class FeedForward(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        hidden, inner, bias = config.hidden_size, config.intermediate_size, config.mlp_bias
+        self.gate_proj = nn.Linear(hidden, inner, bias=bias)
+        self.up_proj = nn.Linear(hidden, inner, bias=bias)
+        self.down_proj = nn.Linear(inner, hidden, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = FeedForward(config)
+
+    def forward(self, x, cos, sin, input_pos, kv_len, attend) -> torch.Tensor:
+        h = x + self.self_attn(self.input_layernorm(x), cos, sin, input_pos, kv_len, attend)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+# --------------------------------------------------------------------------- the model
+class Transformer(nn.Module):
+    def __init__(self, config: ModelConfig, attention_impl: str = "reference"):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(Block(config) for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        self.attention_impl = attention_impl
+        self.max_batch_size = self.max_seq_len = 0
+        self._rope_length = 0
+        self.register_buffer("rope_cos", torch.empty(0), persistent=False)
+        self.register_buffer("rope_sin", torch.empty(0), persistent=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed_tokens.weight.device
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    def setup_caches(self, max_batch_size: int, max_seq_len: int, cache_cls=KVCache) -> None:
+        """Allocate a static cache per layer for ``max_batch_size`` sequences of up to ``max_seq_len`` tokens."""
+        window = self.config.sliding_window
+        if window is not None and max_seq_len > window:
+            raise ValueError(f"this model attends over a sliding window of {window} tokens, which the kit does not "
+                             f"implement: use max_seq_len <= {window}")
+        if max_batch_size < 1 or max_seq_len < 1:
+            raise ValueError(f"setup_caches: max_batch_size and max_seq_len must be >= 1, got {max_batch_size}, "
+                             f"{max_seq_len}")
+        weight = self.embed_tokens.weight
+        for layer in self.layers:
+            layer.self_attn.kv_cache = cache_cls(max_batch_size, max_seq_len, self.config.num_key_value_heads,
+                                                 self.config.head_dim, weight.dtype, weight.device)
+        self.max_batch_size, self.max_seq_len = max_batch_size, max_seq_len
+        self._ensure_rope(max_seq_len)
+
+    def _ensure_rope(self, length: int) -> None:
+        if length > self._rope_length:
+            cos, sin = rope_tables(self.config, max(length, 2 * self._rope_length))
+            self.rope_cos, self.rope_sin = cos.to(self.device), sin.to(self.device)
+            self._rope_length = cos.shape[0]
+
+    def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, T, V) of every position. Without ``input_pos``: a plain causal pass over ``tokens`` at
+        positions 0..T-1 that neither reads nor writes the cache (training, scoring a text)."""
+        return self._run(tokens, input_pos, last_only=False)
+
+    def _run(self, tokens: torch.Tensor, input_pos: torch.Tensor | None, last_only: bool) -> torch.Tensor:
+        B, T = _check_tokens(tokens, self.config.vocab_size)
+        if input_pos is None:       # a plain causal pass over tokens at positions 0..T-1; the cache is untouched
+            first, kv_len = 0, T
+        elif not self.max_seq_len:
+            raise ValueError("input_pos given but no KV cache is set up: call setup_caches() first")
+        else:
+            first, kv_len = self._check_positions(input_pos, B, T)
+        self._ensure_rope(first + T)
+        cos, sin = self.rope_cos[first:first + T], self.rope_sin[first:first + T]         # (T, d)
+        attend = attention.get(self.attention_impl, self.config.head_dim, self.device)
+        x = self.embed_tokens(tokens)                                                    # (B, T, hidden)
+        for layer in self.layers:
+            x = layer(x, cos, sin, input_pos, kv_len, attend)
+        if last_only:
+            x = x[:, -1:]
+        return self.lm_head(self.norm(x)).float()                                        # (B, T or 1, V)
+
+    def _check_positions(self, input_pos: torch.Tensor | None, B: int, T: int) -> tuple[int, int]:
+        """(first position, keys visible to the last token); one host sync per call, not per layer."""
+        if not isinstance(input_pos, torch.Tensor) or input_pos.dtype not in (torch.int64, torch.int32) \
+                or input_pos.shape != (T,):
+            raise ValueError(f"input_pos must be an integer tensor of shape ({T},) (one position per token), got "
+                             f"{getattr(input_pos, 'shape', type(input_pos).__name__)}")
+        if B > self.max_batch_size:
+            raise ValueError(f"batch {B} is larger than the cache's max_batch_size {self.max_batch_size}")
+        first, last = input_pos[[0, -1]].tolist()
+        if last - first != T - 1 or first < 0:
+            raise ValueError(f"input_pos must be consecutive positions first..first+{T - 1}, got {first}..{last}")
+        if last >= self.max_seq_len:
+            raise ValueError(f"position {last} is past the KV cache's capacity of {self.max_seq_len} tokens (a prompt "
+                             f"plus the tokens to generate must fit in max_seq_len)")
+        return first, last + 1
+
+
+def _check_tokens(tokens: torch.Tensor, vocab_size: int) -> tuple[int, int]:
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"tokens must be an integer tensor of shape (B, T), got "
+                         f"{getattr(tokens, 'dtype', type(tokens).__name__)} {tuple(getattr(tokens, 'shape', ()))}")
+    if tokens.shape[1] == 0:
+        raise ValueError("tokens is empty: give at least one token")
+    if tokens.device.type == "cpu" and (tokens.min() < 0 or tokens.max() >= vocab_size):
+        raise ValueError(f"token ids must lie in [0, {vocab_size}), got {tokens.min().item()}..{tokens.max().item()}")
+    return tokens.shape[0], tokens.shape[1]
+
+
+def prefill(model: Transformer, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+    """Run the prompt (B, T) at positions ``input_pos`` (T,), filling the cache; logits (B, V) of its last token."""
+    return model._run(tokens, input_pos, last_only=True)[:, -1]
+
+
+def decode_one_token(model: Transformer, token: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+    """One new token per sequence (B, 1) at position ``input_pos`` (1,); logits (B, V) of the next one."""
+    if token.dim() != 2 or token.shape[1] != 1:
+        raise ValueError(f"decode_one_token takes one token per sequence, shape (B, 1); got {tuple(token.shape)}")
+    return model._run(token, input_pos, last_only=True)[:, -1]
+
+
+# The same two entry points as methods: the generation loop of t7 talks to ``model.prefill`` and
+# ``model.decode_one_token``, so a stand-in (assignment/model/scripted.py) can take the model's place.
+Transformer.prefill = prefill
+Transformer.decode_one_token = decode_one_token
