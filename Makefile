@@ -38,7 +38,7 @@ help:
 	@echo "  make profile T=t4         Nsight Compute metrics of one launch"
 	@echo "  make sanitize T=t4        compute-sanitizer memcheck and racecheck, as the grader runs them"
 	@echo "  make generate PROMPT=\"The history of\" [CKPT=dir] [MAX_TOKENS=100] [TEMPERATURE=0.8 (0: greedy)]"
-	@echo "                [TOP_P=] [TOP_K=] [SEED=0] [DEVICE=cpu|cuda] [ATTN=reference|t1|t5] [CHAT=1]"
+	@echo "                [TOP_P=] [TOP_K=] [SEED=0] [DEVICE=cpu|cuda] [DTYPE=bfloat16] [ATTN=reference|t1|t5] [CHAT=1]"
 	@echo "Instructors:"
 	@echo "  make demo                 grade the reference solutions, render the handout"
 	@echo "  make starter              regenerate starter/ from solutions/"
@@ -84,7 +84,8 @@ generate: $(SETUP)
 	$(PY) -m assignment.model.generate --prompt "$(PROMPT)" $(if $(CKPT),--ckpt "$(CKPT)") \
 	  $(if $(MAX_TOKENS),--max-tokens $(MAX_TOKENS)) $(if $(TEMPERATURE),--temperature $(TEMPERATURE)) \
 	  $(if $(TOP_P),--top-p $(TOP_P)) $(if $(TOP_K),--top-k $(TOP_K)) $(if $(SEED),--seed $(SEED)) \
-	  $(if $(DEVICE),--device $(DEVICE)) $(if $(ATTN),--attention $(ATTN)) $(if $(CHAT),--chat)
+	  $(if $(DEVICE),--device $(DEVICE)) $(if $(DTYPE),--dtype $(DTYPE)) $(if $(ATTN),--attention $(ATTN)) \
+	  $(if $(CHAT),--chat)
 
 handout: $(SETUP)
 	$(PY) -m handout.render

@@ -24,7 +24,6 @@ from handout.texts import TEXT_DIR, add_filters, format_number, render_text, tas
 
 HANDOUT_DIR = Path(__file__).resolve().parent
 DEFAULT_OUT = REPO_ROOT / "build" / "handout"
-INTRO_TEXT = "intro.md"
 # What each tolerance key means; the values themselves come from the registry.
 TOLERANCE_MEANING = {
     "atol": "absolute tolerance: |out − ref| ≤ atol + rtol·|ref| element-wise, against a float64 reference",
@@ -32,6 +31,28 @@ TOLERANCE_MEANING = {
     "max_error_ratio": "your max error may be at most this multiple of a same-precision PyTorch implementation's",
     "atol_floor": "added to that bound, so an exact-zero baseline error does not demand zero error",
 }
+
+
+@dataclass(frozen=True)
+class Chapter:
+    """A text of no task (assignment/text/<text>), its own section just before task ``before``."""
+
+    anchor: str
+    title: str
+    text: str
+    before: str
+
+
+CHAPTERS = (
+    Chapter("getting-started", "Getting started", "intro.md", before="t1"),
+    Chapter("model", "The model", "model.md", before="t6"),
+)
+
+
+@dataclass
+class ChapterView:
+    chapter: Chapter
+    html: str
 
 
 @dataclass
@@ -67,6 +88,20 @@ def task_views(registry: Registry, root: Path = REPO_ROOT, text_dir: Path = TEXT
     ]
 
 
+def chapter_views(registry: Registry, text_dir: Path = TEXT_DIR,
+                  chapters: tuple[Chapter, ...] = CHAPTERS) -> dict[str, list[ChapterView]]:
+    """Task id -> the chapters shown just before it; a chapter whose text does not exist yet is left out."""
+    before: dict[str, list[ChapterView]] = {}
+    for chapter in chapters:
+        if chapter.before not in registry.ids:
+            raise ValueError(f"handout chapter {chapter.text!r}: before={chapter.before!r} is not a task id "
+                             f"({', '.join(registry.ids)})")
+        path = text_dir / chapter.text
+        if path.is_file():
+            before.setdefault(chapter.before, []).append(ChapterView(chapter, render_text(path, registry)))
+    return before
+
+
 def template_environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HANDOUT_DIR / "templates"),
@@ -81,10 +116,9 @@ def template_environment() -> jinja2.Environment:
 
 def render_html(registry: Registry | None = None, root: Path = REPO_ROOT, text_dir: Path = TEXT_DIR) -> str:
     registry = registry or load_registry()
-    intro = text_dir / INTRO_TEXT
     return template_environment().get_template("handout.html.j2").render(
         registry=registry,
-        intro_html=render_text(intro, registry) if intro.is_file() else None,
+        chapters_before=chapter_views(registry, text_dir),
         views=task_views(registry, root, text_dir),
         css=(HANDOUT_DIR / "style.css").read_text(encoding="utf-8"),
     )

@@ -2,19 +2,29 @@
 
 Texts may quote registry numbers through Jinja (``{{ task.points.total | num }}``,
 ``{{ registry.task('t4').tolerance.float32.atol | num }}``) so that a number
-lives only in the registry. Undefined names fail loudly (StrictUndefined).
+lives only in the registry, and the model's facts through ``model``
+(``{{ model.kernel_head_dims | join(", ") }}``, see ``ModelFacts``) so that they
+live only in assignment/model/. Undefined names fail loudly (StrictUndefined).
 """
 
 from __future__ import annotations
 
+import ast
+import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
+from assignment.model import DEFAULT_CHECKPOINT
+from assignment.model.config import SUPPORTED_ARCHITECTURES, ModelConfig
 from assignment.registry import Registry, Task
 from handout.mathml import markdown_to_html
 
 TEXT_DIR = Path(__file__).resolve().parent.parent / "assignment" / "text"
+ATTENTION_SOURCE = Path(__file__).resolve().parent.parent / "assignment" / "model" / "attention.py"
+KIT_TINY = DEFAULT_CHECKPOINT  # the checkpoint whose sizes the model chapter quotes
 
 
 def format_number(value: float) -> str:
@@ -45,11 +55,58 @@ class TextError(ValueError):
     """A task text that does not render, naming the file."""
 
 
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the texts quote from assignment/model/, read without importing torch (the handout never needs it)."""
+
+    architectures: tuple[str, ...]      # config.SUPPORTED_ARCHITECTURES
+    attention_impls: tuple[str, ...]    # attention.IMPLEMENTATIONS
+    kernel_head_dims: tuple[int, ...]   # attention.KERNEL_HEAD_DIMS
+    kit_tiny: ModelConfig | None        # the shipped checkpoint's config.json; None until it is trained
+    kit_tiny_parameters: int | None     # counted from its model.safetensors header
+
+
+def literal_constants(path: Path, names: tuple[str, ...]) -> dict:
+    """Module-level ``NAME = <literal>`` assignments of a Python file, read without importing it."""
+    found = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+        if isinstance(target, ast.Name) and target.id in names:
+            found[target.id] = ast.literal_eval(node.value)
+    missing = [name for name in names if name not in found]
+    if missing:
+        raise TextError(f"{path}: no module-level literal {', '.join(missing)} (the handout quotes it)")
+    return found
+
+
+def model_facts(attention_source: Path = ATTENTION_SOURCE, checkpoint: Path | None = None) -> ModelFacts:
+    constants = literal_constants(attention_source, ("IMPLEMENTATIONS", "KERNEL_HEAD_DIMS"))
+    checkpoint = checkpoint or KIT_TINY
+    config = checkpoint / "config.json"
+    kit_tiny = ModelConfig.from_file(config) if config.is_file() else None
+    weights = checkpoint / "model.safetensors"
+    return ModelFacts(
+        architectures=SUPPORTED_ARCHITECTURES,
+        attention_impls=tuple(constants["IMPLEMENTATIONS"]),
+        kernel_head_dims=tuple(constants["KERNEL_HEAD_DIMS"]),
+        kit_tiny=kit_tiny,
+        kit_tiny_parameters=safetensors_parameters(weights) if kit_tiny and weights.is_file() else None,
+    )
+
+
+def safetensors_parameters(path: Path) -> int:
+    """Elements in a safetensors file, from its header: 8 bytes of length, then JSON name -> dtype, shape, offsets."""
+    with path.open("rb") as handle:
+        length = int.from_bytes(handle.read(8), "little")
+        header = json.loads(handle.read(length))
+    return sum(math.prod(entry["shape"]) for name, entry in header.items() if name != "__metadata__")
+
+
 def render_text(path: Path, registry: Registry, task: Task | None = None) -> str:
     """HTML of one text file; ``task`` is None for texts that belong to no task."""
     source = path.read_text(encoding="utf-8")
     try:
-        markdown_source = _TEXT_ENV.from_string(source).render(task=task, registry=registry)
+        markdown_source = _TEXT_ENV.from_string(source).render(task=task, registry=registry, model=model_facts())
     except jinja2.TemplateError as exc:
         line = getattr(exc, "lineno", None)
         where = f"{path}:{line}" if line else str(path)

@@ -96,16 +96,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"generate: {exc}", file=sys.stderr)
         return 2
     tokenizer, settings = loaded.tokenizer, sampling_settings(args, loaded.generation_config)
-    start = time.perf_counter()
-    text = tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
-    prompt_tokens = tokenizer.encode(text, add_bos=not args.chat)
-    needed = len(prompt_tokens) + args.max_tokens
-    if needed > loaded.model.max_seq_len:
-        loaded.model.setup_caches(1, min(needed, loaded.config.max_position_embeddings))
-    model = TimedModel(loaded.model, start)
-    generator = torch.Generator(device).manual_seed(args.seed)
-    print(args.prompt if not args.chat else text, end="", flush=True)
     try:
+        start = time.perf_counter()
+        text = tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
+        prompt_tokens = tokenizer.encode(text, add_bos=not args.chat)
+        needed = len(prompt_tokens) + args.max_tokens
+        if needed > loaded.model.max_seq_len:
+            loaded.model.setup_caches(1, min(needed, loaded.config.max_position_embeddings))
+        model = TimedModel(loaded.model, start)
+        generator = torch.Generator(device).manual_seed(args.seed)
+        print(text, end="", flush=True)
         for piece in t7.stream(model, tokenizer, prompt_tokens, args.max_tokens, stop_tokens=tokenizer.stop_ids,
                                generator=generator, **settings):
             print(piece, end="", flush=True)

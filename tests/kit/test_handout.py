@@ -15,7 +15,7 @@ import pytest
 from markupsafe import escape
 
 from assignment.registry import load_registry
-from handout import render
+from handout import render, texts
 from handout.api import file_api
 from handout.mathml import MathError, markdown_to_html
 from handout.pdf import count_pages, find_chromium, html_to_pdf
@@ -101,6 +101,60 @@ def test_unavailable_tasks_say_coming(html, registry):
         if not task.available:
             section = re.search(rf'id="{task.id}">(.*?)</section>', html, re.DOTALL).group(1)
             assert "Coming in a later release" in section
+
+
+def _chapter(html: str, anchor: str) -> str:
+    return re.search(rf'<section id="{anchor}" class="chapter[^"]*">(.*?)</section>', html, re.DOTALL).group(1)
+
+
+def test_model_chapter_comes_just_before_t6_with_its_figure(html):
+    contents = re.search(r'<nav class="toc".*?</nav>', html, re.DOTALL).group(0)
+    listed = re.findall(r'href="#([\w-]+)"', contents)
+    sections = re.findall(r'<section[^>]* id="([\w-]+)"', html)
+    for order in (listed, sections):
+        assert order.index("model") == order.index("t6") - 1, order
+        assert order.index("getting-started") == order.index("t1") - 1, order
+    chapter = _chapter(html, "model")
+    assert "<h2>The model</h2>" in chapter and "<math" in chapter
+    figure = re.search(r"<figure>(.*?)</figure>", chapter, re.DOTALL)
+    assert figure, "the model chapter has no figure"
+    assert "<svg" in figure.group(1) and "</svg>" in figure.group(1) and "<figcaption>" in figure.group(1)
+
+
+def test_model_chapter_quotes_the_model_code(html):
+    from assignment.model import attention, config
+
+    facts = texts.model_facts()
+    assert facts.kernel_head_dims == attention.KERNEL_HEAD_DIMS
+    assert facts.attention_impls == attention.IMPLEMENTATIONS
+    chapter = _chapter(html, "model")
+    for name in (*config.SUPPORTED_ARCHITECTURES, *attention.IMPLEMENTATIONS):
+        assert name in chapter, f"the model chapter does not mention {name}"
+
+
+def test_model_chapter_reads_the_shipped_checkpoint_when_there_is_one(tmp_path, monkeypatch, registry):
+    import torch
+
+    from assignment.model.checkpoint import save_checkpoint
+    from assignment.model.config import ModelConfig
+    from assignment.model.llama import Transformer
+
+    config = ModelConfig(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True)
+    model = Transformer(config)
+    save_checkpoint(model, tmp_path / "kit-tiny", dtype=torch.float32)
+    monkeypatch.setattr(texts, "KIT_TINY", tmp_path / "kit-tiny")
+    assert texts.model_facts().kit_tiny_parameters == sum(p.numel() for p in model.parameters())
+    chapter = _chapter(render.render_html(registry), "model")
+    assert "<th>kit-tiny</th>" in chapter and "<td>97</td>" in chapter and "million parameters" in chapter
+    monkeypatch.setattr(texts, "KIT_TINY", tmp_path / "absent")
+    assert "<th>kit-tiny</th>" not in _chapter(render.render_html(registry), "model")
+
+
+def test_a_chapter_must_precede_a_task(registry):
+    stray = render.Chapter("stray", "Stray", "intro.md", before="t99")
+    with pytest.raises(ValueError, match="t99"):
+        render.chapter_views(registry, chapters=(stray,))
 
 
 def test_missing_file_is_coming_not_an_error(tmp_path, registry):
