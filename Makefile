@@ -29,7 +29,7 @@ TASKS     ?=
 GRADE_FLAGS ?=
 
 .PHONY: help test test-public demo starter check-starter check-cuda selfcheck grade preflight handout bench profile \
-        sanitize generate clean
+        sanitize generate corpus train-tiny clean
 
 help:
 	@echo "Students:"
@@ -48,6 +48,8 @@ help:
 	@echo "  make grade SUBMISSION=dir|zip OUT=dir [TASKS=\"t1 t2\"] [GRADE_FLAGS=--allow-weak-isolation]"
 	@echo "  make preflight            is this host fit to grade (GPU, tools, sandbox, the reference's speed)?"
 	@echo "  make handout              build/handout/handout.html and .pdf"
+	@echo "  make corpus               build/corpus: the shipped model's training text, from Debian packages"
+	@echo "  make train-tiny           retrain the shipped model (assignment/model/checkpoints/kit-tiny) on a GPU"
 
 $(VENV)/.kit-installed: pyproject.toml assignment/bootstrap.sh
 	@bash assignment/bootstrap.sh 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
@@ -86,6 +88,19 @@ generate: $(SETUP)
 	  $(if $(TOP_P),--top-p $(TOP_P)) $(if $(TOP_K),--top-k $(TOP_K)) $(if $(SEED),--seed $(SEED)) \
 	  $(if $(DEVICE),--device $(DEVICE)) $(if $(DTYPE),--dtype $(DTYPE)) $(if $(ATTN),--attention $(ATTN)) \
 	  $(if $(CHAT),--chat)
+
+# The shipped model: its corpus (Debian packages, licences recorded) and its training run (a GPU, minutes).
+CORPUS     ?= build/corpus
+CHECKPOINT ?= assignment/model/checkpoints/kit-tiny
+MINUTES    ?= 5
+corpus: $(SETUP)
+	$(PY) -m assignment.model.corpus --out $(CORPUS)
+
+$(CORPUS)/train.txt: | $(SETUP)
+	$(PY) -m assignment.model.corpus --out $(CORPUS)
+
+train-tiny: $(SETUP) $(CORPUS)/train.txt
+	$(PY) -m assignment.model.train --corpus $(CORPUS) --out $(CHECKPOINT) --minutes $(MINUTES)
 
 handout: $(SETUP)
 	$(PY) -m handout.render

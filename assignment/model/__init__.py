@@ -8,7 +8,8 @@
     tokenizer.py   tokenizer.json, special and stop tokens, chat templates
     scripted.py    a scripted stand-in model and a byte tokenizer, for testing generation loops
     generate.py    `make generate`: stream text from a checkpoint with the student's t7 loop
-    corpus.py, train.py   how the shipped checkpoint (checkpoints/kit-tiny) was made: `make train-tiny`
+    corpus.py, train.py, model_card.py   how the shipped checkpoint (checkpoints/kit-tiny) was made:
+                   `make corpus`, `make train-tiny` (its MODEL_CARD.md records the run)
 
 Only llama.py, attention.py and config.py load without optional packages; this file imports lazily so
 that the grader's sandbox, which carries this package, never pulls in more than it uses.
