@@ -211,7 +211,7 @@ training text (`words.txt.gz`).
 
 def _quote(text: str) -> str:
     """Generated text on one Markdown line, with Markdown's active characters escaped."""
-    flat = " ".join(text.split())
+    flat = (" " if text[:1].isspace() else "") + " ".join(text.split())  # the first word's space is the model's
     for ch in "\\`*_[]<>#|":
         flat = flat.replace(ch, "\\" + ch)
     return flat
