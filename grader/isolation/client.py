@@ -5,6 +5,12 @@ it returns looks like the module: ``student.naive_attention(q, k, v, causal=True
 to the worker as plain data, waits (with a timeout), checks the reply and returns plain tensors on
 the inputs' device. Nothing the student wrote runs in this process.
 
+Arguments that are not data are named, and the worker builds them from the kit's own code on the call's
+device: ``KitObject("scripted_model", {...})`` (t7's models and tokenizers, a whitelist in worker.py) and
+``SeededGenerator(seed)`` (a ``torch.Generator``). ``StudentModule.call(..., drain=True)`` returns a stream's
+pieces with the model's call count at each; ``calls=True`` the scripted model's call log (both from the
+student's process: evidence the checks read beside the outputs).
+
 ``memory_probe`` measures, from outside the worker, how much memory one call made it use: it resets
 the worker's peak-RSS counter (``/proc/<pid>/clear_refs``) just before the call and reads it
 (``VmHWM``) after. The worker cannot switch that counter off: it is the kernel's, and a CPU-only
@@ -35,20 +41,33 @@ from pathlib import Path
 
 import torch
 
+import assignment.model as model_package
+from assignment.model import DEFAULT_CHECKPOINT
 from grader.isolation import sandbox
 from grader.isolation.worker import ProtocolError, read_frame, write_frame
 
 WORKER_SOURCE = Path(__file__).resolve().parent / "worker.py"
+MODEL_PACKAGE = Path(model_package.__file__).resolve().parent
+CHECKPOINT_IN_KIT = DEFAULT_CHECKPOINT.relative_to(MODEL_PACKAGE.parents[1])  # the same place under /kit
 LOG_KEEP_BYTES = 32 * 1024  # of the worker's stderr: the first and the last this many bytes
 
 
 @lru_cache(maxsize=1)
 def _kit_dir() -> Path:
-    """A private folder holding only worker.py: what the sandbox mounts at /kit (not the grader's package)."""
+    """A private folder with what the sandbox mounts at /kit: worker.py, and the kit's model package and
+    shipped checkpoint that t7's objects are built from (all shipped to students; not the grader's package)."""
     folder = Path(tempfile.mkdtemp(prefix="kit-worker-"))
     shutil.copyfile(WORKER_SOURCE, folder / "worker.py")
-    folder.chmod(0o755)
     (folder / "worker.py").chmod(0o644)
+    package = folder / "assignment"
+    (package / "model").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    for source in MODEL_PACKAGE.glob("*.py"):
+        shutil.copyfile(source, package / "model" / source.name)
+    if DEFAULT_CHECKPOINT.is_dir():
+        shutil.copytree(DEFAULT_CHECKPOINT, folder / CHECKPOINT_IN_KIT)
+    for path in (folder, *folder.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     return folder
 
@@ -171,7 +190,8 @@ class Worker:
 
     def _launch(self) -> None:
         spec = self.spec()
-        worker_config = {"forbidden": list(self.config.forbidden), "max_payload": self.config.max_result_bytes}
+        worker_config = {"forbidden": list(self.config.forbidden), "max_payload": self.config.max_result_bytes,
+                         "checkpoint": str(CHECKPOINT_IN_KIT)}
         argv = sandbox.command(spec, worker_config)
         info_r = info_w = None
         if spec.isolation == sandbox.FULL:
@@ -303,15 +323,20 @@ class Worker:
         return WorkerFailure("crash", f"the student's code crashed the worker ({why})", self.log.text() if self.log else "")
 
     def call(self, filename: str, function: str, args: tuple, kwargs: dict, *, track: bool = False,
-             measure_memory: bool = False) -> "CallResult":
+             measure_memory: bool = False, drain: bool = False, calls: bool = False,
+             device: str | None = None) -> "CallResult":
+        """One call of the student's function. ``device``: where the worker puts the call's tensors and kit
+        objects (default: the device of the first tensor argument, else the CPU); ``drain`` and ``calls``:
+        see worker.py (a stream's items with their step counts; the scripted model's call log)."""
         with self._lock:
             if not self.alive():
                 self._launch()
             if not self.info:
                 self._handshake()
             tensors: dict[str, torch.Tensor] = {}
-            device = _device_of(args, kwargs)
+            device = device or _device_of(args, kwargs)
             request = {"op": "call", "file": filename, "function": function, "device": device, "track": track,
+                       "drain": drain, "calls": calls,
                        "args": _encode(list(args), tensors), "kwargs": _encode(dict(kwargs), tensors)}
             from safetensors.torch import save
 
@@ -334,7 +359,7 @@ class Worker:
 
             received = load(data) if data else {}
             value = _decode(reply.get("result"), received, device)
-            return CallResult(value, peak, reply.get("largest"), seconds)
+            return CallResult(value, peak, reply.get("largest"), seconds, reply.get("steps"), reply.get("calls"))
 
     def _reset_peak(self) -> int | None:
         if self.pid is None:
@@ -352,6 +377,22 @@ class CallResult:
     peak_bytes: int | None          # resident memory the call added (None: not measured)
     largest: dict | None            # the worker's own report of its largest tensor (informative only)
     seconds: float
+    steps: list | None = None       # drain: the kit model's step count as each item came out (the student's process)
+    calls: list | None = None       # calls: the scripted model's call log (the student's process: evidence, not proof)
+
+
+@dataclass(frozen=True)
+class KitObject:
+    """An argument the worker builds itself from the kit's code: one of worker.KIT_OBJECTS (a model or a
+    tokenizer cannot cross the channel as data)."""
+    name: str
+    kwargs: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SeededGenerator:
+    """An argument the worker turns into a ``torch.Generator`` on the call's device, seeded with ``seed``."""
+    seed: int
 
 
 def _error_text(error: dict) -> str:
@@ -369,6 +410,10 @@ def _device_of(args, kwargs) -> str:
 
 
 def _encode(value, tensors: dict):
+    if isinstance(value, KitObject):
+        return {"$object": value.name, "kwargs": _encode(dict(value.kwargs), tensors)}
+    if isinstance(value, SeededGenerator):
+        return {"$generator": int(value.seed)}
     if isinstance(value, torch.Tensor):
         name = f"a{len(tensors)}"
         tensors[name] = value.detach().to("cpu").contiguous().clone()
@@ -408,6 +453,9 @@ def _decode(value, tensors: dict, device: str):
             return float(value["$float"])
         if "$other" in value:
             what = str(value["$other"]).rsplit(".", 1)[-1]
+            if value.get("iterator"):
+                raise ResultTypeError("result", f"returned a {what} (an iterator) where a value was expected: return "
+                                                "the values themselves (a list, say), not a generator")
             raise ResultTypeError("result", f"returned a {what}, not a plain torch.Tensor" if value.get("subclass")
                                   else f"returned a {what}, not a tensor")
     return value
@@ -428,9 +476,12 @@ class StudentModule:
         call.__name__ = name
         return call
 
-    def call(self, function: str, *args, track: bool = False, measure_memory: bool = False, **kwargs) -> CallResult:
-        """Like ``student.function(...)``, with the measurements: ``.value``, ``.peak_bytes``, ``.largest``."""
-        return self._worker.call(self._filename, function, args, kwargs, track=track, measure_memory=measure_memory)
+    def call(self, function: str, *args, track: bool = False, measure_memory: bool = False, drain: bool = False,
+             calls: bool = False, device: str | None = None, **kwargs) -> CallResult:
+        """Like ``student.function(...)``, with the measurements and evidence: ``.value``, ``.peak_bytes``,
+        ``.largest``, ``.steps``, ``.calls`` (the options are Worker.call's, so they are not the student's)."""
+        return self._worker.call(self._filename, function, args, kwargs, track=track, measure_memory=measure_memory,
+                                 drain=drain, calls=calls, device=device)
 
     @property
     def worker(self) -> Worker:

@@ -3,20 +3,29 @@
     python -I worker.py '<json config>'          (started by grader.isolation.sandbox)
 
 Runs inside the sandbox with nothing of the instructor's in view, so it imports only the standard
-library, torch and safetensors, never the kit. Before anything of the student's runs it drops to an
-unprivileged uid (when started as root), moves its protocol off stdin/stdout (a student's print goes
-to the log, not into the protocol) and replaces the operations the task forbids with tripwires.
+library, torch and safetensors, and the kit's model package (the copy the client puts beside this
+file, which students get anyway) only when a request names one of its objects. Before anything of
+the student's runs it drops to an unprivileged uid (when started as root), moves its protocol off
+stdin/stdout (a student's print goes to the log, not into the protocol) and replaces the operations
+the task forbids with tripwires.
 
 Protocol: frames on the private descriptors, each ``HEADER`` (magic, JSON length, payload length),
 a JSON object, then a safetensors payload holding the tensors the JSON refers to as {"$t": name}.
 Tensors cross as plain data, so whatever a student's object pretends to be, the grader receives
 bytes with a dtype and a shape. Requests: {"op": "hello"} and {"op": "call", "file", "function",
-"args", "kwargs", "device", "track"}; every reply carries the request's "id". The grader trusts
-nothing a reply says except the data it checks itself.
+"args", "kwargs", "device", "track", "drain", "calls"}; every reply carries the request's "id". The
+grader trusts nothing a reply says except the data it checks itself.
+
+Arguments that are not data (t7's model, tokenizer and random generator) are built here from the
+kit's code: {"$object": name, "kwargs": {...}} (a name in KIT_OBJECTS) and {"$generator": seed}, on
+the call's device. "drain" iterates an iterator result here and returns its items, each with the
+step counter of the call's first kit model when it came out (streaming happens during generation,
+not after it); "calls" returns the call log of the call's first scripted model.
 """
 
 from __future__ import annotations
 
+import collections.abc
 import importlib.util
 import json
 import math
@@ -31,6 +40,9 @@ MAX_JSON_BYTES = 1 << 20
 # Where a tripwire is installed for each forbidden name found there.
 TRIPWIRE_HOMES = ("torch", "torch.nn", "torch.nn.functional", "torch.Tensor", "torch._C", "torch._C._nn",
                   "torch.linalg", "torch.special")
+KIT_OBJECTS = ("scripted_model", "byte_tokenizer", "checkpoint_model", "checkpoint_tokenizer")
+MAX_DRAINED_ITEMS = 100_000   # items of a drained iterator (a stream of a few hundred pieces is far below)
+MAX_LOG_ENTRIES = 10_000      # entries of a returned call log, and values in each
 
 
 class ProtocolError(RuntimeError):
@@ -128,6 +140,50 @@ class _Largest:
         return Mode()
 
 
+class _CountingModel:
+    """The kit's transformer as the student's loop sees it, counting its prefill and decode calls (the
+    scripted model's ``steps``), so that a drained stream shows when each piece came out."""
+
+    def __init__(self, model):
+        self._model, self.steps = model, 0
+
+    def prefill(self, tokens, input_pos):
+        self.steps += 1
+        return self._model.prefill(tokens, input_pos)
+
+    def decode_one_token(self, token, input_pos):
+        self.steps += 1
+        return self._model.decode_one_token(token, input_pos)
+
+    def __getattr__(self, name):  # max_seq_len, vocab_size, device, config, ...
+        return getattr(self._model, name)
+
+
+def _plain_log(calls) -> list | None:
+    """A scripted model's call log as plain JSON ({op, positions, tokens} entries, bounded in size), or None
+    when it is not one. It is an object of the student's process, which can rewrite it: the checker reads
+    it as evidence beside the outputs it checks itself, never as the only evidence."""
+    try:
+        entries, budget = [], MAX_LOG_ENTRIES
+        for entry in list(calls)[:MAX_LOG_ENTRIES]:
+            positions = [int(p) for p in list(entry["positions"])[:budget]]
+            tokens = [int(t) for t in list(entry["tokens"])[:budget]]
+            budget -= len(positions) + len(tokens)
+            entries.append({"op": str(entry["op"])[:16], "positions": positions, "tokens": tokens})
+            if budget <= 0:
+                break
+        return entries
+    except Exception:  # noqa: BLE001 - whatever the object is, it is not a call log
+        return None
+
+
+def _error(kind: str, type_name: str, message: str, traceback_text: str = "") -> dict:
+    error = {"kind": kind, "type": type_name, "message": message[:4000]}
+    if traceback_text:
+        error["traceback"] = traceback_text
+    return {"ok": False, "error": error}
+
+
 class Worker:
     def __init__(self, config: dict, out_stream, in_stream):
         import torch
@@ -138,6 +194,8 @@ class Worker:
         self.out, self.inp = out_stream, in_stream
         self.modules: dict[str, object] = {}
         self.max_payload = int(config.get("max_payload", 8 << 30))
+        self.kit_root = os.path.dirname(os.path.abspath(__file__))  # the client's copy of the kit's model package
+        self.checkpoints: dict[str, object] = {}  # device -> the shipped checkpoint, loaded once
 
     def _module(self, filename: str):
         if filename not in self.modules:
@@ -151,16 +209,45 @@ class Worker:
             self.modules[filename] = module
         return self.modules[filename]
 
-    def _decode(self, value, tensors: dict, device: str):
+    def _decode(self, value, tensors: dict, device: str, made: list):
+        """Plain data back into Python values; kit objects are built here and listed in ``made``."""
         if isinstance(value, dict) and "$t" in value:
             return tensors[value["$t"]].to(device)
         if isinstance(value, dict) and "$float" in value:
             return float(value["$float"])
+        if isinstance(value, dict) and "$object" in value:
+            name = str(value["$object"])
+            made.append((name, self._kit_object(name, dict(value.get("kwargs") or {}), device)))
+            return made[-1][1]
+        if isinstance(value, dict) and "$generator" in value:
+            return self.torch.Generator(device=device).manual_seed(int(value["$generator"]))
         if isinstance(value, list):
-            return [self._decode(v, tensors, device) for v in value]
+            return [self._decode(v, tensors, device, made) for v in value]
         if isinstance(value, dict):
-            return {k: self._decode(v, tensors, device) for k, v in value.items()}
+            return {k: self._decode(v, tensors, device, made) for k, v in value.items()}
         return value
+
+    def _kit_object(self, name: str, kwargs: dict, device: str):
+        """One of KIT_OBJECTS, from the kit's model package beside this file (a fresh scripted model per call,
+        so its log holds that call only; the checkpoint is loaded once per device, its cache set up anew)."""
+        if name not in KIT_OBJECTS:
+            raise ProtocolError(f"unknown kit object {name!r}")
+        if self.kit_root not in sys.path:
+            sys.path.insert(0, self.kit_root)
+        if name in ("scripted_model", "byte_tokenizer"):
+            from assignment.model.scripted import ByteTokenizer, ScriptedModel
+
+            return ScriptedModel(device=device, **kwargs) if name == "scripted_model" else ByteTokenizer()
+        if device not in self.checkpoints:
+            from assignment.model import load_checkpoint
+
+            path = os.path.join(self.kit_root, self.config["checkpoint"])
+            self.checkpoints[device] = load_checkpoint(path, device=device, max_seq_len=1)
+        loaded = self.checkpoints[device]
+        if name == "checkpoint_tokenizer":
+            return loaded.tokenizer
+        loaded.model.setup_caches(1, int(kwargs["max_seq_len"]))
+        return _CountingModel(loaded.model)
 
     def _encode(self, value, tensors: dict):
         torch = self.torch
@@ -179,7 +266,8 @@ class Worker:
             return {"$float": repr(value)}
         if value is None or isinstance(value, (bool, int, float, str)):
             return value
-        return {"$other": f"{type(value).__module__}.{type(value).__qualname__}"}
+        other = {"$other": f"{type(value).__module__}.{type(value).__qualname__}"}
+        return dict(other, iterator=True) if isinstance(value, collections.abc.Iterator) else other
 
     def _student_traceback(self) -> str:
         root = self.config["student_dir"]
@@ -190,18 +278,21 @@ class Worker:
         torch = self.torch
         device = request.get("device", "cpu")
         tensors = self.load(payload) if payload else {}
-        args = self._decode(request.get("args", []), tensors, device)
-        kwargs = self._decode(request.get("kwargs", {}), tensors, device)
+        made: list[tuple[str, object]] = []
+        try:
+            args = self._decode(request.get("args", []), tensors, device, made)
+            kwargs = self._decode(request.get("kwargs", {}), tensors, device, made)
+        except BaseException as exc:  # noqa: BLE001 - the kit's own objects: an instructor's error, said as such
+            return _error("kit", type(exc).__name__, "the worker could not build the call's kit objects: "
+                                                     f"{type(exc).__name__}: {exc}"), b""
         try:
             module = self._module(request["file"])
         except BaseException as exc:  # noqa: BLE001 - any failure to import is the student's to see
-            return {"ok": False, "error": {"kind": "import", "type": type(exc).__name__, "message": str(exc)[:4000],
-                                           "traceback": self._student_traceback()}}, b""
+            return _error("import", type(exc).__name__, str(exc), self._student_traceback()), b""
         function = getattr(module, request["function"], None)
         if not callable(function):
-            return {"ok": False, "error": {"kind": "missing", "type": "AttributeError",
-                                           "message": f"{request['file']} has no function {request['function']}"}}, b""
-        largest = None
+            return _error("missing", "AttributeError", f"{request['file']} has no function {request['function']}"), b""
+        largest, steps = None, None
         try:
             if request.get("track"):
                 with _Largest() as mode:
@@ -209,24 +300,43 @@ class Worker:
                 largest = {"numel": mode.numel, "shape": mode.shape, "op": mode.op}
             else:
                 result = function(*args, **kwargs)
+            if request.get("drain"):
+                if not isinstance(result, collections.abc.Iterator):
+                    return _error("result", "TypeError", f"returned a {type(result).__name__}, not an iterator: "
+                                                         "write it as a generator that yields each piece as soon "
+                                                         "as it is ready"), b""
+                result, steps = self._drain(result, made)
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
         except ForbiddenOperation as exc:
-            return {"ok": False, "error": {"kind": "forbidden", "type": "ForbiddenOperation", "message": str(exc)}}, b""
+            return _error("forbidden", "ForbiddenOperation", str(exc)), b""
         except NotImplementedError as exc:
-            return {"ok": False, "error": {"kind": "not_implemented", "type": "NotImplementedError",
-                                           "message": str(exc)[:2000]}}, b""
+            return _error("not_implemented", "NotImplementedError", str(exc)[:2000]), b""
         except BaseException as exc:  # noqa: BLE001
-            return {"ok": False, "error": {"kind": "exception", "type": type(exc).__name__, "message": str(exc)[:4000],
-                                           "traceback": self._student_traceback()}}, b""
+            return _error("exception", type(exc).__name__, str(exc), self._student_traceback()), b""
         out: dict = {}
         try:
             encoded = self._encode(result, out)
             data = self.save(out) if out else b""
         except BaseException as exc:  # noqa: BLE001
-            return {"ok": False, "error": {"kind": "result", "type": type(exc).__name__,
-                                           "message": f"the result could not be read: {str(exc)[:500]}"}}, b""
-        return {"ok": True, "result": encoded, "largest": largest}, data
+            return _error("result", type(exc).__name__, f"the result could not be read: {str(exc)[:500]}"), b""
+        reply = {"ok": True, "result": encoded, "largest": largest, "steps": steps}
+        if request.get("calls"):
+            scripted = next((obj for name, obj in made if name == "scripted_model"), None)
+            reply["calls"] = _plain_log(getattr(scripted, "calls", None))
+        return reply, data
+
+    @staticmethod
+    def _drain(iterator, made: list) -> tuple[list, list]:
+        """The iterator's items, and for each the step counter of the call's first kit model when it came out."""
+        model = next((obj for name, obj in made if name in ("scripted_model", "checkpoint_model")), None)
+        items, steps = [], []
+        for item in iterator:
+            items.append(item)
+            steps.append(int(model.steps) if model is not None else None)
+            if len(items) > MAX_DRAINED_ITEMS:
+                raise RuntimeError(f"the iterator yielded more than {MAX_DRAINED_ITEMS} items")
+        return items, steps
 
     def serve(self) -> None:
         while True:

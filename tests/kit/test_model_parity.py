@@ -24,9 +24,9 @@ pytestmark = pytest.mark.kit
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 32}
 # Largest |logit difference| allowed, per the dtype the model computes in. float32: both sides do the same
-# float32 operations in a different order (measured about 2e-7 on logits of magnitude ~1). bfloat16: every
-# layer rounds to 8 significant bits, and the two implementations round at different places.
-TOLERANCE = {torch.float32: 2e-5, torch.bfloat16: 0.1}
+# float32 operations in a different order (measured 2.4e-7 to 4.8e-7 on the CPU). bfloat16: every
+# layer rounds to 8 significant bits and the two round at different places (measured 3.9e-3 to 7.8e-3).
+TOLERANCE = {torch.float32: 2e-5, torch.bfloat16: 0.05}
 PROMPT, DECODE_STEPS, VOCAB = 13, 6, 211
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 

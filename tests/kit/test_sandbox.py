@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from assignment.model import DEFAULT_CHECKPOINT, load_checkpoint
 from grader.isolation import sandbox
-from grader.isolation.client import Worker, WorkerConfig, WorkerFailure, student_module
+from grader.isolation.client import KitObject, SeededGenerator, Worker, WorkerConfig, WorkerFailure, student_module
 
 pytestmark = pytest.mark.kit
 REPO = Path(__file__).resolve().parents[2]
@@ -63,11 +64,39 @@ def shout(n):
 '''
 
 
+KIT_PROBE = '''
+import os
+import torch
+
+
+def describe(model, tokenizer, generator):
+    return [type(model).__name__, str(model.device), model.vocab_size, model.max_seq_len,
+            tokenizer.decode(tokenizer.encode("hé", add_bos=False)), generator.initial_seed()]
+
+
+def kit_view():
+    return sorted(os.path.relpath(os.path.join(root, name), "/kit") for root, _, files in os.walk("/kit")
+                  for name in files if name.endswith((".py", ".json")))
+
+
+def pieces(model, count):
+    model.prefill(torch.tensor([[1, 2]]), torch.arange(2))
+    for k in range(count):
+        yield f"piece {k}"
+        model.decode_one_token(torch.tensor([[3]]), torch.tensor([2 + k]))
+
+
+def listed(model, count):
+    return list(pieces(model, count))
+'''
+
+
 @pytest.fixture()
 def probe_worker(tmp_path):
     folder = tmp_path / "submission"
     folder.mkdir()
     (folder / "probe.py").write_text(PROBE.replace("{repo}", str(REPO)))
+    (folder / "kit_probe.py").write_text(KIT_PROBE)
     worker = Worker(WorkerConfig(student_dir=folder, deny=(str(REPO),), call_timeout_s=60), gpu=False)
     yield worker
     worker.stop()
@@ -111,6 +140,47 @@ def test_output_floods_are_capped_and_the_call_still_answers(probe_worker):
     assert torch.equal(call(probe_worker, "shout", 40), torch.ones(1))
     log = probe_worker.log.text()
     assert len(log) < 100_000 and "bytes not kept" in log
+
+
+def kit_call(worker, function, *args, **options):
+    return worker.call("kit_probe.py", function, args, {}, **options)
+
+
+@needs_bwrap
+def test_the_worker_builds_kit_objects_from_its_own_copy_of_the_kit(probe_worker):
+    model = KitObject("scripted_model", {"vocab_size": 40, "max_seq_len": 9})
+    described = kit_call(probe_worker, "describe", model, KitObject("byte_tokenizer"), SeededGenerator(77)).value
+    assert described == ["ScriptedModel", "cpu", 40, 9, "hé", 77]
+    view = kit_call(probe_worker, "kit_view").value
+    assert "worker.py" in view and "assignment/model/scripted.py" in view, view  # shipped to students anyway
+    assert not [v for v in view if v.startswith(("grader", "solutions", "tests", "assignment/tasks"))], view
+    with pytest.raises(WorkerFailure) as info:
+        kit_call(probe_worker, "describe", KitObject("the_grader"), KitObject("byte_tokenizer"), SeededGenerator(1))
+    assert info.value.kind == "kit" and "unknown kit object" in str(info.value)
+
+
+@needs_bwrap
+def test_the_shipped_checkpoint_is_loaded_in_the_worker(probe_worker):
+    if not DEFAULT_CHECKPOINT.is_dir():
+        pytest.skip("the shipped checkpoint is not in this checkout")
+    for max_seq_len in (24, 30):  # loaded once, its cache set up for each call's length
+        model = KitObject("checkpoint_model", {"max_seq_len": max_seq_len})
+        described = kit_call(probe_worker, "describe", model, KitObject("checkpoint_tokenizer"), SeededGenerator(5))
+        assert described.value[2:] == [load_checkpoint(DEFAULT_CHECKPOINT).model.vocab_size, max_seq_len, "hé", 5]
+
+
+@needs_bwrap
+def test_a_drained_stream_carries_the_model_steps_and_the_call_log_comes_back(probe_worker):
+    model = KitObject("scripted_model", {"vocab_size": 8})
+    result = kit_call(probe_worker, "pieces", model, 3, drain=True, calls=True)
+    assert result.value == ["piece 0", "piece 1", "piece 2"] and result.steps == [1, 2, 3]
+    assert [c["op"] for c in result.calls] == ["prefill", "decode", "decode", "decode"]
+    assert result.calls[0] == {"op": "prefill", "positions": [0, 1], "tokens": [1, 2]}
+    with pytest.raises(WorkerFailure, match="an iterator") as info:
+        kit_call(probe_worker, "pieces", model, 3)
+    assert info.value.kind == "result"
+    with pytest.raises(WorkerFailure, match="not an iterator"):
+        kit_call(probe_worker, "listed", model, 3, drain=True)
 
 
 def test_without_bubblewrap_the_fallback_is_stated(monkeypatch):
