@@ -35,6 +35,9 @@ if [ -z "${KIT_BWRAP:-}" ] && ! command -v bwrap >/dev/null && ls .deb/bubblewra
 fi
 $PY -c "from grader.isolation.sandbox import best_isolation; print('isolation:', *best_isolation())"
 
+# The available tasks' markers, from the registry ("t1 or t2 or ...").
+TASK_MARKERS="$($PY -c "from assignment.registry import load_registry; print(' or '.join(t.id for t in load_registry().tasks if t.available))")"
+
 stage() { [ "$STAGE" = "$1" ] || [ "$STAGE" = all ] || { [ "$STAGE" = verify ] && [ "$1" != bench ]; }; }
 
 if stage tests; then
@@ -44,12 +47,12 @@ if stage tests; then
   fi
   if [ -z "${SKIP_TESTS:-}" ]; then
     say "public and hidden tests of the solutions, and the kit's GPU tests"
-    $PY -m pytest tests grader/hidden -m "t1 or t2 or t3 or t4 or t5 or gpu" -q -p no:cacheprovider \
+    $PY -m pytest tests grader/hidden -m "$TASK_MARKERS or gpu" -q -p no:cacheprovider \
         --ignore tests/kit/test_adversarial.py --ignore tests/kit/test_handout.py --durations=20 \
         --json-report --json-report-file="$OUT/tests_solutions.json" --json-report-omit log streams | tail -25
   fi
   say "public tests, starter (every test must fail with NotImplementedError)"
-  IMPL=starter $PY -m pytest tests -m "t1 or t2 or t3 or t4 or t5" -q -p no:cacheprovider --ignore tests/kit \
+  IMPL=starter $PY -m pytest tests -m "$TASK_MARKERS" -q -p no:cacheprovider --ignore tests/kit \
       --json-report --json-report-file="$OUT/tests_starter.json" --json-report-omit log streams | tail -1
   $PY - "$OUT/tests_starter.json" <<'PY'
 import json, sys
