@@ -88,8 +88,10 @@ class Points:
 class HiddenShapes:
     """A hidden suite's shapes: fixed edge cases, plus ``count`` drawn from ``ranges`` with the grading seed.
 
-    A range is ``[lo, hi]`` (integers, inclusive) or ``{ choice = [...] }``. The drawn shapes change
-    from one grading to the next, so no list of hidden shapes is ever complete.
+    A range is ``[lo, hi]`` (integers, inclusive), ``{ choice = [...] }``, or ``{ divisor_of = "H" }``:
+    a divisor of the value drawn for an earlier key (the KV heads of grouped-query attention divide
+    the query heads). The drawn shapes change from one grading to the next, so no list of hidden
+    shapes is ever complete.
     """
     fixed: tuple[dict[str, Any], ...] = ()
     count: int = 0
@@ -101,12 +103,22 @@ class HiddenShapes:
         for _ in range(self.count):
             shape = {}
             for key, spec in self.ranges.items():
-                shape[key] = rng.choice(spec["choice"]) if isinstance(spec, dict) else rng.randint(spec[0], spec[1])
+                if isinstance(spec, list):
+                    shape[key] = rng.randint(spec[0], spec[1])
+                elif "choice" in spec:
+                    shape[key] = rng.choice(spec["choice"])
+                else:
+                    shape[key] = rng.choice(divisors(shape[spec["divisor_of"]]))
             drawn.append(shape)
         return self.fixed + tuple(drawn)
 
     def __len__(self) -> int:
         return len(self.fixed) + self.count
+
+
+def divisors(n: int) -> list[int]:
+    """The positive divisors of n >= 1, ascending."""
+    return [k for k in range(1, n + 1) if n % k == 0]
 
 
 @dataclass(frozen=True)
@@ -261,16 +273,39 @@ def _parse_hidden(raw: Any, path: Path, task_id: str) -> HiddenShapes:
     draw = raw.get("draw", {})
     count = int(draw.get("count", 0))
     ranges = {k: v for k, v in draw.items() if k != "count"}
-    for key, spec in ranges.items():
+    for position, (key, spec) in enumerate(ranges.items()):
         ok_range = isinstance(spec, list) and len(spec) == 2 and all(isinstance(x, int) for x in spec) \
             and spec[0] <= spec[1]
-        ok_choice = isinstance(spec, dict) and isinstance(spec.get("choice"), list) and spec["choice"]
-        if not (ok_range or ok_choice):
-            raise RegistryError(path, task_id, f"hidden.draw.{key}", "must be [lo, hi] (integers, lo <= hi) or "
-                                                                     "{ choice = [...] }")
+        ok_choice = isinstance(spec, dict) and set(spec) == {"choice"} and isinstance(spec["choice"], list) \
+            and spec["choice"]
+        ok_divisor = isinstance(spec, dict) and set(spec) == {"divisor_of"} and _positive_ints_before(
+            ranges, position, spec["divisor_of"])
+        if not (ok_range or ok_choice or ok_divisor):
+            raise RegistryError(path, task_id, f"hidden.draw.{key}", "must be [lo, hi] (integers, lo <= hi), "
+                                "{ choice = [...] } or { divisor_of = \"KEY\" } naming an earlier key drawn from "
+                                "positive integers")
     if count and fixed and set(ranges) != set(fixed[0]):
         raise RegistryError(path, task_id, "hidden.draw", f"must give a range for each of {sorted(fixed[0])}")
+    for key, spec in ranges.items():
+        if isinstance(spec, dict) and "divisor_of" in spec:
+            for i, shape in enumerate(fixed):
+                of = spec["divisor_of"]
+                if key in shape and of in shape and not (isinstance(shape[key], int) and shape[key] > 0
+                                                         and shape[of] % shape[key] == 0):
+                    raise RegistryError(path, task_id, f"hidden.shapes[{i}].{key}",
+                                        f"must divide {of} (= {shape[of]}) as the draw does, got {shape[key]!r}")
     return HiddenShapes(fixed, count, ranges)
+
+
+def _positive_ints_before(ranges: dict[str, Any], position: int, key: Any) -> bool:
+    """Whether ``key`` is drawn before ``position`` and only ever takes positive integers."""
+    earlier = dict(list(ranges.items())[:position])
+    spec = earlier.get(key) if isinstance(key, str) else None
+    if isinstance(spec, list):
+        return isinstance(spec[0], int) and spec[0] >= 1
+    if isinstance(spec, dict) and "choice" in spec:
+        return all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in spec["choice"])
+    return isinstance(spec, dict) and "divisor_of" in spec
 
 
 def _parse_rules(raw: Any, path: Path, task_id: str) -> PythonRules:

@@ -17,8 +17,12 @@ SENTINEL = 12345.0  # outputs are pre-filled with this so unwritten elements sho
 def reference_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, scale: float | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """float64 attention: (O, LSE). Rows that see no key give O = 0, LSE = -inf."""
-    qd, kd, vd = q.double(), k.double(), v.double()
+    """float64 attention: (O, LSE). Rows that see no key give O = 0, LSE = -inf.
+
+    q is (..., H, Lq, d); k and v are (..., H_kv, Lk, d) with H_kv dividing H (grouped-query attention:
+    query head h attends with KV head h // (H // H_kv)), or have no head dimension at all like q.
+    """
+    qd, kd, vd = q.double(), expand_kv_heads(k, q).double(), expand_kv_heads(v, q).double()
     lq, lk, d = q.shape[-2], k.shape[-2], q.shape[-1]
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     scores = (qd @ kd.transpose(-2, -1)) * scale
@@ -32,6 +36,17 @@ def reference_attention(
     return out, lse
 
 
+def expand_kv_heads(x: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """K or V (..., H_kv, L, d) with each head repeated for the H // H_kv query heads of its group: the
+    multi-head layout of q (..., H, Lq, d). A copy; for references, never for the kernels under test."""
+    if q.dim() < 3 or x.dim() != q.dim() or x.shape[-3] == q.shape[-3]:
+        return x
+    heads, kv_heads = q.shape[-3], x.shape[-3]
+    if kv_heads == 0 or heads % kv_heads:
+        raise ValueError(f"K/V have {kv_heads} heads and q has {heads}: grouped-query attention needs H_kv to divide H")
+    return x.repeat_interleave(heads // kv_heads, dim=-3)
+
+
 def random_qkv(
     batch: int,
     heads: int,
@@ -43,12 +58,15 @@ def random_qkv(
     dtype: torch.dtype = torch.float32,
     device: str = "cpu",
     magnitude: float = 1.0,
+    kv_heads: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Normal random q, k, v (never zeros); ``magnitude`` scales q to push the logits."""
+    """Normal random q (batch, heads, lq, d), k and v (batch, kv_heads, lk, d) (never zeros; kv_heads
+    defaults to heads); ``magnitude`` scales q to push the logits."""
+    kv_heads = heads if kv_heads is None else kv_heads
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(batch, heads, lq, d, generator=gen) * magnitude
-    k = torch.randn(batch, heads, lk, d, generator=gen)
-    v = torch.randn(batch, heads, lk, d, generator=gen)
+    k = torch.randn(batch, kv_heads, lk, d, generator=gen)
+    v = torch.randn(batch, kv_heads, lk, d, generator=gen)
     return tuple(t.to(device=device, dtype=dtype) for t in (q, k, v))
 
 

@@ -20,6 +20,11 @@
 //     P = exp(S - m_new);  l = alpha * l + rowsum(P);  O = alpha * O + P V
 //   and at the end O /= l, LSE = m + log(l).
 //
+// Grouped-query attention: K and V may have fewer heads than Q (H_kv, H % H_kv == 0). The
+// H / H_kv query heads of a group read the same K and V head, h -> h / (H / H_kv), straight from
+// its memory: nothing is repeated or copied. Their blocks are neighbours in the launch order,
+// so after the first of them the others mostly find the group's K/V tiles in L2.
+//
 // Every K/V tile is read from global memory (L2) exactly once per query tile.
 // The key loop is software pipelined with cp.async: the next K tile is copied
 // while P V runs, the next V tile while Q K^T of the next step runs.
@@ -207,8 +212,8 @@ constexpr size_t smem_bytes() { return sizeof(float) * ((size_t)BR * D + 2 * (si
 template <int D, int BR, int BC, int CG, int MINB, bool CAUSAL, int KU>
 __global__ void __launch_bounds__((BR / 8) * CG, MINB)
 flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
-                 float* __restrict__ o, float* __restrict__ lse, int BH, int Lq, int Lk, float qscale,
-                 int vec_i) {
+                 float* __restrict__ o, float* __restrict__ lse, int BH, int H, int H_kv, int Lq, int Lk,
+                 float qscale, int vec_i) {
     constexpr int RG = BR / 8;   // row groups: thread rows rg + RG*i
     constexpr int NT = RG * CG;  // threads
     constexpr int TM = 8;        // query rows per thread
@@ -246,16 +251,29 @@ flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const
         bh = lin % BH;
         qtile = (int)(ntiles - 1 - lin / BH);
     } else {
-        // All tiles of a head start together and share its K and V in L2.
+        // All tiles of a head start together and share its K and V in L2 (with GQA, so do the
+        // neighbouring heads of its group).
         bh = (long long)blockIdx.z * 65535 + blockIdx.y;
         if (bh >= BH) return;
         qtile = (int)blockIdx.x;
     }
     const int q0 = qtile * BR;
 
+    // Grouped-query attention: K and V have H_kv heads, H % H_kv == 0, and each group of H / H_kv
+    // consecutive query heads shares one of them. bkv indexes the (batch, KV head) pairs of K and V.
+    long long bkv = 0;
+    {
+        // TODO(t4): grouped-query attention: the (batch, KV head) whose K and V this block reads
+        // PLAN: bh = b * H + h indexes (batch, query head); K and V are (B, H_kv, Lk, d), indexed b * H_kv + kv.
+        // PLAN: query head h reads KV head kv = h / (H / H_kv): heads 0 .. H/H_kv - 1 share KV head 0, and so on.
+        // PLAN: H_kv == H is ordinary multi-head attention (kv = h); H_kv == 1 is multi-query attention (kv = 0).
+        KIT_TODO(t4);
+        // END TODO(t4)
+    }
+
     const float* qb = q + bh * Lq * D;
-    const float* kb = k + bh * Lk * D;
-    const float* vb = v + bh * Lk * D;
+    const float* kb = k + bkv * Lk * D;
+    const float* vb = v + bkv * Lk * D;
     float* ob = o + bh * Lq * D;
     float* lb = lse + bh * Lq;
 
@@ -350,8 +368,8 @@ flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const
 }
 
 template <int D, bool CAUSAL, bool BIG = false>
-static int launch(const float* q, const float* k, const float* v, float* o, float* lse, int BH, int Lq, int Lk,
-                  float scale, cudaStream_t stream) {
+static int launch(const float* q, const float* k, const float* v, float* o, float* lse, int BH, int H, int H_kv,
+                  int Lq, int Lk, float scale, cudaStream_t stream) {
     using C = Cfg<D, BIG>;
     auto kern = flash_fwd_kernel<D, C::BR, C::BC, C::CG, C::MINB, CAUSAL, CAUSAL ? C::KUC : C::KU>;
     const size_t smem = smem_bytes<D, C::BR, C::BC>();
@@ -362,7 +380,8 @@ static int launch(const float* q, const float* k, const float* v, float* o, floa
     const bool vec = ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k) |
                        reinterpret_cast<uintptr_t>(v) | reinterpret_cast<uintptr_t>(o)) & 15) == 0;
     const dim3 grid(kit_ceil_div(Lq, C::BR), BH < 65535 ? BH : 65535, kit_ceil_div(BH, 65535));
-    kern<<<grid, (C::BR / 8) * C::CG, smem, stream>>>(q, k, v, o, lse, BH, Lq, Lk, scale * kLog2e, vec ? 1 : 0);
+    kern<<<grid, (C::BR / 8) * C::CG, smem, stream>>>(q, k, v, o, lse, BH, H, H_kv, Lq, Lk, scale * kLog2e,
+                                                      vec ? 1 : 0);
     KIT_RETURN_LAUNCH_STATUS();
 }
 
@@ -387,10 +406,13 @@ static bool use_big_d64(long long bh, int Lq) {
 
 }  // namespace t4fa
 
+// q, o: (B, H, Lq, d); k, v: (B, H_kv, Lk, d) with H % H_kv == 0 (query head h reads KV head
+// h / (H / H_kv)); lse: (B, H, Lq). All contiguous, fp32.
 KIT_API int t4_flash_attention_forward(const float* q, const float* k, const float* v, float* o, float* lse,
-                                       int B, int H, int Lq, int Lk, int d, float scale, int causal,
+                                       int B, int H, int H_kv, int Lq, int Lk, int d, float scale, int causal,
                                        void* stream) {
-    if (B < 0 || H < 0 || Lq < 0 || Lk < 0) return (int)cudaErrorInvalidValue;
+    if (B < 0 || H < 0 || H_kv < 0 || Lq < 0 || Lk < 0) return (int)cudaErrorInvalidValue;
+    if (H > 0 && (H_kv == 0 || H % H_kv != 0)) return (int)cudaErrorInvalidValue;
     if (d != 32 && d != 64 && d != 128) return (int)cudaErrorInvalidValue;
     const long long BH = (long long)B * H;
     if (BH == 0 || Lq == 0) return 0;
@@ -399,17 +421,17 @@ KIT_API int t4_flash_attention_forward(const float* q, const float* k, const flo
     const int bh = (int)BH;
     switch (d) {
         case 32:
-            return causal ? t4fa::launch<32, true>(q, k, v, o, lse, bh, Lq, Lk, scale, s)
-                          : t4fa::launch<32, false>(q, k, v, o, lse, bh, Lq, Lk, scale, s);
+            return causal ? t4fa::launch<32, true>(q, k, v, o, lse, bh, H, H_kv, Lq, Lk, scale, s)
+                          : t4fa::launch<32, false>(q, k, v, o, lse, bh, H, H_kv, Lq, Lk, scale, s);
         case 64:
             if (t4fa::use_big_d64(BH, Lq))
-                return causal ? t4fa::launch<64, true, true>(q, k, v, o, lse, bh, Lq, Lk, scale, s)
-                              : t4fa::launch<64, false, true>(q, k, v, o, lse, bh, Lq, Lk, scale, s);
-            return causal ? t4fa::launch<64, true>(q, k, v, o, lse, bh, Lq, Lk, scale, s)
-                          : t4fa::launch<64, false>(q, k, v, o, lse, bh, Lq, Lk, scale, s);
+                return causal ? t4fa::launch<64, true, true>(q, k, v, o, lse, bh, H, H_kv, Lq, Lk, scale, s)
+                              : t4fa::launch<64, false, true>(q, k, v, o, lse, bh, H, H_kv, Lq, Lk, scale, s);
+            return causal ? t4fa::launch<64, true>(q, k, v, o, lse, bh, H, H_kv, Lq, Lk, scale, s)
+                          : t4fa::launch<64, false>(q, k, v, o, lse, bh, H, H_kv, Lq, Lk, scale, s);
         default:
-            return causal ? t4fa::launch<128, true>(q, k, v, o, lse, bh, Lq, Lk, scale, s)
-                          : t4fa::launch<128, false>(q, k, v, o, lse, bh, Lq, Lk, scale, s);
+            return causal ? t4fa::launch<128, true>(q, k, v, o, lse, bh, H, H_kv, Lq, Lk, scale, s)
+                          : t4fa::launch<128, false>(q, k, v, o, lse, bh, H, H_kv, Lq, Lk, scale, s);
     }
 }
 

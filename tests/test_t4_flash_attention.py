@@ -23,6 +23,9 @@ from assignment.testing import (
 pytestmark = pytest.mark.t4
 TASK = load_registry().task("t4")
 TOL = TASK.tol("float32")
+SHAPE_ID = "B{B}H{H}Hkv{H_kv}Lq{Lq}Lk{Lk}"
+GQA_HINT = ("K and V have H_kv heads: query head h reads KV head h / (H / H_kv), and K/V of batch b start at "
+            "head b * H_kv, not b * H.")
 
 
 def run_flash(q, k, v, causal=False, scale=None):
@@ -34,14 +37,29 @@ def run_flash(q, k, v, causal=False, scale=None):
 
 
 @pytest.mark.parametrize("d", [32, 64, 128])
-@pytest.mark.parametrize("shape", TASK.public_shapes, ids=lambda s: "B{B}H{H}Lq{Lq}Lk{Lk}".format(**s))
+@pytest.mark.parametrize("shape", TASK.public_shapes, ids=lambda s: SHAPE_ID.format(**s))
 def test_flash_attention_matches_float64(shape, d, seed):
-    q, k, v = random_qkv(shape["B"], shape["H"], shape["Lq"], shape["Lk"], d, seed=seed, device="cuda")
+    # k and v have H_kv heads (grouped-query attention when H_kv < H; see the registry's shapes).
+    q, k, v = random_qkv(shape["B"], shape["H"], shape["Lq"], shape["Lk"], d, seed=seed, device="cuda",
+                         kv_heads=shape["H_kv"])
     out, lse = run_flash(q, k, v)
     expected, expected_lse = reference_attention(q, k, v)
-    assert_close(out, expected, **TOL, name=f"O (d={d})", layout="batch, head, query, dim", hint=TASK.hint)
-    assert_close(lse, expected_lse, **TOL, name=f"LSE (d={d})", layout="batch, head, query",
-                 hint="LSE = m + log(l) per query row, natural log.")
+    hint = TASK.hint + (" " + GQA_HINT if shape["H_kv"] < shape["H"] else "")
+    assert_close(out, expected, **TOL, name=f"O (d={d}, H={shape['H']}, H_kv={shape['H_kv']})",
+                 layout="batch, head, query, dim", hint=hint)
+    assert_close(lse, expected_lse, **TOL, name=f"LSE (d={d}, H={shape['H']}, H_kv={shape['H_kv']})",
+                 layout="batch, head, query", hint="LSE = m + log(l) per query row, natural log.")
+
+
+def test_query_heads_of_a_group_share_one_kv_head(seed):
+    # Grouped-query attention reads the shared K/V head directly: the same call on K/V repeated to one head
+    # per query head (multi-head layout) must give bitwise the same O and LSE.
+    q, k, v = random_qkv(2, 6, 97, 150, 64, seed=seed, device="cuda", kv_heads=2)
+    grouped = run_flash(q, k, v)
+    repeated = run_flash(q, k.repeat_interleave(3, dim=1), v.repeat_interleave(3, dim=1))
+    for name, a, b in (("O", grouped[0], repeated[0]), ("LSE", grouped[1], repeated[1])):
+        assert torch.equal(a, b), (f"{name} with H = 6 query heads over H_kv = 2 KV heads differs from the same "
+                                   f"attention with the KV heads repeated. {GQA_HINT}")
 
 
 def test_large_logits(seed):

@@ -22,16 +22,19 @@ TOL = TASK.tol("float32")
 
 
 @pytest.mark.parametrize("d", [32, 64, 128])
-@pytest.mark.parametrize("shape", TASK.public_shapes, ids=lambda s: "B{B}H{H}Lq{Lq}Lk{Lk}".format(**s))
+@pytest.mark.parametrize("shape", TASK.public_shapes, ids=lambda s: "B{B}H{H}Hkv{H_kv}Lq{Lq}Lk{Lk}".format(**s))
 def test_causal_matches_float64(shape, d, seed):
-    q, k, v = random_qkv(shape["B"], shape["H"], shape["Lq"], shape["Lk"], d, seed=seed, device="cuda")
+    # k and v have H_kv heads (grouped-query attention, t4's mapping); Lq < Lk is a chunk after cached keys.
+    q, k, v = random_qkv(shape["B"], shape["H"], shape["Lq"], shape["Lk"], d, seed=seed, device="cuda",
+                         kv_heads=shape["H_kv"])
     out = torch.full_like(q, SENTINEL)
     lse = torch.full(q.shape[:3], SENTINEL, device="cuda")
     kernels.flash_attention(q, k, v, causal=True, out=out, lse=lse)
     expected, expected_lse = reference_attention(q, k, v, causal=True)
     hint = TASK.hint
-    assert_close(out, expected, **TOL, name=f"causal O (d={d})", layout="batch, head, query, dim", hint=hint)
-    assert_close(lse, expected_lse, **TOL, name=f"causal LSE (d={d})", layout="batch, head, query", hint=hint)
+    where = f"d={d}, H={shape['H']}, H_kv={shape['H_kv']}"
+    assert_close(out, expected, **TOL, name=f"causal O ({where})", layout="batch, head, query, dim", hint=hint)
+    assert_close(lse, expected_lse, **TOL, name=f"causal LSE ({where})", layout="batch, head, query", hint=hint)
 
 
 def test_keys_a_query_cannot_see_are_never_read(seed):

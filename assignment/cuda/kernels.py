@@ -48,8 +48,8 @@ SOFTMAX = _Export(SOFTMAX_FILE, "t2_softmax_forward", (c_void_p, c_void_p, c_int
 GEMM = _Export(GEMM_FILE, "t3_gemm_batched", (c_void_p, c_void_p, c_void_p, c_int, c_int, c_int, c_int, c_int,
                                               c_int, c_int64, c_int64, c_int64, c_float, c_void_p))
 FLASH = _Export(ATTENTION_FILE, "t4_flash_attention_forward", (c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
-                                                                c_int, c_int, c_int, c_int, c_int, c_float, c_int,
-                                                                c_void_p))
+                                                                c_int, c_int, c_int, c_int, c_int, c_int, c_float,
+                                                                c_int, c_void_p))
 
 # A few cudaError_t names, used only when libcudart cannot be found to ask it.
 _KNOWN_ERRORS = {1: "invalid argument", 2: "out of memory", 9: "invalid configuration argument",
@@ -258,14 +258,16 @@ class Kernels:
     def flash_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                         scale: float | None = None, out: torch.Tensor | None = None,
                         lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """FlashAttention forward: q (B,H,Lq,d), k and v (B,H,Lk,d) -> (o (B,H,Lq,d), lse (B,H,Lq)).
+        """FlashAttention forward: q (B,H,Lq,d), k and v (B,H_kv,Lk,d) -> (o (B,H,Lq,d), lse (B,H,Lq)).
 
+        Grouped-query attention: H_kv divides H and query head h reads KV head h // (H // H_kv), straight
+        from k and v (H_kv == H: multi-head attention; H_kv == 1: multi-query attention).
         causal: query i sees keys j <= i + Lk - Lq (bottom-right alignment, t5).
         """
         kernel = "t4_flash_attention_forward"
         tasks = ("t4", "t5") if causal else ("t4",)
         state = self._require(FLASH, tasks, kernel)
-        B, H, Lq, Lk, d = _attention_shapes(kernel, q, k, v)
+        B, H, H_kv, Lq, Lk, d = _attention_shapes(kernel, q, k, v)
         if d not in ATTENTION_HEAD_DIMS:
             raise ValueError(f"{kernel}: head dimension d must be one of {ATTENTION_HEAD_DIMS}, got {d}")
         o = torch.empty_like(q) if out is None else _check_tensor(kernel, "out", out)
@@ -273,25 +275,31 @@ class Kernels:
         lse = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device) if lse is None else _check_tensor(kernel, "lse", lse)
         _check_shape(kernel, "lse", lse, (B, H, Lq), "(B, H, Lq)")
         device = _check_layout_and_device(kernel, q=q, k=k, v=v, out=o, lse=lse)
-        _check_int32(kernel, B=B, H=H, Lq=Lq, Lk=Lk)
+        _check_int32(kernel, B=B, H=H, Lq=Lq, Lk=Lk, **{"B*H": B * H})
         scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
         if o.numel() == 0 or Lk == 0:  # no query rows, or rows that see no key: zeros and LSE -inf
             return o.zero_(), lse.fill_(float("-inf"))
         _launch(self._function(FLASH, state), device, kernel, q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                o.data_ptr(), lse.data_ptr(), B, H, Lq, Lk, d, scale, int(bool(causal)))
+                o.data_ptr(), lse.data_ptr(), B, H, H_kv, Lq, Lk, d, scale, int(bool(causal)))
         return o, lse
 
     def naive_cuda_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                              scale: float | None = None) -> torch.Tensor:
-        """The unfused baseline from this implementation's t2 and t3: S = scale·QKᵀ, P = softmax(S), O = PV."""
+        """The unfused baseline from this implementation's t2 and t3: S = scale·QKᵀ, P = softmax(S), O = PV.
+
+        Shapes as in ``flash_attention``; with H_kv < H the K/V heads are first repeated to H heads
+        (a copy, as an unfused implementation makes one).
+        """
         kernel = "naive_cuda_attention"
         self._require(SOFTMAX, ("t2",), kernel)
         self._require(GEMM, ("t3",), kernel)
-        B, H, Lq, Lk, d = _attention_shapes(kernel, q, k, v)
+        B, H, H_kv, Lq, Lk, d = _attention_shapes(kernel, q, k, v)
         _check_layout_and_device(kernel, q=q, k=k, v=v)
         scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
         if q.numel() == 0 or Lk == 0:
             return torch.zeros_like(q)
+        if H_kv != H:
+            k, v = k.repeat_interleave(H // H_kv, dim=1), v.repeat_interleave(H // H_kv, dim=1)
         scores = self.gemm(q.view(B * H, Lq, d), k.view(B * H, Lk, d), trans_b=True, alpha=scale)
         if causal:
             hidden = torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).triu_(Lk - Lq + 1)
@@ -300,13 +308,18 @@ class Kernels:
         return self.gemm(probs, v.view(B * H, Lk, d)).view(B, H, Lq, d)
 
 
-def _attention_shapes(kernel: str, q, k, v) -> tuple[int, int, int, int, int]:
+def _attention_shapes(kernel: str, q, k, v) -> tuple[int, int, int, int, int, int]:
+    """(B, H, H_kv, Lq, Lk, d) of q (B, H, Lq, d) and k, v (B, H_kv, Lk, d), H_kv dividing H."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_tensor(kernel, name, t, (4,))
     B, H, Lq, d = q.shape
-    _check_shape(kernel, "k", k, (B, H, k.shape[2], d), "(B, H, Lk, d) with q's B, H and d")
+    H_kv, Lk = k.shape[1], k.shape[2]
+    _check_shape(kernel, "k", k, (B, H_kv, Lk, d), "(B, H_kv, Lk, d) with q's B and d")
     _check_shape(kernel, "v", v, tuple(k.shape), "same as k")
-    return B, H, Lq, k.shape[2], d
+    if (H_kv == 0 and H != 0) or (H_kv != 0 and H % H_kv != 0):
+        raise ValueError(f"{kernel}: q has H = {H} heads but k and v have H_kv = {H_kv}: grouped-query attention "
+                         f"needs H_kv to divide H (query head h reads KV head h // (H // H_kv))")
+    return B, H, H_kv, Lq, Lk, d
 
 
 # --------------------------------------------------------------------------- the implementation under test (IMPL)

@@ -4,7 +4,8 @@
 //
 //   sanitize_driver t2 <library.so>          softmax: every row-length path, float4 and scalar
 //   sanitize_driver t3 <library.so>          GEMM: every tile configuration and transpose, both loaders
-//   sanitize_driver t4 <library.so> <0|1>    FlashAttention, non-causal (0) or causal (1)
+//   sanitize_driver t4 <library.so> <0|1>    FlashAttention, non-causal (0) or causal (1), with
+//                                            grouped-query shapes (K and V with fewer heads than Q)
 //
 // Buffers are exactly the size a call may touch (cudaMalloc each), so a read or write one element
 // past them is an error memcheck reports. Exit code: 0 when every launch returned success.
@@ -20,8 +21,8 @@
 typedef int (*softmax_fn)(const float*, float*, int64_t, int64_t, void*);
 typedef int (*gemm_fn)(const float*, const float*, float*, int, int, int, int, int, int, int64_t, int64_t,
                        int64_t, float, void*);
-typedef int (*flash_fn)(const float*, const float*, const float*, float*, float*, int, int, int, int, int, float,
-                        int, void*);
+typedef int (*flash_fn)(const float*, const float*, const float*, float*, float*, int, int, int, int, int, int,
+                        float, int, void*);
 
 // A device buffer of n floats holding deterministic pseudo-random values in [-1, 1) (never zeros).
 // `offset` floats are allocated in front and skipped, to hand the kernels a pointer that is not
@@ -92,12 +93,14 @@ static int run_t3(void* lib) {
   return failures;
 }
 
-static int run_flash(flash_fn flash, int B, int H, int Lq, int Lk, int d, int causal) {
-  Buffer q((size_t)B * H * Lq * d, 6), k((size_t)B * H * Lk * d, 7), v((size_t)B * H * Lk * d, 8);
+// K and V hold H_kv heads (H % H_kv == 0): a kernel that reads a query head's own index into them
+// instead of its KV head's runs past their end, which memcheck reports.
+static int run_flash(flash_fn flash, int B, int H, int H_kv, int Lq, int Lk, int d, int causal) {
+  Buffer q((size_t)B * H * Lq * d, 6), k((size_t)B * H_kv * Lk * d, 7), v((size_t)B * H_kv * Lk * d, 8);
   Buffer o((size_t)B * H * Lq * d, 9), lse((size_t)B * H * Lq, 10);
-  char what[96];
-  std::snprintf(what, sizeof what, "t4 B %d H %d Lq %d Lk %d d %d causal %d", B, H, Lq, Lk, d, causal);
-  return report(what, flash(q.ptr, k.ptr, v.ptr, o.ptr, lse.ptr, B, H, Lq, Lk, d, 0.125f, causal, nullptr));
+  char what[112];
+  std::snprintf(what, sizeof what, "t4 B %d H %d H_kv %d Lq %d Lk %d d %d causal %d", B, H, H_kv, Lq, Lk, d, causal);
+  return report(what, flash(q.ptr, k.ptr, v.ptr, o.ptr, lse.ptr, B, H, H_kv, Lq, Lk, d, 0.125f, causal, nullptr));
 }
 
 static int run_t4(void* lib, int causal) {
@@ -106,12 +109,14 @@ static int run_t4(void* lib, int causal) {
   int failures = 0;
   const int dims[] = {32, 64, 128};
   for (int d : dims) {
-    failures += run_flash(flash, 1, 2, 70, 90, d, causal);
-    failures += run_flash(flash, 1, 1, 90, 37, d, causal);
-    failures += run_flash(flash, 2, 1, 129, 129, d, causal);
+    failures += run_flash(flash, 1, 2, 1, 70, 90, d, causal);     // multi-query: one KV head
+    failures += run_flash(flash, 1, 1, 1, 90, 37, d, causal);
+    failures += run_flash(flash, 2, 1, 1, 129, 129, d, causal);
+    failures += run_flash(flash, 2, 6, 2, 33, 65, d, causal);     // groups of 3 query heads, two batches
   }
-  // A grid large enough for the reference's 128-row tiles at d = 64 (it picks tiles by grid size).
-  failures += run_flash(flash, 16, 16, 257, 200, 64, causal);
+  // A grid large enough for the reference's 128-row tiles at d = 64 (it picks tiles by grid size),
+  // with groups of 4 query heads as in Llama 3.
+  failures += run_flash(flash, 16, 16, 4, 257, 200, 64, causal);
   return failures;
 }
 

@@ -69,13 +69,14 @@ def student_t1(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) 
 def student_t5(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     from assignment.cuda import kernels
 
-    k, v = _repeat_kv(k, q.shape[1]).contiguous(), _repeat_kv(v, q.shape[1]).contiguous()
-    out, _ = kernels.flash_attention(q.contiguous(), k, v, causal=True, scale=scale)
+    # The kernel takes the cache's H_kv heads as they are (GQA, no repeat); .contiguous() only packs the
+    # (B, H_kv, kv_len, d) slice of the cache's longer buffer.
+    out, _ = kernels.flash_attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=True, scale=scale)
     return out
 
 
 def _repeat_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
-    """(B, H_kv, L, d) -> (B, heads, L, d); t1 and t5 take one KV head per query head (t6 adds GQA)."""
+    """(B, H_kv, L, d) -> (B, heads, L, d): t1 and SDPA take one KV head per query head."""
     groups = heads // x.shape[1]
     return x if groups == 1 else x.repeat_interleave(groups, dim=1)
 

@@ -1,12 +1,14 @@
 """``make bench T=t2``: time the implementation under test against the reference and PyTorch.
 
-    python -m assignment.perf.bench --task t2|t3|t4|t5 [--quick]
+    python -m assignment.perf.bench --task t2|t3|t4|t5 [--quick] [--seed002 | --gqa]
 
 Every case goes through ``assignment.perf.timing.measure`` (the grader's harness), so the numbers
 here are the numbers that are graded. Columns: median ms, GB/s (memory-bound t2) or TFLOP/s,
 a percentage against the hardware or library bar (copy bandwidth for t2, cuBLAS for t3,
 SDPA for t4/t5), and the time ratio against the reference solution. Results also go to
-``build/bench/<task>.json``. A new shape is one more ``Case`` in a ``cases_*`` function.
+``build/bench/<task>.json``. A new shape is one more ``Case`` in a ``cases_*`` function. The t4/t5
+tables end with grouped-query rows (Llama 3's 32 query heads over 8 KV heads) that time the kernels
+on the grouped K/V and on the same K/V repeated to one head per query head (``--gqa``: only those).
 """
 
 from __future__ import annotations
@@ -49,10 +51,13 @@ def attention_pairs(Lq: int, Lk: int, causal: bool) -> int:
     return sum(min(Lk, max(0, i + Lk - Lq + 1)) for i in range(Lq))
 
 
-def attention_work(B: int, H: int, Lq: int, Lk: int, d: int, causal: bool) -> tuple[float, float]:
-    """(flops, ideal bytes): QKᵀ and PV are 2·d flops per visible pair each; read Q, K, V, write O and LSE once."""
+def attention_work(B: int, H: int, Lq: int, Lk: int, d: int, causal: bool,
+                   H_kv: int | None = None) -> tuple[float, float]:
+    """(flops, ideal bytes): QKᵀ and PV are 2·d flops per visible pair each; read Q, K, V (H_kv heads, default
+    H), write O and LSE once."""
+    H_kv = H if H_kv is None else H_kv
     flops = 4.0 * B * H * attention_pairs(Lq, Lk, causal) * d
-    bytes_moved = 4.0 * B * H * (2 * Lq * d + 2 * Lk * d + Lq)
+    bytes_moved = 4.0 * B * (H * (2 * Lq * d + Lq) + H_kv * 2 * Lk * d)
     return flops, bytes_moved
 
 
@@ -119,6 +124,9 @@ def cases_t3(student, reference, quick: bool) -> list[Case]:
 ATTENTION_SHAPES = [(8, 16, 4096, 64), (8, 16, 4096, 128), (4, 1, 128, 64), (64, 1, 4096, 64)]
 SEED002_SHAPES = [(320, 1, 128, 32), (160, 1, 128, 64), (80, 1, 512, 32), (40, 1, 512, 64), (20, 1, 2048, 32),
                   (500, 1, 2048, 64), (100, 1, 4096, 64), (10, 1, 8192, 64), (4, 1, 16384, 64), (2, 1, 32768, 64)]
+# (B, H, H_kv, L, d): grouped-query attention with Llama 3's heads (32 query heads over 8 KV heads), a long prompt.
+GQA_SHAPES = [(1, 32, 8, 8192, 64), (1, 32, 8, 8192, 128)]
+GQA_SHAPES_QUICK = [(1, 32, 8, 2048, 64), (1, 32, 8, 2048, 128)]
 
 
 def reference_kernels():
@@ -132,11 +140,20 @@ def reference_kernels():
         return None
 
 
+def repeat_kv(qkv):
+    """(q, k, v) with K/V of H_kv heads repeated to q's H heads (a copy): the layout of libraries without GQA."""
+    q, k, v = qkv
+    groups = q.shape[1] // k.shape[1]
+    if groups == 1:
+        return q, k, v
+    return q, k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+
+
 def naive_pytorch_attention(qkv, causal: bool):
     """softmax(Q Kᵀ / sqrt(d)) V with the whole score matrix, as PyTorch's users first write it (square L)."""
     import torch
 
-    q, k, v = qkv
+    q, k, v = repeat_kv(qkv)
     s = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
     if causal:
         s.masked_fill_(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu_(1), float("-inf"))
@@ -145,10 +162,15 @@ def naive_pytorch_attention(qkv, causal: bool):
 
 def attention_candidates(student, reference, causal: bool, B: int, H: int, L: int,
                          naive_limit_bytes: float = 24e9) -> dict[str, Callable[[Any], Any]]:
-    """SDPA, the naive versions (while their B*H*L*L scores, written twice, fit the limit), student, reference."""
+    """SDPA, the naive versions (while their B*H*L*L scores, written twice, fit the limit), student, reference.
+
+    With K/V of fewer heads than q (GQA), SDPA and the naive versions get them repeated (inside the timed call:
+    the copy is part of their cost); the student's and the reference kernels read them as they are.
+    """
     import torch.nn.functional as F
 
-    candidates = {"SDPA": lambda qkv: F.scaled_dot_product_attention(*qkv, is_causal=causal)}  # square: same alignment
+    # square L: SDPA's top-left causal alignment is the kit's bottom-right one
+    candidates = {"SDPA": lambda qkv: F.scaled_dot_product_attention(*repeat_kv(qkv), is_causal=causal)}
     if 2 * 4.0 * B * H * L * L <= naive_limit_bytes:
         candidates["naive pytorch"] = lambda qkv: naive_pytorch_attention(qkv, causal)
         candidates["naive cuda"] = lambda qkv: student.naive_cuda_attention(*qkv, causal=causal)
@@ -174,8 +196,38 @@ def cases_attention(student, reference, quick: bool, causal: bool, shapes=None) 
     return cases
 
 
-CASES = {"t2": cases_t2, "t3": cases_t3, "t4": lambda s, r, q: cases_attention(s, r, q, False),
-         "t5": lambda s, r, q: cases_attention(s, r, q, True)}
+def cases_gqa(student, reference, quick: bool, causal: bool, shapes=None) -> list[Case]:
+    """Grouped-query rows: each kernel on K/V of H_kv heads, and on the same K/V repeated to H heads ("... MHA").
+
+    The two do the same arithmetic on the same values, so their times should match: a kernel that reads the
+    shared KV head directly pays nothing for GQA (and moves H / H_kv times fewer K/V bytes).
+    """
+    import torch.nn.functional as F
+
+    shapes = shapes or (GQA_SHAPES_QUICK if quick else GQA_SHAPES)
+    cases = []
+    for B, H, H_kv, L, d in shapes:
+        def make(i, B=B, H=H, H_kv=H_kv, L=L, d=d):
+            q, k, v = _randn(B, H, L, d, seed=5 * i), _randn(B, H_kv, L, d, seed=5 * i + 1), \
+                _randn(B, H_kv, L, d, seed=5 * i + 2)
+            _, k_rep, v_rep = repeat_kv((q, k, v))
+            return q, k, v, k_rep, v_rep
+
+        candidates = {"SDPA": lambda x: F.scaled_dot_product_attention(x[0], x[3], x[4], is_causal=causal),
+                      "student": lambda x: student.flash_attention(*x[:3], causal=causal)[0],
+                      "student MHA": lambda x: student.flash_attention(x[0], x[3], x[4], causal=causal)[0]}
+        if reference is not None:
+            candidates["reference"] = lambda x: reference.flash_attention(*x[:3], causal=causal)[0]
+            candidates["reference MHA"] = lambda x: reference.flash_attention(x[0], x[3], x[4], causal=causal)[0]
+        flops, bytes_moved = attention_work(B, H, L, L, d, causal, H_kv)
+        label = f"{'causal ' if causal else ''}attention B{B} H{H} H_kv{H_kv} L{L} d{d} (GQA; MHA: K/V repeated)"
+        cases.append(Case(label, make, candidates, flops, bytes_moved, metric="TFLOP/s", percent_of="SDPA"))
+    return cases
+
+
+CASES = {"t2": cases_t2, "t3": cases_t3,
+         "t4": lambda s, r, q: cases_attention(s, r, q, False) + cases_gqa(s, r, q, False),
+         "t5": lambda s, r, q: cases_attention(s, r, q, True) + cases_gqa(s, r, q, True)}
 
 
 # --------------------------------------------------------------------------- running and printing
@@ -268,9 +320,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT_DIR)
     parser.add_argument("--seed002", action="store_true",
                         help="t4/t5: seed 002's shapes (batch x length x d, one head) instead of the default set")
+    parser.add_argument("--gqa", action="store_true",
+                        help="t4/t5: only the grouped-query rows (32 query heads over 8 KV heads, GQA against MHA)")
     args = parser.parse_args(argv)
     if args.task is None:
         print(f"choose a task: make bench T=t2 (one of {', '.join(TASKS)})", file=sys.stderr)
+        return 2
+    if (args.seed002 or args.gqa) and args.task not in ("t4", "t5"):
+        print("--seed002 and --gqa are t4/t5 options", file=sys.stderr)
         return 2
 
     import torch
@@ -292,15 +349,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"implementation under test: {student_dir()}")
     copy = copy_bandwidth(64 * 2**20 if args.quick else 256 * 2**20)
     print(f"device copy bandwidth: {copy.gbps:.0f} GB/s (read + write, {copy.median_ms:.3f} ms)")
-    if args.seed002 and args.task in ("t4", "t5"):
+    if args.seed002:
         cases = cases_attention(student, reference, False, args.task == "t5", shapes=SEED002_SHAPES)
+    elif args.gqa:
+        cases = cases_gqa(student, reference, args.quick, args.task == "t5")
     else:
         cases = CASES[args.task](student, reference, args.quick)
     rows = [run_case(case, copy.gbps, settings) for case in cases]
     report = {"task": args.task, "quick": args.quick, "gpu": info, "copy_gbps": copy.gbps,
               "implementation": str(student_dir()), "cases": rows}
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{args.task}{'_seed002' if args.seed002 else ''}.json"
+    path = args.out / f"{args.task}{'_seed002' if args.seed002 else '_gqa' if args.gqa else ''}.json"
     path.write_text(json.dumps(report, indent=2, default=str))
     print(f"\nwrote {path}")
     return 1 if any(row.get("error") for row in rows) else 0

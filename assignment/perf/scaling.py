@@ -1,11 +1,12 @@
 """Scaling analysis for t4/t5: sweep sequence length, batch and head dimension; table and plots.
 
-    python -m assignment.perf.scaling --task t4|t5 [--quick] [--out build/bench]
+    python -m assignment.perf.scaling --task t4|t5 [--quick] [--kv-heads N] [--out build/bench]
 
 For each (L, d) it times naive PyTorch, the naive CUDA composition (t3 -> t2 -> t3), the
 implementation under test, the reference solution and PyTorch's SDPA through the grader's
 harness (assignment.perf.timing.measure), with B = max(1, TOKENS // L) so every point does the same
-number of tokens. It prints a table and writes <task>_scaling.json and three plots: time against
+number of tokens, H = 16 query heads and K/V of ``--kv-heads`` heads (default 16; fewer is grouped-query
+attention, which SDPA and the naive versions get repeated to 16 heads inside their timed call). It prints a table and writes <task>_scaling.json and three plots: time against
 L, TFLOP/s against L, and a roofline chart (arithmetic intensity against achieved TFLOP/s under
 the measured copy-bandwidth roof and the fp32 compute roof).
 """
@@ -31,7 +32,7 @@ def sweep_points(quick: bool) -> list[tuple[int, int, int, int]]:
     return [(max(1, TOKENS // L), HEADS, L, d) for d in dims for L in lengths]
 
 
-def run_sweep(task: str, quick: bool) -> dict:
+def run_sweep(task: str, quick: bool, kv_heads: int = HEADS) -> dict:
     import torch
 
     from assignment.cuda.kernels import Kernels
@@ -42,11 +43,12 @@ def run_sweep(task: str, quick: bool) -> dict:
     copy = copy_bandwidth()
     points = []
     for B, H, L, d in sweep_points(quick):
-        def make(i, shape=(B, H, L, d)):
+        def make(i, B=B, H=H, L=L, d=d):
             gen = torch.Generator(device="cuda").manual_seed(i)
-            return tuple(torch.randn(*shape, device="cuda", generator=gen) for _ in range(3))
+            return (torch.randn(B, H, L, d, device="cuda", generator=gen),
+                    *(torch.randn(B, kv_heads, L, d, device="cuda", generator=gen) for _ in range(2)))
 
-        flops, ideal_bytes = attention_work(B, H, L, L, d, causal)
+        flops, ideal_bytes = attention_work(B, H, L, L, d, causal, kv_heads)
         results = {}
         for name, fn in attention_candidates(student, reference, causal, B, H, L, MAX_SCORE_BYTES).items():
             try:  # one candidate at a time keeps the naive versions' memory to themselves
@@ -58,12 +60,12 @@ def run_sweep(task: str, quick: bool) -> dict:
             except torch.cuda.OutOfMemoryError:
                 results[name] = {"skipped": "out of memory"}
             torch.cuda.empty_cache()
-        points.append({"B": B, "H": H, "L": L, "d": d, "flops": flops, "ideal_bytes": ideal_bytes,
+        points.append({"B": B, "H": H, "H_kv": kv_heads, "L": L, "d": d, "flops": flops, "ideal_bytes": ideal_bytes,
                        "results": results})
         row = "  ".join(f"{n} {v['ms']:.3f} ms/{v['tflops']:.1f}" for n, v in results.items() if "ms" in v)
-        print(f"B{B:<4} H{H} L{L:<6} d{d:<4} {row}", flush=True)
-    return {"task": task, "causal": causal, "gpu": gpu_info(), "copy_gbps": copy.gbps, "points": points,
-            "fp32_peak_tflops": (fp32_peak_flops() or 0.0) / 1e12}
+        print(f"B{B:<4} H{H} H_kv{kv_heads} L{L:<6} d{d:<4} {row}", flush=True)
+    return {"task": task, "causal": causal, "kv_heads": kv_heads, "gpu": gpu_info(), "copy_gbps": copy.gbps,
+            "points": points, "fp32_peak_tflops": (fp32_peak_flops() or 0.0) / 1e12}
 
 
 def moved_bytes(point: dict, name: str) -> float:
@@ -80,9 +82,11 @@ def plot(data: dict, out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     task, written = data["task"], []
+    stem = _stem(task, data.get("kv_heads", HEADS))
     names = sorted({n for p in data["points"] for n, v in p["results"].items() if "ms" in v})
     dims = sorted({p["d"] for p in data["points"]})
-    for metric, ylabel, fname in (("ms", "time (ms), B·L = 16384 tokens, H = 16", "time"),
+    heads = f"H = {HEADS}, H_kv = {data.get('kv_heads', HEADS)}"
+    for metric, ylabel, fname in (("ms", f"time (ms), B·L = {TOKENS} tokens, {heads}", "time"),
                                   ("tflops", "TFLOP/s", "tflops")):
         fig, axes = plt.subplots(1, len(dims), figsize=(6 * len(dims), 4.5), squeeze=False)
         for ax, d in zip(axes[0], dims):
@@ -99,7 +103,7 @@ def plot(data: dict, out: Path) -> list[Path]:
             ax.set_title(f"{task} {'causal ' if data['causal'] else ''}attention, d = {d}, {data['gpu'].get('name')}")
             ax.grid(True, alpha=0.3)
             ax.legend()
-        path = out / f"{task}_{fname}.png"
+        path = out / f"{stem}_{fname}.png"
         fig.tight_layout()
         fig.savefig(path, dpi=110)
         plt.close(fig)
@@ -121,12 +125,17 @@ def plot(data: dict, out: Path) -> list[Path]:
     ax.set_title(f"{task} roofline ({data['gpu'].get('name')})")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    path = out / f"{task}_roofline.png"
+    path = out / f"{stem}_roofline.png"
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     written.append(path)
     return written
+
+
+def _stem(task: str, kv_heads: int) -> str:
+    """t4, or t4_hkv4 for a grouped-query sweep (file names of the JSON and the plots)."""
+    return task if kv_heads == HEADS else f"{task}_hkv{kv_heads}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,7 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=OUT_DIR)
     parser.add_argument("--plot-only", type=Path, help="re-plot a saved <task>_scaling.json")
+    parser.add_argument("--kv-heads", type=int, default=HEADS,
+                        help=f"K/V heads (a divisor of the {HEADS} query heads; fewer is grouped-query attention)")
     args = parser.parse_args(argv)
+    if args.kv_heads < 1 or HEADS % args.kv_heads:
+        parser.error(f"--kv-heads must divide {HEADS}")
     args.out.mkdir(parents=True, exist_ok=True)
     if args.plot_only:
         data = json.loads(args.plot_only.read_text())
@@ -145,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         if not torch.cuda.is_available():
             print("scaling: needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
             return 2
-        data = run_sweep(args.task, args.quick)
-        (args.out / f"{args.task}_scaling.json").write_text(json.dumps(data, indent=1))
+        data = run_sweep(args.task, args.quick, args.kv_heads)
+        (args.out / f"{_stem(args.task, args.kv_heads)}_scaling.json").write_text(json.dumps(data, indent=1))
     for path in plot(data, args.out):
         print(f"wrote {path}")
     return 0

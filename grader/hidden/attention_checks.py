@@ -15,12 +15,14 @@ from assignment.testing import SENTINEL, assert_close, assert_repeatable, refere
 LAYOUT = "batch, head, query, dim"
 
 
-def qkv_on_gpu(B, H, Lq, Lk, d, seed, magnitude=1.0):
-    """Normal random q (times ``magnitude``), k, v made on the GPU (never zeros)."""
+def qkv_on_gpu(B, H, Lq, Lk, d, seed, magnitude=1.0, H_kv=None):
+    """Normal random q (B, H, Lq, d) (times ``magnitude``), k and v (B, H_kv, Lk, d) made on the GPU (never
+    zeros); H_kv defaults to H."""
+    H_kv = H if H_kv is None else H_kv
     gen = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randn(B, H, Lq, d, generator=gen, device="cuda") * magnitude
-    return q, torch.randn(B, H, Lk, d, generator=gen, device="cuda"), torch.randn(B, H, Lk, d, generator=gen,
-                                                                                     device="cuda")
+    return q, torch.randn(B, H_kv, Lk, d, generator=gen, device="cuda"), torch.randn(B, H_kv, Lk, d, generator=gen,
+                                                                                        device="cuda")
 
 
 def run_flash(q, k, v, causal, scale=None):
@@ -41,7 +43,8 @@ def expected_on_gpu(q, k, v, causal, scale=None):
 
 
 def check_values(shape, d, causal, seed, tol, magnitude=1.0, scale=None, strongly_negative=False):
-    q, k, v = qkv_on_gpu(shape["B"], shape["H"], shape["Lq"], shape["Lk"], d, seed, magnitude)
+    """O and LSE against float64 on ``shape`` (B, H, Lq, Lk and H_kv, the KV heads: H when absent)."""
+    q, k, v = qkv_on_gpu(shape["B"], shape["H"], shape["Lq"], shape["Lk"], d, seed, magnitude, shape.get("H_kv"))
     if strongly_negative:  # q near +c, k near -c: every score near -120, whose exp underflows to 0
         shift = (120.0 / d ** 0.5) ** 0.5
         q, k = q * 0.3 + shift, k * 0.3 - shift
@@ -50,6 +53,18 @@ def check_values(shape, d, causal, seed, tol, magnitude=1.0, scale=None, strongl
     assert_close(out, expected, **tol, name="O", layout=LAYOUT)
     lse_tol = {"atol": max(tol["atol"], 1e-4 * magnitude), "rtol": tol["rtol"]}
     assert_close(lse, expected_lse, **lse_tol, name="LSE", layout="batch, head, query")
+
+
+def check_group_sharing(causal, seed):
+    """Query heads that share a KV head give bitwise what they give with that head repeated for each."""
+    q, k, v = qkv_on_gpu(3, 8, 150, 97, 64, seed, H_kv=2)
+    grouped = run_flash(q, k, v, causal)[:2]
+    repeated = run_flash(q, k.repeat_interleave(4, dim=1).contiguous(), v.repeat_interleave(4, dim=1).contiguous(),
+                         causal)[:2]
+    require(all(torch.equal(a, b) for a, b in zip(grouped, repeated)), "mismatch",
+            "O or LSE with 8 query heads over 2 KV heads differs from the same attention with the KV heads repeated: "
+            "query head h must read KV head h / (H / H_kv) of its own batch",
+            "grouped-query attention reads the wrong K/V head")
 
 
 def check_repeatable(causal, seed, repeats=20):

@@ -37,6 +37,11 @@ def test_strongly_negative_scores(d, seed):
     checks.check_values({"B": 1, "H": 2, "Lq": 150, "Lk": 200}, d, False, seed, TOL, strongly_negative=True)
 
 
+@pytest.mark.reproduce(f"{PUBLIC} (test_query_heads_of_a_group_share_one_kv_head)")
+def test_query_heads_of_a_group_share_one_kv_head(seed):
+    checks.check_group_sharing(False, seed)
+
+
 @pytest.mark.reproduce(f"{PUBLIC} (test_repeatable_bitwise)")
 def test_repeatable_bitwise(seed):
     checks.check_repeatable(False, seed)

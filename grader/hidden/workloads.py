@@ -76,10 +76,12 @@ def workload(task_id: str, rule: TimingRule, student: Kernels, tolerance: dict[s
                         flops=2.0 * s["batch"] * s["M"] * s["N"] * s["K"])
     if task_id in ("t4", "t5"):
         causal = bool(s.get("causal", False))
+        H_kv = s.get("H_kv", s["H"])  # k and v: (B, H_kv, L, d)
 
         def make(i):
             gen = _generator(base + i)
-            return tuple(torch.randn(s["B"], s["H"], s["L"], s["d"], device="cuda", generator=gen) for _ in range(3))
+            return (torch.randn(s["B"], s["H"], s["L"], s["d"], device="cuda", generator=gen),
+                    *(torch.randn(s["B"], H_kv, s["L"], s["d"], device="cuda", generator=gen) for _ in range(2)))
 
         def check(name, qkv, output):
             if name == "student":

@@ -180,6 +180,16 @@ def implemented(tmp_path, monkeypatch):
     (lambda: kernels.flash_attention(*[torch.randn(1, 1, 8, 32).transpose(2, 3).contiguous().transpose(2, 3)] * 3),
      ValueError, r"q must be contiguous"),
     (lambda: kernels.naive_cuda_attention(*[torch.randn(1, 1, 4, 32)] * 3), ValueError, r"naive_cuda_attention: q must be a CUDA tensor"),
+    (lambda: kernels.flash_attention(torch.randn(1, 6, 8, 32), *[torch.randn(1, 4, 6, 32)] * 2), ValueError,
+     r"q has H = 6 heads but k and v have H_kv = 4: grouped-query attention needs H_kv to divide H"),
+    (lambda: kernels.flash_attention(torch.randn(2, 4, 8, 32), *[torch.randn(1, 2, 6, 32)] * 2), ValueError,
+     r"k must have shape \(2, 2, 6, 32\) \(\(B, H_kv, Lk, d\) with q's B and d\)"),
+    (lambda: kernels.flash_attention(torch.randn(1, 4, 8, 32), torch.randn(1, 2, 6, 32), torch.randn(1, 4, 6, 32)),
+     ValueError, r"v must have shape \(1, 2, 6, 32\) \(same as k\)"),
+    (lambda: kernels.naive_cuda_attention(torch.randn(1, 3, 4, 32), *[torch.randn(1, 2, 4, 32)] * 2), ValueError,
+     r"naive_cuda_attention: q has H = 3 heads but k and v have H_kv = 2"),
+    (lambda: kernels.flash_attention(torch.randn(1, 4, 8, 32), *[torch.randn(1, 2, 6, 32)] * 2), ValueError,
+     r"q must be a CUDA tensor"),  # grouped-query shapes pass the shape checks
 ])
 def test_wrappers_reject_bad_arguments_before_any_gpu_work(implemented, call, error, pattern):
     with pytest.raises(error, match=pattern):

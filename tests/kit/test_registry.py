@@ -100,14 +100,55 @@ def test_hidden_shapes_are_fixed_edge_cases_plus_shapes_drawn_from_the_seed():
     assert first[: len(task.hidden.fixed)] == task.hidden.fixed
     assert len(first) == len(task.hidden)
     for shape in first[len(task.hidden.fixed):]:
-        for key, (lo, hi) in task.hidden.ranges.items():
-            assert lo <= shape[key] <= hi
+        for key, spec in task.hidden.ranges.items():
+            if isinstance(spec, list):
+                assert spec[0] <= shape[key] <= spec[1]
+            else:
+                assert shape[spec["divisor_of"]] % shape[key] == 0
+
+
+T4_DRAW = 'draw = { count = 2, B = [1, 2], H = [1, 8], H_kv = { divisor_of = "H" }, Lq = [1, 1500], Lk = [1, 1500] }'
 
 
 def test_a_malformed_draw_range_is_rejected(tmp_path):
-    path = write_variant(tmp_path, "draw = { count = 2, B = [1, 2], H = [1, 3], Lq = [1, 1500], Lk = [1, 1500] }",
-                         "draw = { count = 2, B = [2, 1], H = [1, 3], Lq = [1, 1500], Lk = [1, 1500] }")
+    path = write_variant(tmp_path, T4_DRAW, T4_DRAW.replace("B = [1, 2]", "B = [2, 1]"))
     with pytest.raises(RegistryError, match=r"hidden.draw.B"):
+        load_registry(path)
+
+
+def test_kv_heads_are_drawn_as_divisors_of_the_query_heads():
+    from assignment.registry import HiddenShapes, divisors
+
+    assert divisors(1) == [1] and divisors(12) == [1, 2, 3, 4, 6, 12]
+    hidden = HiddenShapes((), 400, {"H": [1, 12], "H_kv": {"divisor_of": "H"}})
+    shapes = hidden.draw(7)
+    assert all(s["H"] % s["H_kv"] == 0 for s in shapes)
+    # Every kind of attention turns up: multi-head, multi-query and grouped (1 < H_kv < H).
+    assert {("mha" if s["H_kv"] == s["H"] else "mqa" if s["H_kv"] == 1 else "gqa") for s in shapes if s["H"] > 1} \
+        == {"mha", "mqa", "gqa"}
+    for task_id in ("t4", "t5"):
+        task = load_registry().task(task_id)
+        kinds = {("mha" if s["H_kv"] == s["H"] else "mqa" if s["H_kv"] == 1 else "gqa")
+                 for s in task.hidden.fixed if s["H"] > 1}
+        assert kinds == {"mha", "mqa", "gqa"}, f"{task_id}'s fixed hidden shapes miss a kind of attention: {kinds}"
+        assert all(s["H"] % s["H_kv"] == 0 for s in task.public_shapes + task.hidden_shapes(3))
+
+
+@pytest.mark.parametrize("spec, why", [
+    ('{ divisor_of = "Lq2" }', "hidden.draw.H_kv"),             # no such key
+    ('{ divisor_of = "Lk" }', "hidden.draw.H_kv"),              # drawn after H_kv
+    ('{ divisor_of = "H", choice = [1] }', "hidden.draw.H_kv"),  # one kind of spec at a time
+])
+def test_a_malformed_divisor_draw_is_rejected(tmp_path, spec, why):
+    path = write_variant(tmp_path, T4_DRAW, T4_DRAW.replace('{ divisor_of = "H" }', spec))
+    with pytest.raises(RegistryError, match=why):
+        load_registry(path)
+
+
+def test_a_fixed_shape_whose_kv_heads_do_not_divide_the_query_heads_is_rejected(tmp_path):
+    path = write_variant(tmp_path, "{ B = 2, H = 6, H_kv = 2, Lq = 300, Lk = 257 }",
+                         "{ B = 2, H = 6, H_kv = 4, Lq = 300, Lk = 257 }")
+    with pytest.raises(RegistryError, match=r"task t4: field 'hidden.shapes\[9\].H_kv': must divide H \(= 6\)"):
         load_registry(path)
 
 
