@@ -113,7 +113,7 @@ profile: $(SETUP)
 	$(PY) -m assignment.perf.profile $(if $(T),--task $(T),)
 
 sanitize: $(SETUP)
-	$(PY) -m assignment.cuda.sanitize --task $(or $(T),$(error make sanitize needs T=t2|t3|t4|t5))
+	$(PY) -m assignment.cuda.sanitize --task $(or $(T),$(error make sanitize needs T=t2|t3|t4|t5|t6))
 
 demo: $(SETUP)
 	$(PY) -m grader.demo

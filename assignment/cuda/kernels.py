@@ -1,4 +1,4 @@
-"""Python wrappers around the students' CUDA kernels (t2, t3, t4/t5).
+"""Python wrappers around the students' CUDA kernels (t2, t3, t4/t5, t6).
 
 Tests, benchmarks and the grader call the kernels only through this module.
 Every wrapper, in this order:
@@ -33,7 +33,9 @@ from assignment.impl import student_dir
 SOFTMAX_FILE = "t2_softmax.cu"
 GEMM_FILE = "t3_gemm.cu"
 ATTENTION_FILE = "t4_flash_attention.cu"
+DECODE_FILE = "t6_decode_attention.cu"
 ATTENTION_HEAD_DIMS = (32, 64, 128)
+DECODE_LENGTH_DTYPES = (torch.int32, torch.int64)
 INT32_MAX = 2**31 - 1
 
 
@@ -42,6 +44,7 @@ class _Export:
     file: str
     symbol: str
     argtypes: tuple
+    restype: type = c_int
 
 
 SOFTMAX = _Export(SOFTMAX_FILE, "t2_softmax_forward", (c_void_p, c_void_p, c_int64, c_int64, c_void_p))
@@ -50,6 +53,12 @@ GEMM = _Export(GEMM_FILE, "t3_gemm_batched", (c_void_p, c_void_p, c_void_p, c_in
 FLASH = _Export(ATTENTION_FILE, "t4_flash_attention_forward", (c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
                                                                 c_int, c_int, c_int, c_int, c_int, c_int, c_float,
                                                                 c_int, c_void_p))
+DECODE = _Export(DECODE_FILE, "t6_decode_attention", (c_void_p, c_void_p, c_void_p, c_void_p, c_int, c_int, c_void_p,
+                                                      c_void_p, c_void_p, c_int, c_int, c_int, c_int, c_int, c_int,
+                                                      c_float, c_void_p))
+DECODE_SPLITS = _Export(DECODE_FILE, "t6_decode_num_splits", (c_int, c_int, c_int, c_int, c_int))
+DECODE_WORKSPACE = _Export(DECODE_FILE, "t6_decode_workspace_floats", (c_int, c_int, c_int, c_int), c_int64)
+DECODE_MAX_SPLITS = _Export(DECODE_FILE, "t6_decode_max_splits", ())
 
 # A few cudaError_t names, used only when libcudart cannot be found to ask it.
 _KNOWN_ERRORS = {1: "invalid argument", 2: "out of memory", 9: "invalid configuration argument",
@@ -193,7 +202,7 @@ class Kernels:
             function = getattr(library, export.symbol, None)
             if function is None:
                 raise RuntimeError(f"{source.name} does not export {export.symbol} (declare it KIT_API with this exact name)")
-            function.argtypes, function.restype = export.argtypes, c_int
+            function.argtypes, function.restype = export.argtypes, export.restype
             _functions[key] = function
         return _functions[key]
 
@@ -307,6 +316,147 @@ class Kernels:
         probs = self.softmax(scores)  # not in place: kernels may declare x and y __restrict__
         return self.gemm(probs, v.view(B * H, Lk, d)).view(B, H, Lq, d)
 
+    # ----------------------------------------------------------------- t6
+    def decode_workspace(self, q: torch.Tensor, k_cache: torch.Tensor, num_splits: int | None = None) -> DecodeWorkspace:
+        """Scratch memory for ``decode_attention`` calls shaped like (q, k_cache): each split's partial O row
+        and LSE for every (batch, query head). ``num_splits``: the kit's choice for this GPU and cache (None),
+        or a count of your own (tests, tuning).
+
+        Allocate it once and pass it to every call of that shape (before capturing a CUDA graph, so the graph
+        never allocates); it needs no initialisation. One call at a time may use a workspace: calls on
+        different streams need one each.
+        """
+        kernel = "t6_decode_attention"
+        state = self._require(DECODE, ("t6",), kernel)
+        B, H, H_kv, L_max, d = _decode_shapes(kernel, q, k_cache, k_cache)
+        device = _check_layout_and_device(kernel, q=q, k_cache=k_cache)
+        if num_splits is None:
+            num_splits = self._num_splits(state, device, B, H, H_kv, L_max, d)
+        else:
+            most = self._function(DECODE_MAX_SPLITS, state)()
+            if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 1 <= num_splits <= most:
+                raise ValueError(f"{kernel}: num_splits must be an int from 1 to {most}, got {num_splits!r}")
+        floats = self._function(DECODE_WORKSPACE, state)(B, H, d, num_splits)
+        buffer = torch.empty(max(int(floats), 0), dtype=torch.float32, device=device)
+        return DecodeWorkspace(buffer, num_splits, B, H, d)
+
+    def _num_splits(self, state: _FileState, device: torch.device, B: int, H: int, H_kv: int, L_max: int, d: int) -> int:
+        """The kit's split count for this shape on ``device`` (its SM count and occupancy), asked once per shape."""
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        key = (state, index, B, H, H_kv, L_max, d)
+        if key not in _decode_splits:
+            with torch.cuda.device(index):
+                count = self._function(DECODE_SPLITS, state)(B, H, H_kv, L_max, d)
+            if count <= 0:
+                raise RuntimeError(f"t6_decode_num_splits failed: {cuda_error_string(-count)}")
+            _decode_splits[key] = int(count)
+        return _decode_splits[key]
+
+    def decode_attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, lengths: torch.Tensor,
+                         scale: float | None = None, out: torch.Tensor | None = None, lse: torch.Tensor | None = None,
+                         workspace: DecodeWorkspace | None = None,
+                         num_splits: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decode attention: one query token per (batch, head) over the first ``lengths[b]`` cache positions.
+
+        q (B, H, d) or (B, H, 1, d); k_cache and v_cache (B, H_kv, L_max, d), the static cache with capacity
+        L_max; H_kv divides H and query head h reads KV head h // (H // H_kv). Returns (out like q, lse of
+        q's shape without d), LSE in natural log, as ``flash_attention``.
+
+        lengths: an int32 or int64 CUDA tensor, (B,) (row b sees positions 0 .. lengths[b] - 1) or (1,) (every
+        row). The kernel reads it on the GPU and the host never looks at it, so a CUDA graph captured once
+        replays correctly after ``lengths`` (and the cache, and q) are updated in place. Positions at or past
+        a row's length are never read (they may hold anything). Lengths are clamped to [0, L_max]; a row of
+        length 0 gets O = 0 and LSE = -inf.
+
+        workspace: from ``decode_workspace`` (reuse it; allocate it before capturing a graph); None allocates
+        one for this call. num_splits: the split count (None: the workspace's, else the kit's choice).
+        """
+        kernel = "t6_decode_attention"
+        state = self._require(DECODE, ("t6",), kernel)
+        B, H, H_kv, L_max, d = _decode_shapes(kernel, q, k_cache, v_cache)
+        if not isinstance(lengths, torch.Tensor):
+            raise TypeError(f"{kernel}: lengths must be a torch.Tensor, got {type(lengths).__name__}")
+        if lengths.dtype not in DECODE_LENGTH_DTYPES:
+            raise TypeError(f"{kernel}: lengths must be torch.int32 or torch.int64 (positions in the cache), "
+                            f"got {lengths.dtype}")
+        if lengths.dim() != 1 or lengths.shape[0] not in (B, 1):
+            raise ValueError(f"{kernel}: lengths must have shape ({B},) (one length per batch row) or (1,) (one for "
+                             f"all rows), got {tuple(lengths.shape)}")
+        o = torch.empty_like(q) if out is None else _check_tensor(kernel, "out", out)
+        _check_shape(kernel, "out", o, tuple(q.shape), "like q")
+        lse_shape = tuple(q.shape[:-1])
+        lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device) if lse is None else _check_tensor(kernel, "lse", lse)
+        _check_shape(kernel, "lse", lse, lse_shape, "q's shape without d")
+        device = _check_layout_and_device(kernel, q=q, k_cache=k_cache, v_cache=v_cache, lengths=lengths, out=o, lse=lse)
+        _check_int32(kernel, B=B, H=H, L_max=L_max, **{"B*H": B * H})
+        scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+        if o.numel() == 0:
+            return o, lse
+        if workspace is None:
+            workspace = self.decode_workspace(q, k_cache, num_splits)
+        elif not isinstance(workspace, DecodeWorkspace):
+            raise TypeError(f"{kernel}: workspace must come from decode_workspace(q, k_cache), got {type(workspace).__name__}")
+        workspace.check(kernel, B, H, d, device, num_splits)
+        _check_aligned(kernel, q=q, k_cache=k_cache, v_cache=v_cache, out=o, workspace=workspace.buffer)
+        _launch(self._function(DECODE, state), device, kernel, q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+                lengths.data_ptr(), int(lengths.dtype == torch.int64), int(lengths.shape[0] != 1),
+                o.data_ptr(), lse.data_ptr(), workspace.buffer.data_ptr(), B, H, H_kv, L_max, d,
+                workspace.num_splits, scale)
+        return o, lse
+
+
+_decode_splits: dict[tuple, int] = {}  # (file state, GPU, shape) -> the kit's split count
+
+
+@dataclass(frozen=True)
+class DecodeWorkspace:
+    """Scratch of ``decode_attention``: ``num_splits`` partial (O row, LSE) per (batch, query head), in one buffer."""
+    buffer: torch.Tensor
+    num_splits: int
+    batch: int
+    heads: int
+    head_dim: int
+
+    def check(self, kernel: str, B: int, H: int, d: int, device: torch.device, num_splits: int | None) -> None:
+        if (self.batch, self.heads, self.head_dim) != (B, H, d):
+            raise ValueError(f"{kernel}: the workspace was made for B={self.batch}, H={self.heads}, d={self.head_dim}, "
+                             f"this call has B={B}, H={H}, d={d} (make one per shape with decode_workspace)")
+        if num_splits is not None and num_splits != self.num_splits:
+            raise ValueError(f"{kernel}: num_splits={num_splits} but the workspace holds {self.num_splits} splits")
+        if self.buffer.device != device:
+            raise ValueError(f"{kernel}: the workspace is on {self.buffer.device}, the tensors on {device}")
+        if self.buffer.dtype != torch.float32 or not self.buffer.is_contiguous() \
+                or self.buffer.numel() < B * H * self.num_splits * (d + 1):
+            raise ValueError(f"{kernel}: the workspace buffer was changed: it must stay the contiguous float32 tensor "
+                             "decode_workspace made")
+
+
+def _check_aligned(kernel: str, **tensors: torch.Tensor) -> None:
+    """The decode kernel moves float4s: every pointer must be 16-byte aligned (fresh tensors always are)."""
+    for name, value in tensors.items():
+        if value.data_ptr() % 16:
+            raise ValueError(f"{kernel}: {name} must start on a 16-byte boundary (float4 loads), but it is a view at "
+                             f"offset {value.storage_offset()} floats: pass .clone() or a whole tensor")
+
+
+def _decode_shapes(kernel: str, q, k_cache, v_cache) -> tuple[int, int, int, int, int]:
+    """(B, H, H_kv, L_max, d) of q (B, H, d) or (B, H, 1, d) and a cache (B, H_kv, L_max, d), H_kv dividing H."""
+    _check_tensor(kernel, "q", q, (3, 4))
+    if q.dim() == 4 and q.shape[2] != 1:
+        raise ValueError(f"{kernel}: a 4-D q must be (B, H, 1, d): one new token per sequence, got {tuple(q.shape)}")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        _check_tensor(kernel, name, t, (4,))
+    B, H, d = q.shape[0], q.shape[1], q.shape[-1]
+    H_kv, L_max = k_cache.shape[1], k_cache.shape[2]
+    _check_shape(kernel, "k_cache", k_cache, (B, H_kv, L_max, d), "(B, H_kv, L_max, d) with q's B and d")
+    _check_shape(kernel, "v_cache", v_cache, tuple(k_cache.shape), "same as k_cache")
+    if d not in ATTENTION_HEAD_DIMS:
+        raise ValueError(f"{kernel}: head dimension d must be one of {ATTENTION_HEAD_DIMS}, got {d}")
+    if H_kv == 0 or H % H_kv != 0:
+        raise ValueError(f"{kernel}: q has H = {H} heads but the cache has H_kv = {H_kv}: grouped-query attention "
+                         f"needs H_kv to divide H (query head h reads KV head h // (H // H_kv))")
+    return B, H, H_kv, L_max, d
+
 
 def _attention_shapes(kernel: str, q, k, v) -> tuple[int, int, int, int, int, int]:
     """(B, H, H_kv, Lq, Lk, d) of q (B, H, Lq, d) and k, v (B, H_kv, Lk, d), H_kv dividing H."""
@@ -341,3 +491,13 @@ def flash_attention(q, k, v, causal: bool = False, scale: float | None = None, o
 
 def naive_cuda_attention(q, k, v, causal: bool = False, scale: float | None = None) -> torch.Tensor:
     return _under_test.naive_cuda_attention(q, k, v, causal=causal, scale=scale)
+
+
+def decode_workspace(q, k_cache, num_splits: int | None = None) -> DecodeWorkspace:
+    return _under_test.decode_workspace(q, k_cache, num_splits=num_splits)
+
+
+def decode_attention(q, k_cache, v_cache, lengths, scale: float | None = None, out=None, lse=None, workspace=None,
+                     num_splits: int | None = None):
+    return _under_test.decode_attention(q, k_cache, v_cache, lengths, scale=scale, out=out, lse=lse,
+                                        workspace=workspace, num_splits=num_splits)

@@ -4,7 +4,7 @@ The grader runs the same two tools on the same launches (``sanitize_driver.cpp``
 every path of the kit's host code, buffers allocated to their exact size), so a memory error or a
 shared-memory race shows up here first.
 
-    python -m assignment.cuda.sanitize --task t2|t3|t4|t5 [--tool memcheck|racecheck]
+    python -m assignment.cuda.sanitize --task t2|t3|t4|t5|t6 [--tool memcheck|racecheck]
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ DRIVER_SOURCE = Path(__file__).resolve().parent / "sanitize_driver.cpp"
 TOOLS = ("memcheck", "racecheck")
 # The library a task's kernels live in, and the driver's arguments for it.
 TARGETS = {"t2": ("t2_softmax.cu", ["t2"]), "t3": ("t3_gemm.cu", ["t3"]),
-           "t4": ("t4_flash_attention.cu", ["t4", "0"]), "t5": ("t4_flash_attention.cu", ["t4", "1"])}
+           "t4": ("t4_flash_attention.cu", ["t4", "0"]), "t5": ("t4_flash_attention.cu", ["t4", "1"]),
+           "t6": ("t6_decode_attention.cu", ["t6"])}
 
 
 class SanitizerMissing(RuntimeError):

@@ -6,6 +6,8 @@
 //   sanitize_driver t3 <library.so>          GEMM: every tile configuration and transpose, both loaders
 //   sanitize_driver t4 <library.so> <0|1>    FlashAttention, non-causal (0) or causal (1), with
 //                                            grouped-query shapes (K and V with fewer heads than Q)
+//   sanitize_driver t6 <library.so>          decode attention: every head-per-warp configuration, group
+//                                            chunks, empty splits, per-row / broadcast / int64 lengths
 //
 // Buffers are exactly the size a call may touch (cudaMalloc each), so a read or write one element
 // past them is an error memcheck reports. Exit code: 0 when every launch returned success.
@@ -23,6 +25,10 @@ typedef int (*gemm_fn)(const float*, const float*, float*, int, int, int, int, i
                        int64_t, float, void*);
 typedef int (*flash_fn)(const float*, const float*, const float*, float*, float*, int, int, int, int, int, int,
                         float, int, void*);
+typedef int (*decode_fn)(const float*, const float*, const float*, const void*, int, int, float*, float*, float*,
+                         int, int, int, int, int, int, float, void*);
+typedef int (*splits_fn)(int, int, int, int, int);
+typedef long long (*workspace_fn)(int, int, int, int);
 
 // A device buffer of n floats holding deterministic pseudo-random values in [-1, 1) (never zeros).
 // `offset` floats are allocated in front and skipped, to hand the kernels a pointer that is not
@@ -120,9 +126,49 @@ static int run_t4(void* lib, int causal) {
   return failures;
 }
 
+// The cache holds L_max positions; lengths (int32 or int64, one per row or one for all) are at most L_max.
+// n_splits 0: the kit's choice. Everything, the workspace included, is allocated to its exact size.
+static int run_decode(void* lib, int B, int H, int H_kv, int L_max, int d, std::vector<long long> lengths, bool int64,
+                      int n_splits) {
+  auto decode = (decode_fn)dlsym(lib, "t6_decode_attention");
+  auto splits = (splits_fn)dlsym(lib, "t6_decode_num_splits");
+  auto workspace = (workspace_fn)dlsym(lib, "t6_decode_workspace_floats");
+  if (!decode || !splits || !workspace) return std::fprintf(stderr, "t6 exports missing\n"), 2;
+  const int n = n_splits > 0 ? n_splits : splits(B, H, H_kv, L_max, d);
+  if (n <= 0) return std::fprintf(stderr, "t6_decode_num_splits returned %d\n", n), 1;
+  Buffer q((size_t)B * H * d, 11), k((size_t)B * H_kv * L_max * d, 12), v((size_t)B * H_kv * L_max * d, 13);
+  Buffer o((size_t)B * H * d, 14), lse((size_t)B * H, 15), ws((size_t)workspace(B, H, d, n), 16);
+  const size_t bytes = lengths.size() * (int64 ? sizeof(long long) : sizeof(int));
+  std::vector<int> narrow(lengths.begin(), lengths.end());
+  void* len = nullptr;
+  cudaMalloc(&len, bytes);
+  cudaMemcpy(len, int64 ? (const void*)lengths.data() : (const void*)narrow.data(), bytes, cudaMemcpyHostToDevice);
+  char what[128];
+  std::snprintf(what, sizeof what, "t6 B %d H %d H_kv %d L_max %d d %d lengths[0] %lld (%zu, %s) splits %d", B, H,
+                H_kv, L_max, d, lengths[0], lengths.size(), int64 ? "int64" : "int32", n);
+  const int status = decode(q.ptr, k.ptr, v.ptr, len, int64 ? 1 : 0, lengths.size() > 1 ? 1 : 0, o.ptr, lse.ptr,
+                            ws.ptr, B, H, H_kv, L_max, d, n, 0.125f, nullptr);
+  const int failed = report(what, status);
+  cudaFree(len);
+  return failed;
+}
+
+static int run_t6(void* lib) {
+  int failures = 0;
+  const int dims[] = {32, 64, 128};
+  for (int d : dims) {
+    failures += run_decode(lib, 2, 8, 2, 300, d, {300, 1}, false, 0);      // groups of 4, a full cache
+    failures += run_decode(lib, 1, 4, 4, 100, d, {37}, false, 7);         // multi-head, empty splits
+    failures += run_decode(lib, 3, 12, 2, 64, d, {64, 0, 33}, true, 0);   // groups of 6, a row of length 0
+    failures += run_decode(lib, 1, 32, 1, 129, d, {129}, false, 3);       // 32 heads per KV head: two blocks
+    failures += run_decode(lib, 2, 8, 8, 70, d, {65}, true, 0);           // one int64 length for both rows
+  }
+  return failures;
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s t2|t3|t4 <library.so> [causal 0|1]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s t2|t3|t4|t6 <library.so> [causal 0|1]\n", argv[0]);
     return 2;
   }
   void* lib = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
@@ -134,6 +180,7 @@ int main(int argc, char** argv) {
   if (!std::strcmp(argv[1], "t2")) failures = run_t2(lib);
   else if (!std::strcmp(argv[1], "t3")) failures = run_t3(lib);
   else if (!std::strcmp(argv[1], "t4")) failures = run_t4(lib, argc > 3 ? std::atoi(argv[3]) : 0);
+  else if (!std::strcmp(argv[1], "t6")) failures = run_t6(lib);
   else return std::fprintf(stderr, "unknown task %s\n", argv[1]), 2;
   std::printf("%d launches failed\n", failures);
   return failures ? 1 : 0;

@@ -1,6 +1,6 @@
 """``make bench T=t2``: time the implementation under test against the reference and PyTorch.
 
-    python -m assignment.perf.bench --task t2|t3|t4|t5 [--quick] [--seed002 | --gqa]
+    python -m assignment.perf.bench --task t2|t3|t4|t5|t6 [--quick] [--seed002 | --gqa | --splits]
 
 Every case goes through ``assignment.perf.timing.measure`` (the grader's harness), so the numbers
 here are the numbers that are graded. Columns: median ms, GB/s (memory-bound t2) or TFLOP/s,
@@ -9,6 +9,10 @@ SDPA for t4/t5), and the time ratio against the reference solution. Results also
 ``build/bench/<task>.json``. A new shape is one more ``Case`` in a ``cases_*`` function. The t4/t5
 tables end with grouped-query rows (Llama 3's 32 query heads over 8 KV heads) that time the kernels
 on the grouped K/V and on the same K/V repeated to one head per query head (``--gqa``: only those).
+t6 times the decode kernel on a full KV cache (Llama 3's 32 query heads over 8 KV heads) in KV bytes
+read per second against the device copy, beside a naive PyTorch decode (K/V repeated per query head,
+matmul, softmax, matmul), the same without the repeat, and SDPA; ``--splits`` sweeps the split count
+around the kit's choice.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any, Callable
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 OUT_DIR = REPO_ROOT / "build" / "bench"
-TASKS = ("t2", "t3", "t4", "t5")
+TASKS = ("t2", "t3", "t4", "t5", "t6")
 # Loose on purpose: the bench only guards against a fast-but-wrong kernel; the tests grade
 # correctness with the registry's tolerances.
 BENCH_MAX_RELATIVE_ERROR = 1e-3
@@ -39,6 +43,7 @@ class Case:
     metric: str                      # "GB/s" or "TFLOP/s": what the row reports
     percent_of: str                  # "copy" (bandwidth) or a candidate name (speed relative to it)
     notes: list[str] = field(default_factory=list)
+    speedup_over: tuple[str, ...] = ()  # baselines to print the student's and the reference's speedups over
 
 
 # --------------------------------------------------------------------------- work counts
@@ -225,7 +230,91 @@ def cases_gqa(student, reference, quick: bool, causal: bool, shapes=None) -> lis
     return cases
 
 
-CASES = {"t2": cases_t2, "t3": cases_t3,
+# (B, H, H_kv, L, d): decode with Llama 3's heads (32 query heads over 8 KV heads), the issue's shapes.
+DECODE_SHAPES = [(1, 32, 8, 8192, 64), (1, 32, 8, 8192, 128), (1, 32, 8, 32768, 64), (1, 32, 8, 32768, 128),
+                 (8, 32, 8, 8192, 64), (8, 32, 8, 8192, 128)]
+DECODE_SHAPES_QUICK = [(1, 32, 8, 2048, 64), (1, 32, 8, 8192, 128), (4, 32, 8, 2048, 64)]
+
+
+def decode_work(B: int, H: int, H_kv: int, L: int, d: int) -> tuple[float, float]:
+    """(flops, bytes): q·K and p·V are 2·d flops per (query head, key) each; the bytes are the K/V cache read,
+    the only traffic that grows with L (q, O and LSE are 2·B·H·(d + 1) floats more)."""
+    return 4.0 * B * H * L * d, 2.0 * 4.0 * B * H_kv * L * d
+
+
+def naive_pytorch_decode(q, k, v):
+    """softmax(q Kᵀ / sqrt(d)) V for one query token per head, with K/V repeated per query head (a copy), as users
+    first write it: q (B, H, d), k and v (B, H_kv, L, d) -> (B, H, d)."""
+    import torch
+
+    _, k, v = repeat_kv((q, k, v))
+    scores = (q[:, :, None, :] @ k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))  # (B, H, 1, L)
+    return (torch.softmax(scores, dim=-1) @ v)[:, :, 0]
+
+
+def grouped_pytorch_decode(q, k, v):
+    """The same without the copy: the G query heads of a KV head as G rows of one matmul (the model's reference)."""
+    import torch
+
+    B, H, d = q.shape
+    H_kv = k.shape[1]
+    qg = q.view(B, H_kv, H // H_kv, d)
+    scores = (qg @ k.transpose(-1, -2)) * (1.0 / math.sqrt(d))  # (B, H_kv, G, L)
+    return (torch.softmax(scores, dim=-1) @ v).view(B, H, d)
+
+
+def _decode_inputs(B: int, H: int, H_kv: int, L: int, d: int):
+    import torch
+
+    def make(i: int):
+        q = _randn(B, H, d, seed=4 * i)
+        k, v = _randn(B, H_kv, L, d, seed=4 * i + 1), _randn(B, H_kv, L, d, seed=4 * i + 2)
+        return q, k, v, torch.full((B,), L, dtype=torch.int32, device="cuda")  # a full cache: L_max = L
+    return make
+
+
+def cases_t6(student, reference, quick: bool, shapes=None) -> list[Case]:
+    import torch.nn.functional as F
+
+    cases = []
+    for B, H, H_kv, L, d in shapes or (DECODE_SHAPES_QUICK if quick else DECODE_SHAPES):
+        candidates = {
+            "naive pytorch": lambda x: naive_pytorch_decode(*x[:3]),
+            "pytorch grouped": lambda x: grouped_pytorch_decode(*x[:3]),
+            "SDPA": lambda x: F.scaled_dot_product_attention(x[0][:, :, None], *repeat_kv(x[:3])[1:])[:, :, 0],
+            "student": lambda x: student.decode_attention(*x)[0],
+        }
+        if reference is not None:
+            candidates["reference"] = lambda x: reference.decode_attention(*x)[0]
+        flops, bytes_moved = decode_work(B, H, H_kv, L, d)
+        cases.append(Case(f"decode B{B} H{H} H_kv{H_kv} L{L} d{d} (KV bytes/s)", _decode_inputs(B, H, H_kv, L, d),
+                          candidates, flops, bytes_moved, metric="GB/s", percent_of="copy",
+                          speedup_over=("naive pytorch", "pytorch grouped", "SDPA")))
+    return cases
+
+
+def cases_t6_splits(student, reference, quick: bool) -> list[Case]:
+    """The reference (else the student) at split counts around the kit's choice: is the choice near the best?"""
+    kernels = reference or student
+    cases = []
+    for B, H, H_kv, L, d in (DECODE_SHAPES_QUICK if quick else DECODE_SHAPES):
+        make = _decode_inputs(B, H, H_kv, L, d)
+        sample = make(0)
+        chosen = kernels.decode_workspace(sample[0], sample[1]).num_splits
+        del sample
+        counts = sorted({n for n in (chosen // 4, chosen // 2, chosen - 1, chosen, chosen + 1, chosen + chosen // 2,
+                                     2 * chosen, 4 * chosen) if 1 <= n <= 4096})
+        candidates = {"naive pytorch": lambda x: naive_pytorch_decode(*x[:3])}
+        for n in counts:
+            label = f"{n} splits" + (" (kit)" if n == chosen else "")
+            candidates[label] = lambda x, n=n: kernels.decode_attention(*x, num_splits=n)[0]
+        flops, bytes_moved = decode_work(B, H, H_kv, L, d)
+        cases.append(Case(f"decode split sweep B{B} H{H} H_kv{H_kv} L{L} d{d}", make, candidates, flops, bytes_moved,
+                          metric="GB/s", percent_of="copy"))
+    return cases
+
+
+CASES = {"t2": cases_t2, "t3": cases_t3, "t6": cases_t6,
          "t4": lambda s, r, q: cases_attention(s, r, q, False) + cases_gqa(s, r, q, False),
          "t5": lambda s, r, q: cases_attention(s, r, q, True) + cases_gqa(s, r, q, True)}
 
@@ -303,6 +392,12 @@ def print_case(case: Case, results: dict, copy_gbps: float | None, error: str | 
         shown = _fmt(value, ".1f" if case.metric == "GB/s" else ".2f")
         print(f"  {name:<14} {r.median_ms:>10.4f} {shown:>9} {_fmt(percent, '.0f'):>9} "
               f"{100 * r.rse:>5.1f}% {r.reps:>5} {vs_ref:>11}")
+    for base in case.speedup_over:
+        if base in results:
+            shown = [f"{who} {results[base].median_ms / results[who].median_ms:.2f}x" for who in ("student", "reference")
+                     if who in results]
+            if shown:
+                print(f"  speedup over {base}: {', '.join(shown)}")
     for note in case.notes:
         print(f"  note: {note}")
     if error:
@@ -322,12 +417,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="t4/t5: seed 002's shapes (batch x length x d, one head) instead of the default set")
     parser.add_argument("--gqa", action="store_true",
                         help="t4/t5: only the grouped-query rows (32 query heads over 8 KV heads, GQA against MHA)")
+    parser.add_argument("--splits", action="store_true",
+                        help="t6: the decode kernel at split counts around the kit's choice")
     args = parser.parse_args(argv)
     if args.task is None:
         print(f"choose a task: make bench T=t2 (one of {', '.join(TASKS)})", file=sys.stderr)
         return 2
     if (args.seed002 or args.gqa) and args.task not in ("t4", "t5"):
         print("--seed002 and --gqa are t4/t5 options", file=sys.stderr)
+        return 2
+    if args.splits and args.task != "t6":
+        print("--splits is a t6 option", file=sys.stderr)
         return 2
 
     import torch
@@ -343,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.backends.cuda.matmul.allow_tf32 = False  # an fp32 contest: cuBLAS and SDPA may not use TF32
     torch.backends.cudnn.allow_tf32 = False
     student, reference = Kernels(), reference_kernels()
-    settings = {"max_reps": 30, "time_cap_s": 3.0} if args.quick or args.seed002 else {}
+    settings = {"max_reps": 30, "time_cap_s": 3.0} if args.quick or args.seed002 or args.splits else {}
     info = gpu_info()
     print(f"GPU: {format_gpu_info(info)}")
     print(f"implementation under test: {student_dir()}")
@@ -353,13 +453,16 @@ def main(argv: list[str] | None = None) -> int:
         cases = cases_attention(student, reference, False, args.task == "t5", shapes=SEED002_SHAPES)
     elif args.gqa:
         cases = cases_gqa(student, reference, args.quick, args.task == "t5")
+    elif args.splits:
+        cases = cases_t6_splits(student, reference, args.quick)
     else:
         cases = CASES[args.task](student, reference, args.quick)
     rows = [run_case(case, copy.gbps, settings) for case in cases]
     report = {"task": args.task, "quick": args.quick, "gpu": info, "copy_gbps": copy.gbps,
               "implementation": str(student_dir()), "cases": rows}
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{args.task}{'_seed002' if args.seed002 else '_gqa' if args.gqa else ''}.json"
+    suffix = "_seed002" if args.seed002 else "_gqa" if args.gqa else "_splits" if args.splits else ""
+    path = args.out / f"{args.task}{suffix}.json"
     path.write_text(json.dumps(report, indent=2, default=str))
     print(f"\nwrote {path}")
     return 1 if any(row.get("error") for row in rows) else 0

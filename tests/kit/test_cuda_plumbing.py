@@ -123,7 +123,8 @@ def test_second_build_is_a_cache_hit_and_two_implementations_load_side_by_side(t
 def _impl_dir(tmp_path, **files: str):
     directory = tmp_path / "impl"
     directory.mkdir(exist_ok=True)
-    defaults = {kernels.SOFTMAX_FILE: "// done\n", kernels.GEMM_FILE: "// done\n", kernels.ATTENTION_FILE: "// done\n"}
+    defaults = {kernels.SOFTMAX_FILE: "// done\n", kernels.GEMM_FILE: "// done\n", kernels.ATTENTION_FILE: "// done\n",
+                kernels.DECODE_FILE: "// done\n"}
     for name, text in (defaults | {k.replace("_cu", ".cu"): v for k, v in files.items()}).items():
         (directory / name).write_text(text)
     return directory
@@ -131,6 +132,7 @@ def _impl_dir(tmp_path, **files: str):
 
 @pytest.mark.kit
 def test_todo_raises_not_implemented_without_touching_a_gpu(tmp_path, cache, monkeypatch):
+    cuda_was_up = torch.cuda.is_initialized()  # a GPU host's earlier tests may have started CUDA
     stub = "#include \"kit.cuh\"\n// KIT_TODO(t3) in a comment does not count\nvoid f() {\n  KIT_TODO(t2);\n}\n"
     attention = "void g() {\n  KIT_TODO(t5);\n}\n"
     monkeypatch.setenv("IMPL", str(_impl_dir(tmp_path, t2_softmax_cu=stub, t4_flash_attention_cu=attention)))
@@ -145,10 +147,28 @@ def test_todo_raises_not_implemented_without_touching_a_gpu(tmp_path, cache, mon
     with pytest.raises(ValueError, match="must be a CUDA tensor"):  # t4 itself is done: on to the argument checks
         kernels.flash_attention(q, q, q, causal=False)
     assert not cache.exists(), "nothing may be compiled for a TODO"
-    assert not torch.cuda.is_initialized()
+    assert cuda_was_up or not torch.cuda.is_initialized(), "the wrapper touched the GPU before refusing"
+
+
+@pytest.mark.kit
+def test_decode_todo_raises_not_implemented_without_touching_a_gpu(tmp_path, cache, monkeypatch):
+    cuda_was_up = torch.cuda.is_initialized()  # a GPU host's earlier tests may have started CUDA
+    stub = "void f() {\n  // TODO(t6): the combine\n  KIT_TODO(t6);\n  // END TODO(t6)\n}\n"
+    monkeypatch.setenv("IMPL", str(_impl_dir(tmp_path, t6_decode_attention_cu=stub)))
+    q, cache_kv = torch.randn(1, 4, 64), torch.randn(1, 2, 16, 64)
+    lengths = torch.tensor([5], dtype=torch.int32)
+    with pytest.raises(NotImplementedError, match=r"^t6: TODO\(t6\) in t6_decode_attention.cu .*line 3"):
+        kernels.decode_attention(q, cache_kv, cache_kv, lengths)
+    with pytest.raises(NotImplementedError, match=r"^t6: "):
+        kernels.decode_workspace(q, cache_kv)
+    assert not cache.exists(), "nothing may be compiled for a TODO"
+    assert cuda_was_up or not torch.cuda.is_initialized(), "the wrapper touched the GPU before refusing"
 
 
 # --------------------------------------------------------------------------- argument checks
+
+
+_LEN2 = torch.tensor([3, 4], dtype=torch.int32)
 
 
 @pytest.fixture
@@ -190,11 +210,35 @@ def implemented(tmp_path, monkeypatch):
      r"naive_cuda_attention: q has H = 3 heads but k and v have H_kv = 2"),
     (lambda: kernels.flash_attention(torch.randn(1, 4, 8, 32), *[torch.randn(1, 2, 6, 32)] * 2), ValueError,
      r"q must be a CUDA tensor"),  # grouped-query shapes pass the shape checks
+    (lambda: kernels.decode_attention(torch.randn(2, 4, 64), *[torch.randn(2, 2, 9, 64)] * 2, _LEN2), ValueError,
+     r"t6_decode_attention: q must be a CUDA tensor"),  # a valid call up to the device check
+    (lambda: kernels.decode_attention(torch.randn(2, 4, 48), *[torch.randn(2, 2, 9, 48)] * 2, _LEN2), ValueError,
+     r"head dimension d must be one of \(32, 64, 128\), got 48"),
+    (lambda: kernels.decode_attention(torch.randn(2, 6, 64), *[torch.randn(2, 4, 9, 64)] * 2, _LEN2), ValueError,
+     r"q has H = 6 heads but the cache has H_kv = 4"),
+    (lambda: kernels.decode_attention(torch.randn(2, 4, 2, 64), *[torch.randn(2, 2, 9, 64)] * 2, _LEN2), ValueError,
+     r"a 4-D q must be \(B, H, 1, d\)"),
+    (lambda: kernels.decode_attention(torch.randn(2, 4, 64), torch.randn(2, 2, 9, 64), torch.randn(2, 2, 8, 64), _LEN2),
+     ValueError, r"v_cache must have shape \(2, 2, 9, 64\) \(same as k_cache\)"),
+    (lambda: kernels.decode_attention(torch.randn(2, 4, 64), *[torch.randn(1, 2, 9, 64)] * 2, _LEN2), ValueError,
+     r"k_cache must have shape \(2, 1, 9, 64\)|k_cache must have shape \(2, 2, 9, 64\)"),
+    (lambda: kernels.decode_attention(torch.randn(2, 4, 64), *[torch.randn(2, 2, 9, 64)] * 2, torch.tensor([3.0, 4.0])),
+     TypeError, r"lengths must be torch.int32 or torch.int64"),
+    (lambda: kernels.decode_attention(torch.randn(2, 4, 64), *[torch.randn(2, 2, 9, 64)] * 2, [3, 4]),
+     TypeError, r"lengths must be a torch.Tensor, got list"),
+    (lambda: kernels.decode_attention(torch.randn(2, 4, 64), *[torch.randn(2, 2, 9, 64)] * 2,
+                                      torch.tensor([3, 4, 5], dtype=torch.int32)), ValueError,
+     r"lengths must have shape \(2,\) \(one length per batch row\) or \(1,\)"),
+    (lambda: kernels.decode_attention(torch.randn(2, 4, 64), *[torch.randn(2, 2, 9, 64)] * 2, _LEN2,
+                                      lse=torch.empty(2, 4, 1)), ValueError, r"lse must have shape \(2, 4\)"),
+    (lambda: kernels.decode_attention(torch.randn(2, 4, 64).half(), *[torch.randn(2, 2, 9, 64)] * 2, _LEN2),
+     TypeError, r"q must be torch.float32"),
 ])
 def test_wrappers_reject_bad_arguments_before_any_gpu_work(implemented, call, error, pattern):
+    cuda_was_up = torch.cuda.is_initialized()  # a GPU host's earlier tests may have started CUDA
     with pytest.raises(error, match=pattern):
         call()
-    assert not torch.cuda.is_initialized()
+    assert cuda_was_up or not torch.cuda.is_initialized(), "the wrapper touched the GPU before refusing"
 
 
 @pytest.mark.kit

@@ -11,7 +11,7 @@ from assignment.cuda.regions import Region, RegionError, check_region
 
 pytestmark = pytest.mark.kit
 REPO = Path(__file__).resolve().parents[2]
-CUDA_FILES = ["t2_softmax.cu", "t3_gemm.cu", "t4_flash_attention.cu"]
+CUDA_FILES = ["t2_softmax.cu", "t3_gemm.cu", "t4_flash_attention.cu", "t6_decode_attention.cu"]
 
 
 def body(code: str) -> Region:

@@ -1,0 +1,622 @@
+// t6: decode attention over a KV cache, split over the key length ("split-KV"), fp32 on CUDA cores.
+//
+// One new token per sequence: q is ONE query vector per (batch, head), and it attends to the first
+// L positions of that sequence's cache. Per (b, h):
+//     O = softmax(scale * q K[0:L]^T) V[0:L]          LSE = log sum_j exp(scale * q . k_j)
+// There is almost no arithmetic per byte (2 flops per K or V float read, per query head that shares
+// the KV head): decode is memory-bound, and the goal is to stream K and V through the SMs once, at
+// the speed of a device-to-device copy.
+//
+// ---------------------------------------------------------------------------
+// Why split-KV. One (batch, KV head) is one long stream of keys. At batch 1 with 8 KV heads, one
+// block per KV head would leave 124 of an H100's 132 SMs idle. So the key range is cut into
+// n_splits pieces, one block each, and a second small kernel merges their results:
+//
+//   keys  0 ............................................ L-1          (L read from device memory)
+//         | split 0 | split 1 | split 2 | ... | split n-1 |  (empty)   every split: the same number
+//         +----+----+----+----+----+----+     +----+                  of 32-key tiles; the last
+//              |         |         |               |                  ones may be short or empty
+//        (O_0, lse_0) (O_1, lse_1) ...        (O_n-1, lse_n-1)        partial results, normalised
+//              \_________|_________|_______________/
+//                             combine:  M = max_s lse_s,  w_s = 2^(lse_s - M)
+//                                       O = sum_s w_s O_s / sum_s w_s,  LSE = M + log2(sum_s w_s)
+//
+// A split that starts past L is empty: it writes lse = -inf and O = 0, and gets weight 0.
+//
+// The length lives on the device (an int per batch row), so a CUDA graph captured once replays
+// unchanged while the sequence grows: the grid (n_splits blocks per KV head) is fixed at launch
+// from the cache's capacity L_max and the SM count, and each block computes ITS key range from
+// the L it reads. Every split gets ceil(ceil(L / 32) / n_splits) tiles, so at any L the work is
+// spread over all splits, and the workspace (n_splits partial results per query head) never changes.
+//
+// ---------------------------------------------------------------------------
+// One block = one (batch b, KV head, split) and ALL the query heads of that KV head (up to 16; a
+// larger group takes several blocks). Grouped-query attention is what makes decode cheaper than it
+// looks: the G = H / H_kv query heads of a group share one K/V stream, so each K/V tile is read
+// from memory once and used G times.
+//
+//   4 warps, 128 threads. The block streams its keys in tiles of 32 (one key per lane) through a
+//   3-stage cp.async pipeline in shared memory: while the warps compute tile t, tiles t+1 and t+2
+//   are in flight. Warp w owns query heads w, w+4, w+8, w+12 of the block (HPW of them at most):
+//
+//   S:    lane j scores key j of the tile against each of its warp's heads:
+//             s[i] = q_{head i} . k_j          (k_j from shared memory, q broadcast from shared memory)
+//   softmax (one warp = one head's whole row of 32 scores, per tile):
+//             m_new = max(m, warp max of s);  alpha = 2^(m - m_new);  p_j = 2^(s_j - m_new)
+//             l = alpha * l + p_j   (a per-lane partial sum, added up across the warp once at the end)
+//   P V:  lane owns d/32 columns of the head's O row (float4 / float2 / float at d = 128 / 64 / 32):
+//             acc = alpha * acc + sum_j p_j * V[j][my columns]     (p_j broadcast with __shfl_sync)
+//   end:  the warp's head writes O_s = acc / l and lse_s = m + log2(l) to the workspace.
+//
+// Scores are in log2 units: q is multiplied by scale * log2(e) once when it is loaded, so every
+// exponential is a single ex2 instruction. The partial LSEs stay in log2 units; the combine
+// converts the final LSE to natural log.
+//
+// Shared memory (float4 units):
+//   Qs [NWARPS*HPW][d/4]           the block's query heads, pre-scaled (rows past the group: unused)
+//   3 x { Ks [32][d/4 + 1]         K tile, each row padded by one float4: lane j reads row j at the
+//                                  same column as its neighbours, and the padding puts those 8
+//                                  float4s of a quarter-warp in 8 different bank groups
+//         Vs [32][d/4] }           V tile, read one whole row at a time by a warp (no conflicts)
+//   d = 128: 100 KB (2 blocks per SM on an H100), d = 64: 51 KB (4), d = 32: 26 KB (8).
+//
+// Bandwidth: each SM holds 2 x 2 tiles = 128 KB (d = 128) of loads in flight, far above the
+// ~20 KB per SM that Little's law asks for at ~3 TB/s and ~1 us of latency; the compute per tile
+// (about 1,000 cycles of one warp's dependent FMAs) is well under the ~5,000 cycles it takes the
+// memory system to deliver a block's share of a tile. So the kernel waits on memory, as it should.
+// Split count: the kit's host code picks it so that the grid is about one full wave of resident
+// blocks (see choose_splits): at B 1, H_kv 8 that is 32 splits at d = 128 and 64 at d = 64.
+// The combine is a second, small kernel; on sm_90 it is launched as a programmatic dependent of
+// the split kernel, so its launch overlaps the split kernel and it starts as soon as that ends.
+// ---------------------------------------------------------------------------
+
+#include "kit.cuh"
+
+#include <math.h>
+
+#include <atomic>
+#include <cstdlib>
+
+namespace t6dec {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr int TK = 32;                 // keys per tile: one per lane
+constexpr int NWARPS = 4;
+constexpr int NT = 32 * NWARPS;        // threads of a split block
+constexpr int MAX_GROUP = 16;          // query heads per block, at most (larger groups: several blocks)
+constexpr int NSTAGE = 3;              // K/V tiles in shared memory: one being computed, NSTAGE-1 loading
+constexpr int MAX_SPLITS = 4096;
+constexpr int COMBINE_THREADS = 128;
+// Per-block fixed cost (first tile's latency, q load, the final reduction and stores), in units of
+// the time one tile takes at the block's share of the bandwidth: for the split-count cost model.
+constexpr double BLOCK_OVERHEAD_TILES = 1.0;
+
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+// A lane's share of one row of d floats: d/32 consecutive columns, DL * lane .. DL * lane + DL - 1
+// (one float4 at d = 128, a float2 at d = 64, a float at d = 32): a warp reads a row in one go.
+template <int D>
+__device__ __forceinline__ void load_my_columns(const float4* row, int lane, float (&x)[D / 32]) {
+    if constexpr (D == 128) {
+        const float4 f = row[lane];
+        x[0] = f.x; x[1] = f.y; x[2] = f.z; x[3] = f.w;
+    } else if constexpr (D == 64) {
+        const float2 f = reinterpret_cast<const float2*>(row)[lane];
+        x[0] = f.x; x[1] = f.y;
+    } else {
+        x[0] = reinterpret_cast<const float*>(row)[lane];
+    }
+}
+template <int D>
+__device__ __forceinline__ void store_my_columns(float* row, int lane, const float (&x)[D / 32], float mul) {
+    if constexpr (D == 128) {
+        reinterpret_cast<float4*>(row)[lane] = make_float4(x[0] * mul, x[1] * mul, x[2] * mul, x[3] * mul);
+    } else if constexpr (D == 64) {
+        reinterpret_cast<float2*>(row)[lane] = make_float2(x[0] * mul, x[1] * mul);
+    } else {
+        row[lane] = x[0] * mul;
+    }
+}
+
+// Copy keys row0 .. row0+31 of K and V (rows of D floats) into a pipeline stage, asynchronously.
+// Rows >= row_end are zero-filled and never read from memory: positions past L may hold anything
+// (garbage, NaN), and a zero V row times p = 0 adds nothing.
+template <int D>
+__device__ __forceinline__ void load_kv_tile_async(float4* Ks, float4* Vs, const float* kb, const float* vb,
+                                                   int row0, int row_end, int tid) {
+    constexpr int D4 = D / 4, KROW = D4 + 1;
+    static_assert((TK * D4) % NT == 0, "whole float4 chunks per thread");
+#pragma unroll
+    for (int it = 0; it < TK * D4 / NT; ++it) {  // consecutive threads, consecutive 16 bytes: coalesced
+        const int idx = tid + it * NT;
+        const int r = idx / D4, c = idx % D4;
+        const bool ok = row0 + r < row_end;
+        const long long off = ok ? (long long)(row0 + r) * D + 4 * c : 0;
+        cp_async16(Ks + r * KROW + c, kb + off, ok ? 16 : 0);
+        cp_async16(Vs + r * D4 + c, vb + off, ok ? 16 : 0);
+    }
+}
+
+template <int D, int HPW>
+constexpr size_t split_smem_bytes() {
+    return sizeof(float4) * ((size_t)NWARPS * HPW * (D / 4) + (size_t)NSTAGE * TK * (2 * (D / 4) + 1));
+}
+// Blocks per SM the split kernel is built for: a register budget that lets shared memory, not
+// registers, limit occupancy (d = 32 with several heads per warp takes 6, not 8, to avoid spills).
+template <int D, int HPW>
+struct Occupancy { static constexpr int MINB = D == 128 ? 2 : D == 64 ? 4 : HPW == 1 ? 8 : 6; };
+
+// Grid: (n_splits, H_kv * chunks, B); block (split, KV head and group chunk, batch row).
+template <int D, int HPW>
+__global__ void __launch_bounds__(NT, Occupancy<D, HPW>::MINB)
+decode_split_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+                    const void* __restrict__ lengths, int lengths_int64, int lengths_per_batch,
+                    float* __restrict__ o_part, float* __restrict__ lse_part, int H, int H_kv, int L_max,
+                    int n_splits, int chunks, float qscale) {
+    constexpr int D4 = D / 4, KROW = D4 + 1, DL = D / 32;
+    constexpr int STAGE = TK * (KROW + D4);  // float4s per pipeline stage (K tile, then V tile)
+    extern __shared__ float4 smem[];
+    float4* Qs = smem;                       // [NWARPS * HPW][D4]
+    float4* stages = Qs + NWARPS * HPW * D4;
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // The combine grid may launch now (programmatic dependent launch): its blocks wait in hardware
+    // for this whole grid to finish, so its launch latency hides behind this kernel.
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int split = blockIdx.x;
+    const int kvh = blockIdx.y / chunks, chunk = blockIdx.y % chunks;
+    const int b = blockIdx.z;
+    const int G = H / H_kv;                          // query heads per KV head
+    const int gb = min(NWARPS * HPW, G - chunk * NWARPS * HPW);  // query heads in this block
+    const int h0 = kvh * G + chunk * NWARPS * HPW;   // the block's first query head
+    // This warp's heads are the block's heads warp + NWARPS * i for i < nh.
+    const int nh = warp < gb ? min(HPW, (gb - warp + NWARPS - 1) / NWARPS) : 0;
+
+    // The current length, read on the device, clamped to the cache.
+    const int row = lengths_per_batch ? b : 0;
+    const long long raw = lengths_int64 ? reinterpret_cast<const long long*>(lengths)[row]
+                                        : (long long)reinterpret_cast<const int*>(lengths)[row];
+    const int L = (int)min(max(raw, 0LL), (long long)L_max);
+    // This split's keys [start, end): whole tiles, the same number for every split.
+    const long long tiles_per_split = (((long long)L + TK - 1) / TK + n_splits - 1) / n_splits;
+    const int start = (int)min(split * tiles_per_split * TK, (long long)L);
+    const int end = (int)min(start + tiles_per_split * TK, (long long)L);
+    const int n_tiles = (end - start + TK - 1) / TK;  // 0: an empty split
+
+    const long long kv_head = (long long)b * H_kv + kvh;
+    const float* kb = k + kv_head * L_max * D;
+    const float* vb = v + kv_head * L_max * D;
+
+    // Start the first NSTAGE-1 tiles, then load q (scaled into log2 units) while they are in flight.
+#pragma unroll
+    for (int t = 0; t < NSTAGE - 1; ++t) {
+        if (t < n_tiles) {
+            float4* st = stages + t * STAGE;
+            load_kv_tile_async<D>(st, st + TK * KROW, kb, vb, start + t * TK, end, tid);
+        }
+        cp_async_commit();
+    }
+    for (int idx = tid; idx < gb * D4; idx += NT) {
+        const int i = idx / D4, c = idx % D4;
+        float4 x = __ldg(reinterpret_cast<const float4*>(q + ((long long)b * H + h0 + i) * D) + c);
+        x.x *= qscale; x.y *= qscale; x.z *= qscale; x.w *= qscale;
+        Qs[i * D4 + c] = x;
+    }
+
+    // Online-softmax state of this warp's heads: running max m (log2 units), the lane's partial
+    // sum l, and the lane's DL columns of the unnormalised O row.
+    float m[HPW], l[HPW], acc[HPW][DL], s[HPW];
+#pragma unroll
+    for (int i = 0; i < HPW; ++i) {
+        m[i] = -INFINITY;
+        l[i] = 0.f;
+        s[i] = 0.f;
+#pragma unroll
+        for (int e = 0; e < DL; ++e) acc[i][e] = 0.f;
+    }
+
+    for (int t = 0; t < n_tiles; ++t) {
+        cp_async_wait<NSTAGE - 2>();  // tile t has landed (for this thread's copies)
+        __syncthreads();              // ... for everyone's; and everyone is done with tile t-1's stage
+        if (t + NSTAGE - 1 < n_tiles) {
+            float4* st = stages + ((t + NSTAGE - 1) % NSTAGE) * STAGE;
+            load_kv_tile_async<D>(st, st + TK * KROW, kb, vb, start + (t + NSTAGE - 1) * TK, end, tid);
+        }
+        cp_async_commit();
+        const float4* Ks = stages + (t % NSTAGE) * STAGE;  // [TK][KROW]
+        const float4* Vs = Ks + TK * KROW;                  // [TK][D4]
+        const int key = start + t * TK + lane;              // the key this lane scores
+
+        // BEGIN SOLUTION t6: scores of my key against my warp's heads (-inf past the split's end)
+        // PLAN: for i < nh (head warp + NWARPS*i of the block): s[i] = sum over k of Qs[(warp + NWARPS*i) * D/4 + c] . Ks[lane * KROW + c],
+        // PLAN: c = 0 .. D/4 - 1 (float4s, 4 FMA each; load my K float4 once per c and reuse it for every head).
+        // PLAN: Q is pre-scaled by scale * log2(e): s comes out in log2 units.
+        // PLAN: if key >= end (only on the split's last tile): s[i] = -INFINITY (its K row is zeros, not the cache's).
+#pragma unroll
+        for (int i = 0; i < HPW; ++i) s[i] = 0.f;
+#pragma unroll
+        for (int c = 0; c < D4; ++c) {
+            const float4 kf = Ks[lane * KROW + c];
+#pragma unroll
+            for (int i = 0; i < HPW; ++i) {
+                if (i < nh) {
+                    const float4 qf = Qs[(warp + NWARPS * i) * D4 + c];
+                    s[i] = fmaf(qf.x, kf.x, s[i]);
+                    s[i] = fmaf(qf.y, kf.y, s[i]);
+                    s[i] = fmaf(qf.z, kf.z, s[i]);
+                    s[i] = fmaf(qf.w, kf.w, s[i]);
+                }
+            }
+        }
+        if (key >= end) {
+#pragma unroll
+            for (int i = 0; i < HPW; ++i) s[i] = -INFINITY;
+        }
+        // END SOLUTION
+
+        // BEGIN SOLUTION t6: online softmax over the tile and O += P V, for each of my warp's heads
+        // PLAN: for i < nh: m_new = max(m[i], warp_max(s[i])); mu = (m_new == -inf ? 0 : m_new) (never -inf - -inf);
+        // PLAN: alpha = fast_exp2(m[i] - mu); p = fast_exp2(s[i] - mu) (my key's weight); l[i] = l[i] * alpha + p; m[i] = m_new;
+        // PLAN: acc[i][e] *= alpha (the old O was relative to the old max).
+        // PLAN: then for each key j = 0..31 of the tile: vj = my D/32 columns of V row j (load_my_columns<D>(Vs + j * D/4, lane, vj)),
+        // PLAN: p_j = __shfl_sync(0xffffffff, p, j) (lane j's weight), acc[i][e] += p_j * vj[e]. Every lane must take part in the shuffles.
+        float p[HPW];
+#pragma unroll
+        for (int i = 0; i < HPW; ++i) {
+            p[i] = 0.f;
+            if (i < nh) {
+                const float m_new = fmaxf(m[i], warp_max(s[i]));
+                const float mu = m_new == -INFINITY ? 0.f : m_new;
+                const float alpha = fast_exp2(m[i] - mu);
+                p[i] = fast_exp2(s[i] - mu);
+                l[i] = fmaf(l[i], alpha, p[i]);
+                m[i] = m_new;
+#pragma unroll
+                for (int e = 0; e < DL; ++e) acc[i][e] *= alpha;
+            }
+        }
+#pragma unroll 8
+        for (int j = 0; j < TK; ++j) {
+            float vj[DL];
+            load_my_columns<D>(Vs + j * D4, lane, vj);
+#pragma unroll
+            for (int i = 0; i < HPW; ++i) {
+                if (i < nh) {
+                    const float pj = __shfl_sync(0xffffffffu, p[i], j);
+#pragma unroll
+                    for (int e = 0; e < DL; ++e) acc[i][e] = fmaf(pj, vj[e], acc[i][e]);
+                }
+            }
+        }
+        // END SOLUTION
+    }
+
+    // BEGIN SOLUTION t6: write this split's partial O (normalised) and LSE (log2 units) for my heads
+    // PLAN: for i < nh: lt = warp_sum(l[i]) (all lanes take part); the head is h = h0 + warp + NWARPS*i,
+    // PLAN: its partial row is r = (b * H + h) * n_splits + split: O at o_part + r * D, LSE at lse_part[r].
+    // PLAN: O row = acc[i] / lt over my columns (store_my_columns<D>(o_part + r * D, lane, acc[i], 1 / lt)), or zeros when lt == 0;
+    // PLAN: lane 0 writes lse_part[r] = m[i] + log2f(lt), or -INFINITY when lt == 0 (an empty split: weight 0 in the combine).
+#pragma unroll
+    for (int i = 0; i < HPW; ++i) {
+        if (i < nh) {
+            const float lt = warp_sum(l[i]);
+            const long long r = ((long long)b * H + h0 + warp + NWARPS * i) * n_splits + split;
+            store_my_columns<D>(o_part + r * D, lane, acc[i], lt > 0.f ? 1.f / lt : 0.f);
+            if (lane == 0) lse_part[r] = lt > 0.f ? m[i] + log2f(lt) : -INFINITY;
+        }
+    }
+    // END SOLUTION
+}
+
+// Merge the n_splits partial results of one (b, h) row; grid: B * H blocks of COMBINE_THREADS.
+// Thread (r, c4) owns float4 column c4 of the row and the splits r, r + R, r + 2R, ...; it merges
+// them into a running (max, weight sum, weighted O) exactly as the split kernel merges tiles, so all
+// its loads are independent and in flight at once. Then the R partial states are merged once more.
+template <int D>
+__global__ void __launch_bounds__(COMBINE_THREADS)
+decode_combine_kernel(const float* __restrict__ o_part, const float* __restrict__ lse_part,
+                      float* __restrict__ out, float* __restrict__ lse, int n_splits) {
+    constexpr int D4 = D / 4, R = COMBINE_THREADS / D4;  // R partial rows read at once (4, 8, 16)
+    __shared__ float4 red_o[R][D4];
+    __shared__ float red_m[R], red_w[R];
+    const long long bh = blockIdx.x;
+    const float* lp = lse_part + bh * n_splits;                                    // [n_splits], log2 units
+    const float4* op = reinterpret_cast<const float4*>(o_part + bh * n_splits * D);  // [n_splits][D4]
+    float4* orow = reinterpret_cast<float4*>(out + bh * D);
+    const int tid = threadIdx.x;
+    const int c4 = tid % D4, r = tid / D4;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");  // the split grid is done and its writes visible
+#endif
+
+    // BEGIN SOLUTION t6: combine the splits with LSE weights: O = sum w_s O_s / sum w_s, LSE = M + log2(sum w_s)
+    // PLAN: my splits s = r, r + R, ... (R = COMBINE_THREADS / (D/4)): keep a running max mloc, weight sum ws and a = sum w O
+    // PLAN: (float4 column c4): m_new = max(mloc, lp[s]); mu = (m_new == -inf ? 0 : m_new); alpha = fast_exp2(mloc - mu);
+    // PLAN: w = fast_exp2(lp[s] - mu) (0 for an empty split, whose O row is zeros); ws = ws * alpha + w; a = a * alpha + w * op[s * D/4 + c4].
+    // PLAN: publish red_m[r], red_w[r] (thread c4 == 0) and red_o[r][c4], __syncthreads(); then threads r == 0 merge the R
+    // PLAN: states in a fixed order (bitwise repeatable): M = max red_m, f = fast_exp2(red_m[rr] - Ms) with Ms = (M == -inf ? 0 : M),
+    // PLAN: W = sum f * red_w[rr], o = sum f * red_o[rr][c4]; orow[c4] = o / W (zeros when W == 0);
+    // PLAN: thread 0 writes lse[bh] = (M + log2f(W)) * ln(2) (natural log), or -INFINITY when W == 0 (a row of length 0).
+    float mloc = -INFINITY, ws = 0.f;
+    float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+    for (int s = r; s < n_splits; s += R) {
+        const float ls = lp[s];
+        const float4 o = op[(long long)s * D4 + c4];
+        const float m_new = fmaxf(mloc, ls);
+        const float mu = m_new == -INFINITY ? 0.f : m_new;
+        const float alpha = fast_exp2(mloc - mu), w = fast_exp2(ls - mu);
+        ws = fmaf(ws, alpha, w);
+        a.x = fmaf(w, o.x, a.x * alpha); a.y = fmaf(w, o.y, a.y * alpha);
+        a.z = fmaf(w, o.z, a.z * alpha); a.w = fmaf(w, o.w, a.w * alpha);
+        mloc = m_new;
+    }
+    red_o[r][c4] = a;
+    if (c4 == 0) {
+        red_m[r] = mloc;
+        red_w[r] = ws;
+    }
+    __syncthreads();
+    if (r == 0) {
+        float M = red_m[0];
+#pragma unroll
+        for (int rr = 1; rr < R; ++rr) M = fmaxf(M, red_m[rr]);
+        const float Ms = M == -INFINITY ? 0.f : M;
+        float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
+        float W = 0.f;
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr) {
+            const float f = fast_exp2(red_m[rr] - Ms);
+            const float4 o = red_o[rr][c4];
+            t.x = fmaf(f, o.x, t.x); t.y = fmaf(f, o.y, t.y); t.z = fmaf(f, o.z, t.z); t.w = fmaf(f, o.w, t.w);
+            W = fmaf(f, red_w[rr], W);
+        }
+        const float inv = W > 0.f ? 1.f / W : 0.f;
+        orow[c4] = make_float4(t.x * inv, t.y * inv, t.z * inv, t.w * inv);
+        if (c4 == 0) lse[bh] = W > 0.f ? (M + log2f(W)) * kLn2 : -INFINITY;
+    }
+    // END SOLUTION
+}
+
+// --------------------------------------------------------------------------- host (the kit's)
+
+// Query heads per warp for a group of G query heads (a block takes at most MAX_GROUP of them).
+static int heads_per_warp(int G) {
+    const int gb = G < MAX_GROUP ? G : MAX_GROUP;
+    return gb <= NWARPS ? 1 : gb <= 2 * NWARPS ? 2 : 4;
+}
+
+// Allow the split kernel its shared memory, once per device (so a launch inside CUDA-graph capture
+// makes no call but the two launches), and report its resident blocks per SM when asked.
+constexpr int MAX_DEVICES = 64;
+template <int D, int HPW>
+static cudaError_t configure(int* blocks_per_sm) {
+    static std::atomic<bool> done[MAX_DEVICES];
+    auto kern = decode_split_kernel<D, HPW>;
+    const int smem = (int)split_smem_bytes<D, HPW>();
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    const bool known = dev >= 0 && dev < MAX_DEVICES;
+    if (!known || !done[dev].load()) {
+        e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e != cudaSuccess) return e;
+        e = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+        if (e != cudaSuccess) return e;
+        if (known) done[dev].store(true);
+    }
+    if (blocks_per_sm) return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, kern, NT, smem);
+    return cudaSuccess;
+}
+
+template <int D>
+static cudaError_t configure_d(int hpw, int* blocks_per_sm) {
+    return hpw == 1 ? configure<D, 1>(blocks_per_sm) : hpw == 2 ? configure<D, 2>(blocks_per_sm)
+                                                                : configure<D, 4>(blocks_per_sm);
+}
+
+static cudaError_t configure_any(int d, int hpw, int* blocks_per_sm) {
+    return d == 32 ? configure_d<32>(hpw, blocks_per_sm) : d == 64 ? configure_d<64>(hpw, blocks_per_sm)
+                                                                   : configure_d<128>(hpw, blocks_per_sm);
+}
+
+// The split count: blocks run in waves of (SMs x resident blocks per SM); a wave lasts as long as
+// its blocks' tiles (ceil(tiles / n)) plus a fixed per-block cost. Minimise waves x that over n,
+// the smallest n on ties (fewer partial results to combine). With B * H_kv * chunks (b, KV head)
+// streams this gives about one full wave: B 1, H_kv 8 on 132 SMs -> 32 splits at d = 128
+// (2 blocks per SM), 64 at d = 64 (4 per SM). Chosen from the cache's capacity L_max: the split
+// SIZE follows the current length on the device, so the same grid serves every length.
+static int choose_splits(long long streams, int L_max, int sms, int blocks_per_sm) {
+    const long long tiles = ((long long)(L_max > 0 ? L_max : 1) + TK - 1) / TK;
+    const long long per_wave = (long long)sms * (blocks_per_sm > 0 ? blocks_per_sm : 1);
+    const long long most = tiles < MAX_SPLITS ? tiles : MAX_SPLITS;
+    int best = 1;
+    double best_cost = INFINITY;
+    for (long long n = 1; n <= most; ++n) {
+        const long long waves = (streams * n + per_wave - 1) / per_wave;
+        const double cost = (double)waves * ((double)((tiles + n - 1) / n) + BLOCK_OVERHEAD_TILES);
+        if (cost < best_cost - 1e-9) {
+            best_cost = cost;
+            best = (int)n;
+        }
+    }
+    return best;
+}
+
+// Programmatic dependent launch of the combine: on sm_90 and later, unless KIT_T6_PDL=0 (A/B timing)
+// or the device refused one before (then the plain launch, which is always correct, takes over).
+static std::atomic<int> pdl_state[MAX_DEVICES];  // 0: not asked yet, 1: no, 2: yes
+
+static bool use_pdl(int* device) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= MAX_DEVICES) {
+        cudaGetLastError();
+        return false;
+    }
+    *device = dev;
+    int state = pdl_state[dev].load();
+    if (state == 0) {
+        int major = 0;
+        const char* env = getenv("KIT_T6_PDL");
+        const bool off = env != nullptr && env[0] == '0';
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+            cudaGetLastError();
+            major = 0;
+        }
+        state = !off && major >= 9 ? 2 : 1;
+        pdl_state[dev].store(state);
+    }
+    return state == 2;
+}
+
+template <int D>
+static cudaError_t launch_combine(const float* o_part, const float* lse_part, float* out, float* lse, int n_splits,
+                                  long long rows, cudaStream_t stream) {
+    int dev = -1;
+    if (use_pdl(&dev)) {
+        cudaLaunchConfig_t config = {};
+        cudaLaunchAttribute attribute[1];
+        attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attribute[0].val.programmaticStreamSerializationAllowed = 1;
+        config.gridDim = dim3((unsigned)rows);
+        config.blockDim = dim3(COMBINE_THREADS);
+        config.dynamicSmemBytes = 0;
+        config.stream = stream;
+        config.attrs = attribute;
+        config.numAttrs = 1;
+        if (cudaLaunchKernelEx(&config, decode_combine_kernel<D>, o_part, lse_part, out, lse, n_splits) == cudaSuccess)
+            return cudaSuccess;
+        cudaGetLastError();  // refused at launch (nothing ran): never ask again on this device
+        pdl_state[dev].store(1);
+    }
+    decode_combine_kernel<D><<<(unsigned)rows, COMBINE_THREADS, 0, stream>>>(o_part, lse_part, out, lse, n_splits);
+    return cudaGetLastError();
+}
+
+template <int D, int HPW>
+static int launch(const float* q, const float* k, const float* v, const void* lengths, int len64, int per_batch,
+                  float* out, float* lse, float* ws, int B, int H, int H_kv, int L_max, int n_splits, float scale,
+                  cudaStream_t stream) {
+    cudaError_t e = configure<D, HPW>(nullptr);
+    if (e != cudaSuccess) return (int)e;
+    const int G = H / H_kv;
+    const int chunks = (G + NWARPS * HPW - 1) / (NWARPS * HPW);
+    float* o_part = ws;                                        // [B][H][n_splits][D]
+    float* lse_part = ws + (long long)B * H * n_splits * D;    // [B][H][n_splits], log2 units
+    const dim3 grid(n_splits, H_kv * chunks, B);
+    decode_split_kernel<D, HPW><<<grid, NT, split_smem_bytes<D, HPW>(), stream>>>(
+        q, k, v, lengths, len64, per_batch, o_part, lse_part, H, H_kv, L_max, n_splits, chunks, scale * kLog2e);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) return (int)e;
+    return (int)launch_combine<D>(o_part, lse_part, out, lse, n_splits, (long long)B * H, stream);
+}
+
+template <int D>
+static int launch_d(int hpw, const float* q, const float* k, const float* v, const void* lengths, int len64,
+                    int per_batch, float* out, float* lse, float* ws, int B, int H, int H_kv, int L_max,
+                    int n_splits, float scale, cudaStream_t s) {
+    if (hpw == 1) return launch<D, 1>(q, k, v, lengths, len64, per_batch, out, lse, ws, B, H, H_kv, L_max, n_splits, scale, s);
+    if (hpw == 2) return launch<D, 2>(q, k, v, lengths, len64, per_batch, out, lse, ws, B, H, H_kv, L_max, n_splits, scale, s);
+    return launch<D, 4>(q, k, v, lengths, len64, per_batch, out, lse, ws, B, H, H_kv, L_max, n_splits, scale, s);
+}
+
+static bool valid_shape(int B, int H, int H_kv, int L_max, int d) {
+    if (B <= 0 || H <= 0 || H_kv <= 0 || L_max < 0 || H % H_kv != 0) return false;
+    if (d != 32 && d != 64 && d != 128) return false;
+    const int G = H / H_kv;
+    const long long chunks = (G + MAX_GROUP - 1) / MAX_GROUP;
+    return B <= 65535 && (long long)H_kv * chunks <= 65535;
+}
+
+}  // namespace t6dec
+
+// q (B, H, d); k_cache, v_cache (B, H_kv, L_max, d) with H % H_kv == 0 (query head h reads KV head
+// h / (H / H_kv)); out (B, H, d); lse (B, H), natural log. All contiguous fp32, q, the caches, out
+// and workspace 16-byte aligned. lengths: int32 (lengths_int64 == 0) or int64 on the device, one
+// per batch row (lengths_per_batch != 0) or one for all rows; clamped to [0, L_max]; a row of
+// length 0 gets O = 0 and LSE = -inf. workspace: t6_decode_workspace_floats(B, H, d, n_splits)
+// floats, no initialisation needed. Two kernel launches on `stream`, nothing allocated, no host
+// synchronisation: safe to capture in a CUDA graph.
+KIT_API int t6_decode_attention(const float* q, const float* k_cache, const float* v_cache, const void* lengths,
+                                int lengths_int64, int lengths_per_batch, float* out, float* lse, float* workspace,
+                                int B, int H, int H_kv, int L_max, int d, int n_splits, float scale, void* stream) {
+    if (B == 0 || H == 0) return 0;
+    if (!t6dec::valid_shape(B, H, H_kv, L_max, d)) return (int)cudaErrorInvalidValue;
+    if (n_splits < 1 || n_splits > t6dec::MAX_SPLITS || lengths == nullptr) return (int)cudaErrorInvalidValue;
+    if (((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k_cache) | reinterpret_cast<uintptr_t>(v_cache) |
+          reinterpret_cast<uintptr_t>(out) | reinterpret_cast<uintptr_t>(workspace)) & 15) != 0)
+        return (int)cudaErrorMisalignedAddress;
+    const long long parts = (long long)B * H * n_splits;
+    if ((long long)B * H > 2147483647LL || parts * d > (1LL << 62)) return (int)cudaErrorInvalidValue;
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    const int hpw = t6dec::heads_per_warp(H / H_kv);
+    const int len64 = lengths_int64 ? 1 : 0, per_batch = lengths_per_batch ? 1 : 0;
+    switch (d) {
+        case 32:
+            return t6dec::launch_d<32>(hpw, q, k_cache, v_cache, lengths, len64, per_batch, out, lse, workspace, B, H,
+                                       H_kv, L_max, n_splits, scale, s);
+        case 64:
+            return t6dec::launch_d<64>(hpw, q, k_cache, v_cache, lengths, len64, per_batch, out, lse, workspace, B, H,
+                                       H_kv, L_max, n_splits, scale, s);
+        default:
+            return t6dec::launch_d<128>(hpw, q, k_cache, v_cache, lengths, len64, per_batch, out, lse, workspace, B,
+                                        H, H_kv, L_max, n_splits, scale, s);
+    }
+}
+
+// The split count the kit uses for this shape on the current device (>= 1), or -cudaError_t when
+// the shape is invalid (-1) or a device query fails.
+KIT_API int t6_decode_num_splits(int B, int H, int H_kv, int L_max, int d) {
+    if (!t6dec::valid_shape(B, H, H_kv, L_max, d)) return -(int)cudaErrorInvalidValue;
+    int dev = 0, sms = 0, per_sm = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    const int hpw = t6dec::heads_per_warp(H / H_kv);
+    if (e == cudaSuccess) e = t6dec::configure_any(d, hpw, &per_sm);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return -(int)e;
+    }
+    const int G = H / H_kv;
+    const long long chunks = (G + t6dec::NWARPS * hpw - 1) / (t6dec::NWARPS * hpw);
+    return t6dec::choose_splits((long long)B * H_kv * chunks, L_max, sms, per_sm);
+}
+
+// Floats of workspace a call with n_splits splits needs: each split's partial O row (d floats) and
+// LSE for every (batch, query head).
+KIT_API long long t6_decode_workspace_floats(int B, int H, int d, int n_splits) {
+    if (B < 0 || H < 0 || d <= 0 || n_splits <= 0) return -1;
+    return (long long)B * H * n_splits * (d + 1);
+}
+
+// Limits the wrapper checks against: the largest split count and group size per block.
+KIT_API int t6_decode_max_splits() { return t6dec::MAX_SPLITS; }
