@@ -51,7 +51,7 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -
 
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     Lq, Lk = q.shape[2], k.shape[2]
-    k, v = _repeat_kv(k, q.shape[1]), _repeat_kv(v, q.shape[1])
+    k, v = repeat_kv_heads(k, q.shape[1]), repeat_kv_heads(v, q.shape[1])
     if Lq == Lk:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(Lq, Lk, q.device), scale=scale)
@@ -61,7 +61,8 @@ def student_t1(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) 
     from assignment.impl import load_python
 
     t1 = load_python("t1_attention.py")
-    out, _ = t1.flash_attention_forward(q, _repeat_kv(k, q.shape[1]), _repeat_kv(v, q.shape[1]), causal=True,
+    heads = q.shape[1]
+    out, _ = t1.flash_attention_forward(q, repeat_kv_heads(k, heads), repeat_kv_heads(v, heads), causal=True,
                                         scale=scale)
     return out
 
@@ -75,8 +76,9 @@ def student_t5(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) 
     return out
 
 
-def _repeat_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
-    """(B, H_kv, L, d) -> (B, heads, L, d): t1 and SDPA take one KV head per query head."""
+def repeat_kv_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """(B, H_kv, L, d) -> (B, heads, L, d), a copy: for t1, SDPA and the naive baselines, which take one KV head
+    per query head."""
     groups = heads // x.shape[1]
     return x if groups == 1 else x.repeat_interleave(groups, dim=1)
 

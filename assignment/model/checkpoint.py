@@ -21,7 +21,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from . import DEFAULT_CHECKPOINT
-from .config import CheckpointError, ModelConfig
+from .config import CheckpointError, ModelConfig, read_json
 from .llama import Transformer
 from .tokenizer import Tokenizer
 
@@ -65,7 +65,7 @@ def load_checkpoint(path: str | Path = DEFAULT_CHECKPOINT, *, device: str | torc
     _load_weights(model, weight_files(path), dtype)
     model.eval().requires_grad_(False)
     tokenizer = Tokenizer.from_dir(path, config)
-    generation_config = _read_json(path / "generation_config.json")
+    generation_config = read_json(path / "generation_config.json")
     model.setup_caches(max_batch_size, max_seq_len or _default_cache_length(config))
     return LoadedModel(model, tokenizer, config, path, generation_config)
 
@@ -79,7 +79,7 @@ def weight_files(path: Path) -> dict[str, Path]:
     """Tensor name -> the safetensors file holding it."""
     index = path / INDEX_FILE
     if index.is_file():
-        weight_map = _read_json(index).get("weight_map")
+        weight_map = read_json(index).get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise CheckpointError(f"{index}: no 'weight_map' (tensor name -> shard file)")
         files = {name: path / shard for name, shard in weight_map.items()}
@@ -153,12 +153,3 @@ def save_checkpoint(model: Transformer, out_dir: str | Path, dtype: torch.dtype 
     (out / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
     return out
 
-
-def _read_json(path: Path) -> dict:
-    if not path.is_file():
-        return {}
-    try:
-        value = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
-    return value if isinstance(value, dict) else {}

@@ -128,6 +128,17 @@ class ModelConfig:
             raise CheckpointError(f"{path}: {exc}") from None
 
 
+def read_json(path: Path) -> dict:
+    """The JSON object in an optional checkpoint file: {} when the file is absent or holds no object."""
+    if not path.is_file():
+        return {}
+    try:
+        value = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
+    return value if isinstance(value, dict) else {}
+
+
 def rope_type_of(rope_scaling: dict | None) -> str:
     if not rope_scaling:
         return "default"

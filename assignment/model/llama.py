@@ -254,8 +254,10 @@ def _check_tokens(tokens: torch.Tensor, vocab_size: int) -> tuple[int, int]:
                          f"{getattr(tokens, 'dtype', type(tokens).__name__)} {tuple(getattr(tokens, 'shape', ()))}")
     if tokens.shape[1] == 0:
         raise ValueError("tokens is empty: give at least one token")
-    if tokens.device.type == "cpu" and (tokens.min() < 0 or tokens.max() >= vocab_size):
-        raise ValueError(f"token ids must lie in [0, {vocab_size}), got {tokens.min().item()}..{tokens.max().item()}")
+    if tokens.device.type == "cpu":
+        low, high = tokens.min().item(), tokens.max().item()
+        if low < 0 or high >= vocab_size:
+            raise ValueError(f"token ids must lie in [0, {vocab_size}), got {low}..{high}")
     return tokens.shape[0], tokens.shape[1]
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer as _HFTokenizer
 
+from .config import CheckpointError, read_json
+
 TOKENIZER_FILE = "tokenizer.json"
 
 
@@ -37,8 +39,6 @@ class Tokenizer:
     @classmethod
     def from_dir(cls, path: str | Path, config=None) -> "Tokenizer":
         """Read tokenizer.json, tokenizer_config.json and generation_config.json of a checkpoint directory."""
-        from .config import CheckpointError
-
         path = Path(path)
         file = path / TOKENIZER_FILE
         if not file.is_file():
@@ -48,8 +48,8 @@ class Tokenizer:
             backend = _HFTokenizer.from_file(str(file))
         except Exception as exc:  # noqa: BLE001 - the tokenizers package raises its own exception type
             raise CheckpointError(f"{file}: cannot be read by the tokenizers package ({exc})") from None
-        settings = _json(path / "tokenizer_config.json")
-        generation = _json(path / "generation_config.json")
+        settings = read_json(path / "tokenizer_config.json")
+        generation = read_json(path / "generation_config.json")
         template = settings.get("chat_template")
         if isinstance(template, list):  # a list of named templates: take the default one
             template = next((t.get("template") for t in template if t.get("name") == "default"), None)
@@ -90,18 +90,6 @@ class Tokenizer:
         return env.from_string(self.chat_template).render(
             messages=messages, add_generation_prompt=add_generation_prompt,
             bos_token=self.bos_token or "", eos_token=self.eos_token or "")
-
-
-def _json(path: Path) -> dict:
-    if not path.is_file():
-        return {}
-    try:
-        value = json.loads(path.read_text())
-    except json.JSONDecodeError:
-        from .config import CheckpointError
-
-        raise CheckpointError(f"{path}: not valid JSON") from None
-    return value if isinstance(value, dict) else {}
 
 
 def _token_text(value) -> str | None:

@@ -147,11 +147,10 @@ def reference_kernels():
 
 def repeat_kv(qkv):
     """(q, k, v) with K/V of H_kv heads repeated to q's H heads (a copy): the layout of libraries without GQA."""
+    from assignment.model.attention import repeat_kv_heads
+
     q, k, v = qkv
-    groups = q.shape[1] // k.shape[1]
-    if groups == 1:
-        return q, k, v
-    return q, k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    return q, repeat_kv_heads(k, q.shape[1]), repeat_kv_heads(v, q.shape[1])
 
 
 def naive_pytorch_attention(qkv, causal: bool):

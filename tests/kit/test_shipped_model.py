@@ -3,7 +3,7 @@
 The bar from its model card: greedy and sampled continuations of ordinary prompts are recognisable
 English, measured as the share of generated words found in a dictionary (/usr/share/dict/words where
 the host has one) or in the training text's word list shipped beside the checkpoint (words.txt.gz).
-The loop here is the test's own, so the bar does not depend on any student file.
+The loop is the model card's (``model_card.continue_prompt``), so the bar does not depend on any student file.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
-import torch
 
 from assignment.impl import REPO_ROOT
 from assignment.model import DEFAULT_CHECKPOINT, load_checkpoint
+from assignment.model.model_card import continue_prompt
 
 pytestmark = [pytest.mark.kit, pytest.mark.skipif(not (DEFAULT_CHECKPOINT / "config.json").is_file(),
                                                   reason=f"no shipped checkpoint at {DEFAULT_CHECKPOINT}")]
@@ -54,22 +54,8 @@ def shipped():
 
 
 def continue_text(prompt: str, temperature: float, tokens: int = 60, seed: int = 0) -> str:
-    loaded = shipped()
-    model, tok = loaded.model, loaded.tokenizer
-    ids = tok.encode(prompt)
-    generator = torch.Generator().manual_seed(seed)
-    logits = model.prefill(torch.tensor([ids]), torch.arange(len(ids)))
-    out = []
-    for step in range(tokens):
-        if temperature == 0:
-            nxt = int(logits[0].argmax())
-        else:
-            nxt = int(torch.multinomial(torch.softmax(logits[0] / temperature, -1), 1, generator=generator))
-        if nxt in tok.stop_ids:
-            break
-        out.append(nxt)
-        logits = model.decode_one_token(torch.tensor([[nxt]]), torch.tensor([len(ids) + step]))
-    return tok.decode(out)
+    """The continuation the model card shows: greedy at temperature 0, else plain sampling at that temperature."""
+    return continue_prompt(shipped(), prompt, tokens, temperature=temperature or None, seed=seed)
 
 
 def test_the_checkpoint_is_small_and_complete():
