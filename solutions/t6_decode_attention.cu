@@ -79,8 +79,8 @@
 
 namespace t6dec {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
+using namespace kit;  // fast_exp2, cp_async16, cp_async_commit/wait, kLog2e, kLn2 (kit.cuh)
+
 constexpr int TK = 32;                 // keys per tile: one per lane
 constexpr int NWARPS = 4;
 constexpr int NT = 32 * NWARPS;        // threads of a split block
@@ -91,23 +91,6 @@ constexpr int COMBINE_THREADS = 128;
 // Per-block fixed cost (first tile's latency, q load, the final reduction and stores), in units of
 // the time one tile takes at the block's share of the bandwidth: for the split-count cost model.
 constexpr double BLOCK_OVERHEAD_TILES = 1.0;
-
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll
