@@ -6,6 +6,8 @@ One place decides which implementation runs, by name:
     "sdpa"       torch's scaled_dot_product_attention (training and quick runs)
     "t1"         the student's tiled Python FlashAttention (t1_attention.py), any device
     "t5"         the student's causal CUDA kernel (t4_flash_attention.cu), CUDA only
+    "t6"         the student's KV cache (t6_kv_cache.py) does the attention itself when there is a cache:
+                 prefill through the t5 kernel, decode through the t6 kernel; without a cache, as "t5"
 
 All of them compute causal attention with bottom-right alignment: query i of Lq sees key j of Lk when
 j <= i + Lk - Lq, so a prompt chunk (or one decoded token) attends to the cache so far plus itself.
@@ -24,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
-IMPLEMENTATIONS = ("reference", "sdpa", "t1", "t5")
+IMPLEMENTATIONS = ("reference", "sdpa", "t1", "t5", "t6")
 KERNEL_HEAD_DIMS = (32, 64, 128)   # what the t4/t5 CUDA kernels are built for
 
 
@@ -83,18 +85,36 @@ def repeat_kv_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
     return x if groups == 1 else x.repeat_interleave(groups, dim=1)
 
 
-_FUNCTIONS: dict[str, AttentionFn] = {"reference": reference, "sdpa": sdpa, "t1": student_t1, "t5": student_t5}
+_FUNCTIONS: dict[str, AttentionFn] = {"reference": reference, "sdpa": sdpa, "t1": student_t1, "t5": student_t5,
+                                       "t6": student_t5}
+CACHE_ATTENTION = ("t6",)  # implementations whose cache attends: Attention.forward calls cache.attend(...)
+
+
+def attends_on_cache(name: str) -> bool:
+    return name in CACHE_ATTENTION
+
+
+def t6_cache_class(impl: str | None = None):
+    """The ``KVCache`` class of t6_kv_cache.py in implementation ``impl`` (None: ``IMPL``), running that same
+    implementation's kernels (the module's ``kernels`` is pointed at its directory)."""
+    from assignment.cuda import kernels
+    from assignment.impl import load_python, student_dir
+
+    module = load_python("t6_kv_cache.py", impl)
+    if getattr(module, "kernels", None) is kernels:   # the module-level API (IMPL's kernels): bind it, once
+        module.kernels = kernels.Kernels(student_dir(impl))
+    return module.KVCache
 
 
 def get(name: str, head_dim: int, device: torch.device | str) -> AttentionFn:
     """The implementation called ``name``, after checking it can run this model on this device."""
     if name not in _FUNCTIONS:
         raise ValueError(f"attention implementation {name!r} is unknown (choose from {', '.join(IMPLEMENTATIONS)})")
-    if name == "t5":
+    if name in ("t5", "t6"):
         if torch.device(device).type != "cuda":
-            raise ValueError("attention 't5' is the CUDA kernel: run the model on a GPU (device='cuda')")
+            raise ValueError(f"attention {name!r} runs the CUDA kernels: run the model on a GPU (device='cuda')")
         if head_dim not in KERNEL_HEAD_DIMS:
-            raise ValueError(f"attention 't5': the kernels support head dimensions {KERNEL_HEAD_DIMS}; this model "
+            raise ValueError(f"attention {name!r}: the kernels support head dimensions {KERNEL_HEAD_DIMS}; this model "
                              f"has head_dim {head_dim} (use attention='reference')")
     return _FUNCTIONS[name]
 

@@ -64,6 +64,7 @@ def load_checkpoint(path: str | Path = DEFAULT_CHECKPOINT, *, device: str | torc
         model.lm_head.weight = model.embed_tokens.weight
     _load_weights(model, weight_files(path), dtype)
     model.eval().requires_grad_(False)
+    model.fuse_projections()
     tokenizer = Tokenizer.from_dir(path, config)
     generation_config = read_json(path / "generation_config.json")
     model.setup_caches(max_batch_size, max_seq_len or _default_cache_length(config))
@@ -144,7 +145,7 @@ def save_checkpoint(model: Transformer, out_dir: str | Path, dtype: torch.dtype 
         if name == "lm_head.weight" and config.tie_word_embeddings:
             continue
         hf_name = name if name == "lm_head.weight" else f"model.{name}"
-        tensors[hf_name] = param.detach().to("cpu", dtype).contiguous()
+        tensors[hf_name] = param.detach().to("cpu", dtype).clone()  # a fused model's weights share storage
     save_file(tensors, out / SINGLE_FILE, metadata={"format": "pt"})
     raw = config.to_hf()
     raw["torch_dtype"] = str(dtype).removeprefix("torch.")

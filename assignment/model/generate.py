@@ -2,7 +2,7 @@
 
     python -m assignment.model.generate --prompt "The history of" [--ckpt DIR] [--max-tokens 100]
         [--temperature 0.8] [--top-p 0.95] [--top-k 50] [--seed 0] [--device cpu|cuda] [--chat]
-        [--attention reference|sdpa|t1|t5]
+        [--attention reference|sdpa|t1|t5|t6]
 
 Runs the shipped checkpoint by default (no network, no GPU needed). The sampling loop is the one in
 the implementation ``IMPL`` names (``t7_generate.py``: solutions in an instructor's tree, the student's
@@ -59,7 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (a GPU when there is one)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    parser.add_argument("--attention", default="reference", help="reference, sdpa, t1 (your Python) or t5 (CUDA)")
+    parser.add_argument("--attention", default="reference", help="reference, sdpa, t1 (your Python), t5 (your CUDA kernel) or t6 (your KV cache and decode kernel)")
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the checkpoint's chat template")
     return parser.parse_args(argv)
 

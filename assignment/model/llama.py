@@ -36,6 +36,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:   # one fused kernel where torch has one
+            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
         # Normalise in float32 (a bf16 mean of squares loses digits), scale in the model's dtype.
         x32 = x.float()
         normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -69,17 +71,19 @@ def _llama3_frequencies(inv_freq: torch.Tensor, params: dict) -> torch.Tensor:
 
 
 def rope_tables(config: ModelConfig, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin, each (length, head_dim): row p rotates the token at position p."""
+    """cos and signed sin, each (length, head_dim): row p rotates the token at position p.
+
+    The rotation pairs x_i with x_(i + d/2): (x_i, x_(i+d/2)) -> (x_i cos - x_(i+d/2) sin, x_(i+d/2) cos + x_i sin).
+    The sine's first half is stored negated, so that apply_rope is x * cos + roll(x, d/2) * sin: three kernels.
+    """
     freqs = torch.outer(torch.arange(length, dtype=torch.float32), rope_frequencies(config))  # (length, d/2)
-    angles = torch.cat((freqs, freqs), dim=-1)                                                # (length, d)
-    return angles.cos(), angles.sin()
+    return torch.cat((freqs, freqs), dim=-1).cos(), torch.cat((-freqs.sin(), freqs.sin()), dim=-1)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate x (B, heads, T, d) by the angles of its positions (cos, sin: (T, d)); halves pair up (d/2 apart)."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+    """Rotate x (B, heads, T, d) by the angles of its positions (cos, signed sin from rope_tables: (T, d))."""
+    rotated = x.roll(x.shape[-1] // 2, dims=-1)          # (x_(d/2) .. x_(d-1), x_0 .. x_(d/2-1))
+    return torch.addcmul(x * cos.to(x.dtype), rotated, sin.to(x.dtype))
 
 
 # --------------------------------------------------------------------------- the static KV cache
@@ -118,15 +122,26 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(hidden, self.n_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, hidden, bias=bias)
         self.scale = attention.default_scale(self.head_dim)
+        self.qkv_weight = self.qkv_bias = None  # q, k, v weights in one matrix after Transformer.fuse_projections()
         self.kv_cache = None
+        self.attention_name = "reference"  # set by the model (Transformer.attention_impl)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, input_pos: torch.Tensor | None,
                 kv_len: int, attend) -> torch.Tensor:
         B, T, _ = x.shape                                                           # x: (B, T, hidden)
-        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)     # (B, H, T, d)
-        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, H_kv, T, d)
-        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, H_kv, T, d)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        H, H_kv, d = self.n_heads, self.n_kv_heads, self.head_dim
+        if self.qkv_weight is not None:  # one matrix-vector product and one rotation for q and k together
+            qkv = F.linear(x, self.qkv_weight, self.qkv_bias).view(B, T, H + 2 * H_kv, d).transpose(1, 2)
+            qk = apply_rope(qkv[:, :H + H_kv], cos, sin)                              # (B, H + H_kv, T, d)
+            q, k, v = qk[:, :H].contiguous(), qk[:, H:].contiguous(), qkv[:, H + H_kv:].contiguous()
+        else:
+            q = self.q_proj(x).view(B, T, H, d).transpose(1, 2)                        # (B, H, T, d)
+            k = self.k_proj(x).view(B, T, H_kv, d).transpose(1, 2)                     # (B, H_kv, T, d)
+            v = self.v_proj(x).view(B, T, H_kv, d).transpose(1, 2)                     # (B, H_kv, T, d)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if input_pos is not None and attention.attends_on_cache(self.attention_name):
+            out = self.kv_cache.attend(q, k, v, input_pos, self.scale, kv_len)         # (B, H, T, d), t6
+            return self.o_proj(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
         if input_pos is not None:
             k, v = self.kv_cache.update(input_pos, k, v)                               # (B, H_kv, L_max, d)
             k, v = k[:, :, :kv_len], v[:, :, :kv_len]                                  # (B, H_kv, kv_len, d)
@@ -143,8 +158,12 @@ class FeedForward(nn.Module):
         self.gate_proj = nn.Linear(hidden, inner, bias=bias)
         self.up_proj = nn.Linear(hidden, inner, bias=bias)
         self.down_proj = nn.Linear(inner, hidden, bias=bias)
+        self.gate_up_weight = self.gate_up_bias = None  # after Transformer.fuse_projections()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate_up_weight is not None:
+            gate, up = F.linear(x, self.gate_up_weight, self.gate_up_bias).chunk(2, dim=-1)
+            return self.down_proj(F.silu(gate) * up)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -172,11 +191,25 @@ class Transformer(nn.Module):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
-        self.attention_impl = attention_impl
         self.max_batch_size = self.max_seq_len = 0
+        self.attention_impl = attention_impl
         self._rope_length = 0
         self.register_buffer("rope_cos", torch.empty(0), persistent=False)
         self.register_buffer("rope_sin", torch.empty(0), persistent=False)
+
+    @property
+    def attention_impl(self) -> str:
+        """The attention implementation's name (attention.IMPLEMENTATIONS); set it before ``setup_caches``."""
+        return self._attention_impl
+
+    @attention_impl.setter
+    def attention_impl(self, name: str) -> None:
+        if name not in attention.IMPLEMENTATIONS:
+            raise ValueError(f"attention implementation {name!r} is unknown (choose from "
+                             f"{', '.join(attention.IMPLEMENTATIONS)})")
+        self._attention_impl = name
+        for layer in self.layers:
+            layer.self_attn.attention_name = name
 
     @property
     def device(self) -> torch.device:
@@ -186,8 +219,13 @@ class Transformer(nn.Module):
     def vocab_size(self) -> int:
         return self.config.vocab_size
 
-    def setup_caches(self, max_batch_size: int, max_seq_len: int, cache_cls=KVCache) -> None:
-        """Allocate a static cache per layer for ``max_batch_size`` sequences of up to ``max_seq_len`` tokens."""
+    def setup_caches(self, max_batch_size: int, max_seq_len: int, cache_cls=None) -> None:
+        """Allocate a static cache per layer for ``max_batch_size`` sequences of up to ``max_seq_len`` tokens.
+
+        ``cache_cls``: the cache's class (None: ``KVCache``, or with attention "t6" the student's cache from
+        t6_kv_cache.py, which also does the attention)."""
+        if cache_cls is None:
+            cache_cls = attention.t6_cache_class() if attention.attends_on_cache(self.attention_impl) else KVCache
         window = self.config.sliding_window
         if window is not None and max_seq_len > window:
             raise ValueError(f"this model attends over a sliding window of {window} tokens, which the kit does not "
@@ -202,6 +240,17 @@ class Transformer(nn.Module):
         self.max_batch_size, self.max_seq_len = max_batch_size, max_seq_len
         self._ensure_rope(max_seq_len)
 
+    @torch.no_grad()
+    def fuse_projections(self) -> None:
+        """Put each layer's q, k and v weights in one matrix, and gate and up in another, so that a decode step
+        reads them in one matrix-vector product instead of three and two (fewer, fuller kernels: t6's time between
+        tokens). The Linear modules keep their names and become views of the fused matrices, so loading, saving
+        and in-place changes still work; replacing a weight tensor afterwards needs another call."""
+        for layer in self.layers:
+            a, m = layer.self_attn, layer.mlp
+            a.qkv_weight, a.qkv_bias = _fuse(a.q_proj, a.k_proj, a.v_proj)
+            m.gate_up_weight, m.gate_up_bias = _fuse(m.gate_proj, m.up_proj)
+
     def _ensure_rope(self, length: int) -> None:
         if length > self._rope_length:
             cos, sin = rope_tables(self.config, max(length, 2 * self._rope_length))
@@ -213,16 +262,24 @@ class Transformer(nn.Module):
         positions 0..T-1 that neither reads nor writes the cache (training, scoring a text)."""
         return self._run(tokens, input_pos, last_only=False)
 
-    def _run(self, tokens: torch.Tensor, input_pos: torch.Tensor | None, last_only: bool) -> torch.Tensor:
-        B, T = _check_tokens(tokens, self.config.vocab_size)
-        if input_pos is None:       # a plain causal pass over tokens at positions 0..T-1; the cache is untouched
-            first, kv_len = 0, T
-        elif not self.max_seq_len:
-            raise ValueError("input_pos given but no KV cache is set up: call setup_caches() first")
-        else:
-            first, kv_len = self._check_positions(input_pos, B, T)
-        self._ensure_rope(first + T)
-        cos, sin = self.rope_cos[first:first + T], self.rope_sin[first:first + T]         # (T, d)
+    def _run(self, tokens: torch.Tensor, input_pos: torch.Tensor | None, last_only: bool,
+             checked: bool = True) -> torch.Tensor:
+        """``checked=False`` (CUDA-graph capture, cuda_graph.py): no check that reads a GPU value on the host."""
+        kv_len = None               # keys visible to the last token (None: unchecked, read on the device)
+        if checked:
+            B, T = _check_tokens(tokens, self.config.vocab_size)
+            if input_pos is None:   # a plain causal pass over tokens at positions 0..T-1; the cache is untouched
+                kv_len = T
+            elif not self.max_seq_len:
+                raise ValueError("input_pos given but no KV cache is set up: call setup_caches() first")
+            else:
+                kv_len = self._check_positions(input_pos, B, T)[1]
+        T = tokens.shape[1]
+        if input_pos is None:
+            self._ensure_rope(T)
+            cos, sin = self.rope_cos[:T], self.rope_sin[:T]                              # (T, d)
+        else:       # the angles of each token's own position, gathered on the device
+            cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]                # (T, d)
         attend = attention.get(self.attention_impl, self.config.head_dim, self.device)
         x = self.embed_tokens(tokens)                                                    # (B, T, hidden)
         for layer in self.layers:
@@ -246,6 +303,20 @@ class Transformer(nn.Module):
             raise ValueError(f"position {last} is past the KV cache's capacity of {self.max_seq_len} tokens (a prompt "
                              f"plus the tokens to generate must fit in max_seq_len)")
         return first, last + 1
+
+
+def _fuse(*linears: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Concatenate the Linears' weights (and biases) by output rows; each Linear's becomes a view of the result."""
+    weight = torch.cat([lin.weight for lin in linears])
+    bias = torch.cat([lin.bias for lin in linears]) if linears[0].bias is not None else None
+    row = 0
+    for lin in linears:
+        rows = lin.out_features
+        lin.weight = nn.Parameter(weight[row:row + rows], requires_grad=False)
+        if bias is not None:
+            lin.bias = nn.Parameter(bias[row:row + rows], requires_grad=False)
+        row += rows
+    return weight, bias
 
 
 def _check_tokens(tokens: torch.Tensor, vocab_size: int) -> tuple[int, int]:

@@ -190,3 +190,21 @@ def test_no_chat_template_is_a_clear_error(checkpoint):
     (checkpoint / "tokenizer_config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="no chat template"):
         Tokenizer.from_dir(checkpoint).apply_chat_template([{"role": "user", "content": "hi"}])
+
+
+def test_fused_projections_give_the_same_logits_and_save_the_same_tensors(tmp_path):
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(**CONFIG)).eval().requires_grad_(False)
+    tokens = torch.randint(0, CONFIG["vocab_size"], (2, 9))
+    before = model(tokens)
+    state = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    model.fuse_projections()
+    after = model(tokens)
+    assert (after - before).abs().max().item() < 1e-6, "fusing q/k/v and gate/up changed the logits"
+    attn = model.layers[0].self_attn
+    assert attn.k_proj.weight.data_ptr() == attn.qkv_weight[CONFIG["num_attention_heads"] * CONFIG["head_dim"]:].data_ptr()
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, state[name]), f"{name} changed when fusing"
+    save_checkpoint(model, tmp_path, dtype=torch.float32)   # views of one matrix must still save one by one
+    for name, tensor in load_file(tmp_path / "model.safetensors").items():
+        assert torch.equal(tensor, state[name.removeprefix("model.")]), name
