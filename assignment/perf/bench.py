@@ -1,6 +1,7 @@
 """``make bench T=t2``: time the implementation under test against the reference and PyTorch.
 
     python -m assignment.perf.bench --task t2|t3|t4|t5|t6 [--quick] [--seed002 | --gqa | --splits]
+    python -m assignment.perf.bench --task t6 [--quick] [--model-only | --no-model]
 
 Every case goes through ``assignment.perf.timing.measure`` (the grader's harness), so the numbers
 here are the numbers that are graded. Columns: median ms, GB/s (memory-bound t2) or TFLOP/s,
@@ -12,7 +13,10 @@ on the grouped K/V and on the same K/V repeated to one head per query head (``--
 t6 times the decode kernel on a full KV cache (Llama 3's 32 query heads over 8 KV heads) in KV bytes
 read per second against the device copy, beside a naive PyTorch decode (K/V repeated per query head,
 matmul, softmax, matmul), the same without the repeat, and SDPA; ``--splits`` sweeps the split count
-around the kit's choice.
+around the kit's choice. After the kernel table, t6 times the model (model_bench.py): TTFT and TBT of the
+Llama-3.2-1B shape with random weights, naive (no cache) against the student's and the reference's KV cache and
+kernels (decode in a CUDA graph) and transformers' generate, with the memory roofline; ``--model-only`` and
+``--no-model`` run one half (the model alone writes ``t6_model.json``).
 """
 
 from __future__ import annotations
@@ -272,6 +276,20 @@ def _decode_inputs(B: int, H: int, H_kv: int, L: int, d: int):
     return make
 
 
+def _decoding_with(kernels):
+    """A decode candidate as a model calls it: the workspace made once (in the warm-up) and reused, so a timed
+    call is the two launches and the wrapper's checks, not allocations."""
+    made = {}
+
+    def call(x):
+        q, k = x[0], x[1]
+        key = (tuple(q.shape), tuple(k.shape))
+        if key not in made:
+            made[key] = kernels.decode_workspace(q, k)
+        return kernels.decode_attention(*x, workspace=made[key])[0]
+    return call
+
+
 def cases_t6(student, reference, quick: bool, shapes=None) -> list[Case]:
     import torch.nn.functional as F
 
@@ -281,10 +299,10 @@ def cases_t6(student, reference, quick: bool, shapes=None) -> list[Case]:
             "naive pytorch": lambda x: naive_pytorch_decode(*x[:3]),
             "pytorch grouped": lambda x: grouped_pytorch_decode(*x[:3]),
             "SDPA": lambda x: F.scaled_dot_product_attention(x[0][:, :, None], *repeat_kv(x[:3])[1:])[:, :, 0],
-            "student": lambda x: student.decode_attention(*x)[0],
+            "student": _decoding_with(student),
         }
         if reference is not None:
-            candidates["reference"] = lambda x: reference.decode_attention(*x)[0]
+            candidates["reference"] = _decoding_with(reference)
         flops, bytes_moved = decode_work(B, H, H_kv, L, d)
         cases.append(Case(f"decode B{B} H{H} H_kv{H_kv} L{L} d{d} (KV bytes/s)", _decode_inputs(B, H, H_kv, L, d),
                           candidates, flops, bytes_moved, metric="GB/s", percent_of="copy",
@@ -418,6 +436,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="t4/t5: only the grouped-query rows (32 query heads over 8 KV heads, GQA against MHA)")
     parser.add_argument("--splits", action="store_true",
                         help="t6: the decode kernel at split counts around the kit's choice")
+    parser.add_argument("--model-only", action="store_true",
+                        help="t6: only the model table (TTFT and TBT of the Llama-3.2-1B shape, four ways)")
+    parser.add_argument("--no-model", action="store_true", help="t6: only the decode-kernel table")
     args = parser.parse_args(argv)
     if args.task is None:
         print(f"choose a task: make bench T=t2 (one of {', '.join(TASKS)})", file=sys.stderr)
@@ -425,8 +446,11 @@ def main(argv: list[str] | None = None) -> int:
     if (args.seed002 or args.gqa) and args.task not in ("t4", "t5"):
         print("--seed002 and --gqa are t4/t5 options", file=sys.stderr)
         return 2
-    if args.splits and args.task != "t6":
-        print("--splits is a t6 option", file=sys.stderr)
+    if (args.splits or args.model_only or args.no_model) and args.task != "t6":
+        print("--splits, --model-only and --no-model are t6 options", file=sys.stderr)
+        return 2
+    if sum((args.splits, args.model_only, args.no_model)) > 1:
+        print("choose one of --splits, --model-only and --no-model", file=sys.stderr)
         return 2
 
     import torch
@@ -454,17 +478,36 @@ def main(argv: list[str] | None = None) -> int:
         cases = cases_gqa(student, reference, args.quick, args.task == "t5")
     elif args.splits:
         cases = cases_t6_splits(student, reference, args.quick)
+    elif args.model_only:
+        cases = []
     else:
         cases = CASES[args.task](student, reference, args.quick)
     rows = [run_case(case, copy.gbps, settings) for case in cases]
     report = {"task": args.task, "quick": args.quick, "gpu": info, "copy_gbps": copy.gbps,
               "implementation": str(student_dir()), "cases": rows}
     args.out.mkdir(parents=True, exist_ok=True)
-    suffix = "_seed002" if args.seed002 else "_gqa" if args.gqa else "_splits" if args.splits else ""
+    if args.task == "t6" and not (args.splits or args.no_model):
+        report["model"] = run_model_table(copy.gbps, args.quick, args.out)
+    suffix = ("_seed002" if args.seed002 else "_gqa" if args.gqa else "_splits" if args.splits
+              else "_model" if args.model_only else "")
     path = args.out / f"{args.task}{suffix}.json"
     path.write_text(json.dumps(report, indent=2, default=str))
     print(f"\nwrote {path}")
-    return 1 if any(row.get("error") for row in rows) else 0
+    return 1 if any(row.get("error") for row in rows) or report.get("model", {}).get("error") else 0
+
+
+def run_model_table(copy_gbps: float, quick: bool, out: Path) -> dict:
+    """t6's model table (model_bench.run), or {"error": ...} when it cannot run at all (the kernel table is kept)."""
+    import traceback
+
+    from assignment.perf import model_bench
+
+    try:
+        return model_bench.run(copy_gbps, quick=quick, out=out)
+    except Exception as exc:  # noqa: BLE001 -- e.g. out of memory building the model: report it, keep the kernels
+        traceback.print_exc()
+        print(f"\nmodel table FAILED: {exc}", file=sys.stderr)
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 if __name__ == "__main__":

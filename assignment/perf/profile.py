@@ -1,12 +1,14 @@
 """``make profile T=t4``: Nsight Compute counters of one representative launch.
 
-    python -m assignment.perf.profile --task t2|t3|t4|t5 [--kernel REGEX]
+    python -m assignment.perf.profile --task t2|t3|t4|t5|t6 [--kernel REGEX]
     python -m assignment.perf.profile --launch-one t4      # the driver ncu runs: one launch, nothing else
 
 The driver builds its inputs on the CPU and copies them over, so the task's kernel is the only
 kernel in the process and ``--launch-count 1`` catches it whatever the student named it. The
 report puts the DRAM traffic next to the ideal (every input read once, every output written once):
-a FlashAttention kernel far above that is re-reading K and V.
+a FlashAttention kernel far above that is re-reading K and V. t6's decode launch is two kernels
+(the split kernel and the combine), so ncu profiles both and the report adds them up; the point is
+the memory throughput: the KV cache read per second against the DRAM peak.
 """
 
 from __future__ import annotations
@@ -39,7 +41,11 @@ SHAPES = {
     "t3": {"batch": 1, "M": 4096, "N": 4096, "K": 4096},
     "t4": {"B": 4, "H": 16, "Lq": 4096, "Lk": 4096, "d": 64, "causal": False},
     "t5": {"B": 4, "H": 16, "Lq": 4096, "Lk": 4096, "d": 64, "causal": True},
+    "t6": {"B": 1, "H": 32, "H_kv": 8, "L": 32768, "d": 128},   # the graded decode shape: a full 32k cache
 }
+LAUNCHES = {"t6": 2}  # kernels per launch (default 1): t6 is the split kernel and the combine
+# Memory-bound tasks also get the DRAM throughput against its peak (what a decode kernel is judged on).
+EXTRA_METRICS = {"t6": {"dram__throughput.avg.pct_of_peak_sustained_elapsed": "DRAM throughput (% of peak)"}}
 PERMISSION_HELP = (
     "ncu cannot read the GPU performance counters (ERR_NVGPUCTRPERM): the driver lets only admins profile. "
     "Ask for profiling permission (options nvidia NVreg_RestrictProfilingToAdminUsers=0, or run ncu as root); "
@@ -57,8 +63,15 @@ def ideal_bytes(task: str, shape: dict) -> float:
     if task == "t3":
         b, M, N, K = shape["batch"], shape["M"], shape["N"], shape["K"]
         return 4.0 * b * (M * K + K * N + M * N)
+    if task == "t6":  # q and O: d per (batch, head); LSE: 1; the K/V cache: L·d per (batch, KV head) each
+        B, H, H_kv, L, d = (shape[k] for k in ("B", "H", "H_kv", "L", "d"))
+        return 4.0 * (B * H * (2 * d + 1) + 2 * B * H_kv * L * d)
     B, H, Lq, Lk, d = (shape[k] for k in ("B", "H", "Lq", "Lk", "d"))
     return 4.0 * B * H * (2 * Lq * d + 2 * Lk * d + Lq)  # Q and O: Lq·d each; K and V: Lk·d each; LSE: Lq
+
+
+def metrics_for(task: str) -> dict[str, str]:
+    return METRICS | EXTRA_METRICS.get(task, {})
 
 
 # --------------------------------------------------------------------------- the driver ncu runs
@@ -81,6 +94,13 @@ def launch_one(task: str) -> None:
     elif task == "t3":
         a, b = upload(shape["batch"], shape["M"], shape["K"]), upload(shape["batch"], shape["K"], shape["N"])
         kernels.gemm(a, b, out=torch.empty(shape["batch"], shape["M"], shape["N"], device="cuda"))
+    elif task == "t6":
+        B, H, H_kv, L, d = (shape[k] for k in ("B", "H", "H_kv", "L", "d"))
+        q, k, v = upload(B, H, d), upload(B, H_kv, L, d), upload(B, H_kv, L, d)
+        lengths = torch.tensor([L], dtype=torch.int32).cuda()  # a full cache; a copy, not a fill kernel
+        workspace = kernels.decode_workspace(q, k)              # torch.empty: no kernel either
+        kernels.decode_attention(q, k, v, lengths, out=torch.empty_like(q), lse=torch.empty(B, H, device="cuda"),
+                                 workspace=workspace)
     else:
         B, H, Lq, Lk, d = (shape[k] for k in ("B", "H", "Lq", "Lk", "d"))
         q, k, v = upload(B, H, Lq, d), upload(B, H, Lk, d), upload(B, H, Lk, d)
@@ -94,19 +114,26 @@ def launch_one(task: str) -> None:
 
 def ncu_command(ncu: str, task: str, kernel_regex: str) -> list[str]:
     return [ncu, "--clock-control", "none", "--target-processes", "all", "--kernel-name", f"regex:{kernel_regex}",
-            "--launch-count", "1", "--metrics", ",".join(METRICS), "--csv", "--print-units", "base",
-            sys.executable, "-m", "assignment.perf.profile", "--launch-one", task]
+            "--launch-count", str(LAUNCHES.get(task, 1)), "--metrics", ",".join(metrics_for(task)), "--csv",
+            "--print-units", "base", sys.executable, "-m", "assignment.perf.profile", "--launch-one", task]
 
 
 def parse_ncu_csv(text: str) -> dict[str, tuple[str, float]]:
     """metric name -> (unit, value) of the first profiled kernel, from ``ncu --csv`` output."""
+    kernels = parse_ncu_csv_kernels(text)
+    return kernels[0] if kernels else {}
+
+
+def parse_ncu_csv_kernels(text: str) -> list[dict[str, tuple[str, float]]]:
+    """One {metric name: (unit, value)} per profiled kernel, in launch order (ncu's ID column)."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
     if start is None:
-        return {}
-    metrics: dict[str, tuple[str, float]] = {}
+        return []
+    by_id: dict[str, dict[str, tuple[str, float]]] = {}
     for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
         name, raw = row.get("Metric Name"), (row.get("Metric Value") or "").replace(",", "")
+        metrics = by_id.setdefault(row.get("ID", ""), {})
         if not name or name in metrics:
             continue
         try:
@@ -114,7 +141,7 @@ def parse_ncu_csv(text: str) -> dict[str, tuple[str, float]]:
         except ValueError:
             metrics[name] = (row.get("Metric Unit", ""), math.nan)
         metrics.setdefault("_kernel", (row.get("Kernel Name", ""), math.nan))
-    return metrics
+    return [metrics for metrics in by_id.values() if metrics]
 
 
 def explain_failure(output: str) -> str | None:
@@ -138,18 +165,34 @@ def _human(value: float, unit: str) -> str:
     return f"{value:,.1f} {unit}"
 
 
-def report(task: str, metrics: dict[str, tuple[str, float]]) -> str:
+def report(task: str, metrics: dict[str, tuple[str, float]] | list[dict[str, tuple[str, float]]]) -> str:
+    """The counters of the task's launch: one kernel's, or (t6) each kernel's and their sum."""
+    kernels = metrics if isinstance(metrics, list) else [metrics]
     shape = SHAPES[task]
-    lines = [f"{task} kernel: {metrics.get('_kernel', ('?',))[0]}   shape: {shape}"]
-    for name, label in METRICS.items():
-        unit, value = metrics.get(name, ("", math.nan))
-        lines.append(f"  {label:<26} {_human(value, unit):>16}   {name}")
+    lines = []
+    for i, kernel in enumerate(kernels):
+        which = f" {i + 1} of {len(kernels)}" if len(kernels) > 1 else ""
+        lines.append(f"{task} kernel{which}: {kernel.get('_kernel', ('?',))[0]}   shape: {shape}")
+        for name, label in metrics_for(task).items():
+            unit, value = kernel.get(name, ("", math.nan))
+            lines.append(f"  {label:<26} {_human(value, unit):>16}   {name}")
+
+    def total(name: str) -> float:
+        return sum(kernel.get(name, ("", math.nan))[1] for kernel in kernels)
+
+    if len(kernels) > 1:
+        lines.append(f"all {len(kernels)} kernels of the launch")
+        lines.append(f"  {'kernel time':<26} {_human(total('gpu__time_duration.sum'), 'nsecond'):>16}")
     ideal = ideal_bytes(task, shape)
-    moved = sum(metrics.get(n, ("", math.nan))[1] for n in ("dram__bytes_read.sum", "dram__bytes_write.sum"))
+    moved = total("dram__bytes_read.sum") + total("dram__bytes_write.sum")
     lines.append(f"  {'DRAM read + write':<26} {moved / 2**20:>12,.1f} MiB")
     lines.append(f"  {'ideal DRAM traffic':<26} {ideal / 2**20:>12,.1f} MiB   (each input read once, each output written once)")
     if math.isfinite(moved):
         lines.append(f"  {'measured / ideal':<26} {moved / ideal:>12.2f} x")
+    seconds = total("gpu__time_duration.sum") / 1e9
+    if task == "t6" and math.isfinite(seconds) and seconds > 0:
+        lines.append(f"  {'ideal bytes / kernel time':<26} {ideal / seconds / 1e9:>11,.1f} GB/s   (the KV cache "
+                     "read per second; make bench T=t6 puts it against the device copy)")
     lines.append("  (loads issued with cp.async are not in the 'global load' row; DRAM bytes include them)")
     return "\n".join(lines)
 
@@ -182,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
     proc = subprocess.run(ncu_command(ncu, args.task, args.kernel), capture_output=True, text=True, env=env)
     output = proc.stdout + proc.stderr
-    metrics = parse_ncu_csv(proc.stdout)
+    metrics = parse_ncu_csv_kernels(proc.stdout)
     if proc.returncode != 0 or not metrics:
         print(output[-4000:], file=sys.stderr)
         print(f"\nerror: {explain_failure(output) or 'ncu failed (its output is above)'}", file=sys.stderr)
@@ -193,9 +236,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _prebuild(task: str) -> None:
     from assignment.cuda.compiler import build, require_implemented
-    from assignment.cuda.kernels import ATTENTION_FILE, GEMM_FILE, SOFTMAX_FILE, Kernels
+    from assignment.cuda.kernels import ATTENTION_FILE, DECODE_FILE, GEMM_FILE, SOFTMAX_FILE, Kernels
 
-    filename = {"t2": SOFTMAX_FILE, "t3": GEMM_FILE}.get(task, ATTENTION_FILE)
+    filename = {"t2": SOFTMAX_FILE, "t3": GEMM_FILE, "t6": DECODE_FILE}.get(task, ATTENTION_FILE)
     source = Kernels().source(filename)
     require_implemented(source, ("t4", "t5") if task == "t5" else (task,))
     build(source)

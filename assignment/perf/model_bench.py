@@ -1,0 +1,613 @@
+"""``make bench T=t6``, the model table: time to first token and time between tokens of a 1B model, four ways.
+
+    python -m assignment.perf.bench --task t6 [--quick] [--model-only | --no-model]
+    python -m assignment.perf.model_bench --plot-only build/bench/t6.json     # re-plot saved results
+
+The Llama-3.2-1B configuration with random float32 weights made on the GPU (presets.random_model: no
+download), batch 1, greedy decoding of 128 new tokens after prompts of 128 and 1024 tokens, four ways over
+the same weight tensors (presets.sharing_weights: no copies):
+
+    naive         no KV cache: every step runs model.forward over the whole sequence so far with the reference
+                  attention and keeps the last position's logits
+    student       attention "t6": IMPL's t6_kv_cache.py and kernels (prefill through t5, decode through t6), the
+                  decode step captured once in a CUDA graph (GraphDecoder) and replayed; timed eagerly, and said
+                  so, if it cannot be captured
+    reference     the same with solutions' cache and kernels (absent from a student bundle)
+    transformers  LlamaForCausalLM.generate on the same tensors (its default attention and dynamic cache)
+
+Timing is what a user sees: torch.cuda.synchronize() and time.perf_counter() around each token, the argmax
+that picks it included. TTFT is the prefill plus the first token, median of a few repetitions after a
+warm-up; TBT is the median of the intervals between the new tokens, and tokens/s the decode rate 1000 / TBT.
+The memory roofline of a decode step is the bytes it must read (every weight once, the KV cache so far) at
+the device's measured copy bandwidth; a row's "% roofline" is roofline TBT / TBT at the median step's context.
+The paths must agree: the first logits of each are compared with the naive path's, and the generated
+tokens too (reported, not asserted: random weights make near-ties). A TBT-against-context sweep feeds two
+plots, t6_model_tbt.png and t6_model_roofline.png beside the bench's JSON, whose "model" key holds it all.
+The student's path runs last, so that a crash in it cannot spoil the others' numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+PRESET = "llama-3.2-1b"
+SEED = 0
+BYTES_PER_VALUE = 4  # float32 weights and cache
+# First-step logits of a path against the naive path's: the largest |difference| over the largest |logit|.
+# Loose on purpose (the tests grade correctness with the registry's tolerance; float32 paths measure ~1e-6):
+# the bench flags a fast-but-wrong path, it does not grade one.
+MAX_RELATIVE_LOGIT_DIFFERENCE = 1e-3
+PATHS = ("naive", "student", "reference", "transformers")  # table order
+RUN_ORDER = ("naive", "reference", "transformers", "student")  # the student's code last
+PLOT_NAMES = ("t6_model_tbt.png", "t6_model_roofline.png")
+COLORS = {"naive": "tab:blue", "student": "tab:orange", "reference": "tab:green", "transformers": "tab:red"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    prompts: tuple[int, ...] = (128, 1024)
+    new_tokens: int = 128
+    ttft_reps: int = 5
+    warmup_steps: int = 3
+    sweep_prompts: tuple[int, ...] = (128, 512, 1024, 2048, 4096)
+    naive_sweep_prompts: tuple[int, ...] = (128, 512, 1024, 2048)  # a forward over 4096 tokens per step: skipped
+    sweep_steps: int = 16
+    naive_sweep_steps: int = 4
+
+
+FULL = Settings()
+QUICK = Settings(prompts=(128,), new_tokens=32, ttft_reps=3, warmup_steps=2, sweep_prompts=(128, 512, 1024),
+                 naive_sweep_prompts=(128, 512), sweep_steps=8, naive_sweep_steps=3)
+
+
+# --------------------------------------------------------------------------- the roofline (no GPU)
+
+
+def parameter_count(config) -> int:
+    """Parameters of a LLaMA-family model of this config, tied embeddings counted once."""
+    h, inner, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    q_out, kv_out = config.num_attention_heads * config.head_dim, config.num_key_value_heads * config.head_dim
+    attention = h * q_out + 2 * h * kv_out + q_out * h
+    if config.attention_bias:
+        attention += q_out + 2 * kv_out + h
+    mlp = 3 * h * inner + (2 * inner + h if config.mlp_bias else 0)
+    per_layer = attention + mlp + 2 * h                       # + the two RMSNorm weights
+    embeddings = config.vocab_size * h * (1 if config.tie_word_embeddings else 2)
+    return embeddings + layers * per_layer + h                 # + the final norm
+
+
+def kv_bytes_per_token(config) -> int:
+    """K and V of one position in every layer: what a decode step reads per token of context."""
+    return config.num_hidden_layers * 2 * config.num_key_value_heads * config.head_dim * BYTES_PER_VALUE
+
+
+def decode_bytes(config, context: int) -> int:
+    """Bytes one decode step must read: every weight once, and the KV cache of ``context`` positions."""
+    return parameter_count(config) * BYTES_PER_VALUE + kv_bytes_per_token(config) * context
+
+
+def roofline_tbt_ms(config, context: int, bandwidth_gbps: float) -> float:
+    """The least time between tokens: ``decode_bytes`` at the device's copy bandwidth (GB/s)."""
+    return decode_bytes(config, context) / (bandwidth_gbps * 1e9) * 1e3
+
+
+# --------------------------------------------------------------------------- the paths (CPU or GPU)
+
+
+@dataclass
+class Generation:
+    """One timed greedy generation: the new tokens, the first step's logits, TTFT and the intervals after it."""
+    tokens: list[int]
+    first_logits: torch.Tensor
+    ttft_ms: float
+    ttft_reps_ms: list[float]
+    intervals_ms: list[float]
+
+    @property
+    def tbt_ms(self) -> float | None:
+        return statistics.median(self.intervals_ms) if self.intervals_ms else None
+
+
+class NaivePath:
+    """(a) No KV cache: each step is ``model.forward`` over the whole sequence so far; the last position's logits."""
+
+    def __init__(self, model, max_len: int):
+        self.model = model
+        self.sequence = torch.zeros((1, max_len), dtype=torch.long, device=model.device)
+
+    def prefill(self, prompt: torch.Tensor) -> torch.Tensor:               # prompt (1, T) -> logits (1, V)
+        T = prompt.shape[1]
+        self.sequence[:, :T] = prompt
+        return self.model(self.sequence[:, :T])[:, -1]
+
+    def decode(self, token: torch.Tensor, position: int) -> torch.Tensor:  # token (1,) at position -> (1, V)
+        self.sequence[:, position] = token
+        return self.model(self.sequence[:, :position + 1])[:, -1]
+
+
+class CachedPath:
+    """Prefill once, then one token per step through the KV cache: a Transformer with caches, or a GraphDecoder."""
+
+    def __init__(self, runner, max_len: int, device):
+        self.runner = runner
+        self.positions = torch.arange(max_len, device=device)  # slices of it: no host-to-device copy per step
+
+    def prefill(self, prompt: torch.Tensor) -> torch.Tensor:
+        return self.runner.prefill(prompt, self.positions[:prompt.shape[1]])
+
+    def decode(self, token: torch.Tensor, position: int) -> torch.Tensor:
+        return self.runner.decode_one_token(token.view(1, 1), self.positions[position:position + 1])
+
+
+def _synchronize(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _ms_since(start: float) -> float:
+    return (time.perf_counter() - start) * 1e3
+
+
+def timed_generation(path, prompt: torch.Tensor, new_tokens: int, *, ttft_reps: int = 1,
+                     warmup_steps: int = 2) -> Generation:
+    """Greedy generation of ``new_tokens`` tokens after ``prompt`` (1, T) through a path (``prefill``, ``decode``).
+
+    Warm-up (a prefill and ``warmup_steps`` steps), then ``ttft_reps`` timed prefills, then the steps after the
+    last one, each timed from the previous token on the host to the next (synchronised, argmax included)."""
+    device, T = prompt.device, prompt.shape[1]
+    with torch.no_grad():
+        token = path.prefill(prompt).argmax(-1)
+        for i in range(min(warmup_steps, new_tokens - 1)):
+            token = path.decode(token, T + i).argmax(-1)
+        _synchronize(device)
+        ttfts = []
+        for _ in range(max(1, ttft_reps)):
+            start = time.perf_counter()
+            first_logits = path.prefill(prompt)
+            token = first_logits.argmax(-1)
+            _synchronize(device)
+            ttfts.append(_ms_since(start))
+        tokens, intervals = [token], []
+        for i in range(new_tokens - 1):
+            start = time.perf_counter()
+            token = path.decode(token, T + i).argmax(-1)
+            _synchronize(device)
+            intervals.append(_ms_since(start))
+            tokens.append(token)
+    return Generation(torch.cat(tokens).tolist(), first_logits.float(), statistics.median(ttfts), ttfts, intervals)
+
+
+def hf_model(model, attn_implementation: str | None = None):
+    """``transformers.LlamaForCausalLM`` over the kit model's weight tensors (shared, not copied).
+
+    Module names are Hugging Face's with the ``model.`` prefix for everything but ``lm_head``; the model is made
+    on the meta device, its parameters assigned, and its rotary tables (non-persistent buffers) rebuilt."""
+    import transformers
+
+    config = transformers.LlamaConfig(**model.config.to_hf())
+    if attn_implementation:
+        config._attn_implementation = attn_implementation
+    with torch.device("meta"):
+        hf = transformers.LlamaForCausalLM(config)
+    state = {key if key == "lm_head.weight" else f"model.{key}": value for key, value in model.state_dict().items()}
+    hf.load_state_dict(state, strict=True, assign=True)
+    hf.model.rotary_emb = type(hf.model.rotary_emb)(hf.config).to(model.device)
+    if model.config.tie_word_embeddings:
+        hf.lm_head.weight = hf.model.embed_tokens.weight
+    hf = hf.eval().requires_grad_(False)
+    left = [name for name, t in (*hf.named_parameters(), *hf.named_buffers()) if t.is_meta]
+    if left:
+        raise RuntimeError(f"hf_model: transformers {transformers.__version__} has tensors the kit does not set: "
+                           f"{', '.join(left)} (update hf_model)")
+    return hf
+
+
+def hf_timed_generation(hf, prompt: torch.Tensor, new_tokens: int, *, ttft_reps: int = 1,
+                        warmup_steps: int = 2) -> Generation:
+    """``hf.generate`` (greedy, exactly ``new_tokens`` tokens), each token's arrival stamped by a stopping criterion
+    that synchronises. TTFT: generate(max_new_tokens=1), median of ``ttft_reps``; intervals from a full run."""
+    import transformers
+
+    device = prompt.device
+
+    class TokenClock(transformers.StoppingCriteria):
+        """Called once per new token, after it is chosen: synchronise, stamp, never stop."""
+
+        def __init__(self):
+            self.stamps: list[float] = []
+
+        def __call__(self, input_ids, scores, **kwargs):
+            _synchronize(device)
+            self.stamps.append(time.perf_counter())
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    def generate(n: int) -> tuple[float, list[float], torch.Tensor]:
+        clock = TokenClock()
+        _synchronize(device)
+        start = time.perf_counter()
+        out = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n, min_new_tokens=n,
+                          do_sample=False, num_beams=1, pad_token_id=0,
+                          stopping_criteria=transformers.StoppingCriteriaList([clock]))
+        if len(clock.stamps) != n:
+            raise RuntimeError(f"transformers generate made {len(clock.stamps)} tokens, not {n}")
+        return start, clock.stamps, out[0, prompt.shape[1]:]
+
+    with torch.no_grad():
+        generate(warmup_steps + 1)
+        ttfts = []
+        for _ in range(max(1, ttft_reps)):
+            start, stamps, _ = generate(1)
+            ttfts.append((stamps[0] - start) * 1e3)
+        _, stamps, tokens = generate(new_tokens)
+        first_logits = hf(prompt, use_cache=False, logits_to_keep=1).logits[:, -1].float()
+    intervals = [(b - a) * 1e3 for a, b in itertools.pairwise(stamps)]
+    return Generation(tokens.tolist(), first_logits, statistics.median(ttfts), ttfts, intervals)
+
+
+# --------------------------------------------------------------------------- the four contenders (GPU)
+
+
+Runner = Callable[..., Generation]  # (prompt, new_tokens, ttft_reps=, warmup_steps=) -> Generation
+
+
+@dataclass
+class Contender:
+    name: str
+    label: str
+    make: Callable[[int], Runner] | None = None  # max_len -> a runner over caches of that capacity
+    mode: str = ""                                # the cached paths: "CUDA graph", or "eager" when capture failed
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def title(self) -> str:
+        return f"{self.label}, {self.mode}" if self.mode else self.label
+
+
+def _cached_contender(name: str, model, cache_cls) -> Contender:
+    """A t6 path: caches of ``cache_cls`` on ``model``, the decode step in a CUDA graph (else eager, with a note)."""
+    from assignment.model.cuda_graph import GraphCaptureError, GraphDecoder
+
+    contender = Contender(name, f"{name} (t6)", mode="CUDA graph")
+
+    def make(max_len: int) -> Runner:
+        model.setup_caches(1, max_len, cache_cls=cache_cls)
+        runner = model
+        if contender.mode == "CUDA graph":
+            try:
+                with torch.no_grad():
+                    runner = GraphDecoder(model)
+            except GraphCaptureError as exc:
+                torch.cuda.synchronize()
+                contender.mode = "eager"
+                contender.notes.append(f"{name}: the decode step could not be captured in a CUDA graph, so it is "
+                                       f"timed eagerly (one launch per kernel): {_first_line(exc)}")
+        path = CachedPath(runner, max_len, model.device)
+        return lambda prompt, n, **kw: timed_generation(path, prompt, n, **kw)
+
+    contender.make = make
+    return contender
+
+
+def _contenders(base) -> tuple[dict[str, Contender], dict[str, str]]:
+    """The four paths over ``base``'s weights, and why any that cannot be set up is left out."""
+    from assignment.model.attention import t6_cache_class
+    from assignment.model.presets import sharing_weights
+
+    contenders: dict[str, Contender] = {}
+    missing: dict[str, str] = {}
+    contenders["naive"] = Contender("naive", "naive (no cache)", make=lambda max_len: (
+        lambda prompt, n, **kw: timed_generation(NaivePath(base, max_len), prompt, n, **kw)))
+    for name, impl in (("student", None), ("reference", "solutions")):
+        try:
+            contenders[name] = _cached_contender(name, sharing_weights(base, "t6"), t6_cache_class(impl))
+        except Exception as exc:  # noqa: BLE001 -- a missing file, a TODO, a build error: the others still run
+            missing[name] = _first_line(exc)
+    try:
+        hf = hf_model(base)
+        label = f"transformers ({hf.config._attn_implementation})"
+        contenders["transformers"] = Contender("transformers", label, make=lambda max_len: (
+            lambda prompt, n, **kw: hf_timed_generation(hf, prompt, n, **kw)))
+    except ImportError as exc:
+        missing["transformers"] = f"{_first_line(exc)} (pip install transformers)"
+    except Exception as exc:  # noqa: BLE001 -- a transformers version the kit does not know
+        missing["transformers"] = _first_line(exc)
+    return contenders, missing
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
+def random_prompt(length: int, vocab_size: int, device, seed: int = SEED) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed * 100_003 + length)
+    return torch.randint(0, vocab_size, (1, length), generator=generator).to(device)
+
+
+def run(copy_gbps: float, quick: bool = False, out: Path | None = None, settings: Settings | None = None, *,
+        preset: str = PRESET, device: str = "cuda") -> dict:
+    """Time the four paths, print the table, write the plots under ``out``; the report (JSON-ready).
+
+    One path at a time, its prompts and then its sweep, the student's last: a crash in the student's code (an
+    illegal address ends the CUDA context) cannot spoil the others' figures. ``preset`` and ``device`` are for
+    the kit's tests (the tiny preset on the CPU, where the t6 paths, which need CUDA, are reported as skipped)."""
+    from assignment.model.presets import random_model
+
+    settings = settings or (QUICK if quick else FULL)
+    base = random_model(preset, device=device, seed=SEED)
+    config = base.config
+    report: dict[str, Any] = {
+        "preset": preset, "dtype": "float32", "batch": 1, "seed": SEED, "settings": asdict(settings),
+        "gpu_name": torch.cuda.get_device_name(device) if base.device.type == "cuda" else str(device),
+        "parameters": parameter_count(config),
+        "weight_bytes": parameter_count(config) * BYTES_PER_VALUE, "kv_bytes_per_token": kv_bytes_per_token(config),
+        "copy_gbps": copy_gbps, "new_tokens": settings.new_tokens, "paths": {}, "prompts": [], "sweep": [],
+        "notes": [], "plots": []}
+    print(f"\n{format_header(report)}\ntiming the paths one at a time (the student's last), each at prompts of "
+          f"{', '.join(map(str, settings.prompts))} tokens and then against the context:", flush=True)
+    contenders, missing = _contenders(base)
+    prompts = {n: random_prompt(n, config.vocab_size, base.device) for n in settings.prompts}
+    runs: dict[int, dict[str, Generation | str]] = {n: dict(missing) for n in settings.prompts}
+    for name in RUN_ORDER:
+        if name not in contenders:
+            print(f"  {name:<28} skipped: {missing[name]}", flush=True)
+            continue
+        contender = contenders[name]
+        for prompt_len, prompt in prompts.items():
+            result = _attempt(contender, prompt_len + settings.new_tokens, prompt, settings.new_tokens,
+                              settings.ttft_reps, settings.warmup_steps)
+            runs[prompt_len][name] = result
+            shown = (f"TTFT {result.ttft_ms:.2f} ms, TBT {_fmt(result.tbt_ms, '.3f')} ms" if isinstance(result, Generation)
+                     else f"skipped: {result}")
+            print(f"  {contender.title:<28} prompt {prompt_len}: {shown}", flush=True)
+        if all(isinstance(runs[n][name], Generation) for n in prompts):
+            report["sweep"] += sweep(contender, config, base.device, settings, copy_gbps)
+    for prompt_len in settings.prompts:
+        context = prompt_len + settings.new_tokens // 2
+        report["prompts"].append(summarize_prompt(prompt_len, context, runs[prompt_len], config, copy_gbps))
+    report["paths"] = {name: {"label": contenders[name].title if name in contenders else name,
+                              "mode": contenders[name].mode if name in contenders else "", "skipped": missing.get(name)}
+                       for name in PATHS if name in contenders or name in missing}
+    report["notes"] = list(dict.fromkeys(note for c in contenders.values() for note in c.notes))
+    print(format_report(report, header=False), flush=True)
+    if out is not None:
+        report["plots"] = [str(p) for p in plot(report, out)]
+        for path in report["plots"]:
+            print(f"wrote {path}")
+    del contenders, base
+    _free_cuda_cache()
+    return report
+
+
+def _free_cuda_cache() -> None:
+    try:
+        torch.cuda.empty_cache()
+    except RuntimeError:  # a CUDA context ended by an illegal address: the error was reported where it happened
+        pass
+
+
+def _attempt(contender: Contender, max_len: int, prompt, new_tokens: int, ttft_reps: int,
+             warmup_steps: int) -> Generation | str:
+    """The contender's timed generation, or why it could not run (its first line)."""
+    try:
+        return contender.make(max_len)(prompt, new_tokens, ttft_reps=ttft_reps, warmup_steps=warmup_steps)
+    except Exception as exc:  # noqa: BLE001 -- a TODO, a crash, out of memory: in the table, the rest goes on
+        _free_cuda_cache()
+        return _first_line(exc)
+
+
+def sweep(contender: Contender, config, device, settings: Settings, copy_gbps: float) -> list[dict]:
+    """TBT at a few context lengths: a prompt of that length, then a few steps (the median of their intervals)."""
+    naive = contender.name == "naive"
+    prompts = settings.naive_sweep_prompts if naive else settings.sweep_prompts
+    steps = settings.naive_sweep_steps if naive else settings.sweep_steps
+    points, shown = [], []
+    for prompt_len in prompts:
+        prompt = random_prompt(prompt_len, config.vocab_size, device)
+        result = _attempt(contender, prompt_len + steps + 1, prompt, steps + 1, 1, 2)
+        if isinstance(result, str):  # out of memory at a long context, say: the longer ones are left out
+            points.append({"path": contender.name, "prompt": prompt_len, "skipped": result})
+            shown.append(f"{prompt_len}: {result}")
+            break
+        context = prompt_len + steps // 2
+        points.append({"path": contender.name, "prompt": prompt_len, "context": context, "tbt_ms": result.tbt_ms,
+                       "ttft_ms": result.ttft_ms, "roofline_tbt_ms": roofline_tbt_ms(config, context, copy_gbps)})
+        shown.append(f"{context}: {result.tbt_ms:.3f}")
+    print(f"  {contender.title:<28} TBT ms at context " + ", ".join(shown), flush=True)
+    return points
+
+
+# --------------------------------------------------------------------------- figures and the table (no GPU)
+
+
+def summarize_prompt(prompt_len: int, context: int, runs: dict[str, Generation | str], config,
+                     copy_gbps: float) -> dict:
+    """One prompt's rows: TTFT, TBT, tokens/s, % of the roofline, speedups and agreement with the naive path."""
+    roofline = roofline_tbt_ms(config, context, copy_gbps)
+    naive = runs.get("naive")
+    naive = naive if isinstance(naive, Generation) else None
+    hf = runs.get("transformers")
+    hf = hf if isinstance(hf, Generation) else None
+    rows: dict[str, dict] = {}
+    for name in PATHS:
+        result = runs.get(name)
+        if result is None:
+            continue
+        if isinstance(result, str):
+            rows[name] = {"skipped": result}
+            continue
+        tbt = result.tbt_ms
+        row = {"ttft_ms": result.ttft_ms, "ttft_reps_ms": result.ttft_reps_ms, "tbt_ms": tbt,
+               "intervals_ms": result.intervals_ms, "tokens_per_s": 1e3 / tbt if tbt else None,
+               "percent_roofline": 100 * roofline / tbt if tbt else None, "tokens": result.tokens[:16],
+               "ttft_speedup_naive": naive.ttft_ms / result.ttft_ms if naive else None,
+               "tbt_speedup_naive": naive.tbt_ms / tbt if naive and naive.tbt_ms and tbt else None,
+               "tbt_speedup_transformers": hf.tbt_ms / tbt if hf and hf.tbt_ms and tbt else None}
+        if naive is not None and name != "naive":
+            diff = (result.first_logits.cpu() - naive.first_logits.cpu()).abs().max().item()
+            scale = max(naive.first_logits.abs().max().item(), 1e-30)
+            same = 0
+            for a, b in zip(result.tokens, naive.tokens):
+                if a != b:
+                    break
+                same += 1
+            row |= {"logits_max_abs_diff": diff, "logits_relative_diff": diff / scale,
+                    "agrees": diff / scale <= MAX_RELATIVE_LOGIT_DIFFERENCE, "tokens_equal_naive": same,
+                    "tokens_compared": min(len(result.tokens), len(naive.tokens))}
+        rows[name] = row
+    return {"prompt": prompt_len, "context": context, "roofline_tbt_ms": roofline, "rows": rows}
+
+
+def _fmt(value, spec: str, suffix: str = "") -> str:
+    return "-" if value is None else format(value, spec) + suffix
+
+
+def format_prompt(entry: dict, labels: dict[str, str] | None = None) -> str:
+    """The table of one prompt length (what ``make bench T=t6`` prints)."""
+    labels = labels or {}
+    rows = entry["rows"]
+    intervals = max((len(r.get("intervals_ms", [])) for r in rows.values()), default=0)
+    title = (f"\nmodel, prompt {entry['prompt']} tokens: TTFT = prefill + first token; TBT = median of {intervals} "
+             f"intervals; roofline TBT {entry['roofline_tbt_ms']:.3f} ms at context {entry['context']}")
+    header = (f"  {'path':<28} {'TTFT ms':>9} {'xnaive':>7} {'TBT ms':>8} {'xnaive':>7} {'xHF':>6} {'tok/s':>7} "
+              f"{'%roof':>6} {'|dlogits|':>10} {'tokens=naive':>13}")
+    lines = [title, header]
+    for name, row in rows.items():
+        label = labels.get(name, name)
+        if "skipped" in row:
+            lines.append(f"  {label:<28} skipped: {row['skipped']}")
+            continue
+        if "logits_max_abs_diff" in row:
+            agree = f"{row['logits_max_abs_diff']:.1e}" + ("" if row["agrees"] else " DIFFERS")
+            tokens = f"{row['tokens_equal_naive']}/{row['tokens_compared']}"
+        else:
+            agree = tokens = "(baseline)" if name == "naive" else "-"
+        lines.append(f"  {label:<28} {_fmt(row['ttft_ms'], '.2f'):>9} {_fmt(row['ttft_speedup_naive'], '.2f', 'x'):>7} "
+                     f"{_fmt(row['tbt_ms'], '.3f'):>8} {_fmt(row['tbt_speedup_naive'], '.2f', 'x'):>7} "
+                     f"{_fmt(row['tbt_speedup_transformers'], '.2f', 'x'):>6} {_fmt(row['tokens_per_s'], '.1f'):>7} "
+                     f"{_fmt(row['percent_roofline'], '.0f', '%'):>6} {agree:>10} {tokens:>13}")
+    return "\n".join(lines)
+
+
+def format_header(report: dict) -> str:
+    model = (f"model: {report['preset']} shape, {report['parameters']:,} parameters (random float32 weights, tied "
+             f"embeddings once), batch {report['batch']}, greedy, {report['new_tokens']} new tokens")
+    roofline = (f"roofline of a decode step: {report['weight_bytes'] / 1e9:.3f} GB of weights + "
+                f"{report['kv_bytes_per_token']:,} B of K/V per token of context, at the device copy bandwidth "
+                f"{report['copy_gbps']:.0f} GB/s")
+    return f"{model}\n{roofline}"
+
+
+def format_report(report: dict, header: bool = True) -> str:
+    """The whole model table: its header, every prompt, the notes."""
+    labels = {name: info["label"] for name, info in report.get("paths", {}).items()}
+    lines = [format_header(report)] if header else []
+    lines += [format_prompt(entry, labels) for entry in report["prompts"]]
+    lines += [f"  note: {note}" for note in dict.fromkeys(report.get("notes", []))]
+    return "\n".join(lines)
+
+
+def plot(report: dict, out: Path) -> list[Path]:
+    """t6_model_tbt.png (TBT against context, the four paths and the roofline) and t6_model_roofline.png (the t6
+    paths' TBT against the roofline line, and every path's % of it)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    labels = {name: info["label"] for name, info in report.get("paths", {}).items()}
+    by_path = {name: [p for p in report["sweep"] if p["path"] == name and p.get("tbt_ms")] for name in PATHS}
+    by_path = {name: sorted(points, key=lambda p: p["context"]) for name, points in by_path.items() if points}
+    contexts = sorted({p["context"] for points in by_path.values() for p in points})
+    gpu = report.get("gpu_name") or ""
+    roof_label = f"memory roofline ({report['copy_gbps']:.0f} GB/s copy)"
+
+    def roofline_line(ax):
+        if contexts:
+            xs = [contexts[0] * (contexts[-1] / contexts[0]) ** (i / 49) for i in range(50)]
+            bandwidth = report["copy_gbps"] * 1e9
+            ys = [(report["weight_bytes"] + report["kv_bytes_per_token"] * x) / bandwidth * 1e3 for x in xs]
+            ax.plot(xs, ys, color="black", linestyle="--", label=roof_label)
+
+    written = []
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    for name, points in by_path.items():
+        ax.plot([p["context"] for p in points], [p["tbt_ms"] for p in points], marker="o", color=COLORS[name],
+                label=labels.get(name, name))
+    roofline_line(ax)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("context (tokens in the sequence)")
+    ax.set_ylabel("time between tokens (ms)")
+    ax.set_title(f"t6: {report['preset']} fp32, batch 1, decode step {gpu}".strip())
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    written.append(_save(fig, out / PLOT_NAMES[0], plt))
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    for name, points in by_path.items():
+        if name in ("naive", "transformers"):  # many times the roofline: they would flatten the t6 paths' gap
+            continue
+        left.plot([p["context"] for p in points], [p["tbt_ms"] for p in points], marker="o", color=COLORS[name],
+                  label=labels.get(name, name))
+    roofline_line(left)
+    left.set_xscale("log", base=2)
+    left.set_ylim(bottom=0)
+    left.set_xlabel("context (tokens in the sequence)")
+    left.set_ylabel("time between tokens (ms)")
+    left.set_title("t6 paths against the roofline: (weights + KV cache) / copy bandwidth", fontsize=10)
+    for name, points in by_path.items():
+        right.plot([p["context"] for p in points], [100 * p["roofline_tbt_ms"] / p["tbt_ms"] for p in points],
+                   marker="o", color=COLORS[name], label=labels.get(name, name))
+    right.axhline(100, color="black", linestyle="--", label="roofline")
+    right.set_xscale("log", base=2)
+    right.set_ylim(0, 110)
+    right.set_xlabel("context (tokens in the sequence)")
+    right.set_ylabel("% of the memory roofline (roofline TBT / TBT)")
+    right.set_title(f"{report['preset']} fp32 {gpu}".strip())
+    for ax in (left, right):
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    written.append(_save(fig, out / PLOT_NAMES[1], plt))
+    return written
+
+
+def _save(fig, path: Path, plt) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Re-plot and re-print the model table of a saved t6 bench JSON "
+                                                 "(the timing itself runs from python -m assignment.perf.bench).")
+    parser.add_argument("--plot-only", type=Path, required=True, help="a t6.json or t6_model.json from make bench T=t6")
+    parser.add_argument("--out", type=Path, help="where to write the plots (default: beside the JSON)")
+    args = parser.parse_args(argv)
+    saved = json.loads(args.plot_only.read_text())
+    report = saved.get("model")
+    if not report or not report.get("prompts"):
+        print(f"{args.plot_only}: no model table in it (run make bench T=t6 without --no-model)", file=sys.stderr)
+        return 2
+    report.setdefault("gpu_name", (saved.get("gpu") or {}).get("name"))
+    print(format_report(report))
+    for path in plot(report, args.out or args.plot_only.parent):
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
