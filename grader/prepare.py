@@ -26,6 +26,9 @@ from assignment.registry import Task
 from grader.config import REPO_ROOT, GradeConfig
 
 KIT_SOURCES = REPO_ROOT / "solutions"  # the kit's own files: host code, and every region's reference
+# CUDA files another task's checks run as the kit wrote them, so that the task is graded on its own: t6's prefill
+# goes through the t4/t5 kernel (the student's t6_kv_cache.py calls it), which must not be the student's t4/t5.
+KIT_COMPANIONS = {"t6": ("t4_flash_attention.cu",)}
 
 
 @dataclass
@@ -61,7 +64,28 @@ def prepare(task: Task, student_dir: Path, workdir: Path, config: GradeConfig, *
             failure = _prepare_cuda(prepared, name, source, workdir, config, build)
             if failure:
                 return failure
+    for name in KIT_COMPANIONS.get(task.id, ()):
+        failure = _add_companion(prepared, name, workdir, config, build)
+        if failure:
+            return failure
     return prepared
+
+
+def _add_companion(prepared: PreparedTask, name: str, workdir: Path, config: GradeConfig,
+                   build: bool) -> PreparedTask | None:
+    """The kit's own ``name`` beside the task's spliced files (built into the submissions' cache, where the
+    checker looks for the files of its IMPL)."""
+    impl = workdir / "impl" / prepared.task.id
+    impl.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(KIT_SOURCES / name, impl / name)
+    prepared.impl_dir = impl
+    if build:
+        try:
+            compiler.build(impl / name, cache=config.submission_cache, quiet=True, timeout_s=config.build_timeout_s)
+        except compiler.CudaCompileError as exc:
+            return prepared.fail("compile_error", f"the kit's {name} did not build (an instructor error): "
+                                                  f"{str(exc).splitlines()[0][-300:]}")
+    return None
 
 
 def _prepare_cuda(prepared: PreparedTask, name: str, source: Path, workdir: Path, config: GradeConfig,

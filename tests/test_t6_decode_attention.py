@@ -74,14 +74,9 @@ def check_against_reference(q, k, v, lengths, out, lse, what: str, hint: str = "
 
 
 def _value_cases():
-    """(L, B, H, H_kv) for every length of the issue: small batches and heads at the long lengths."""
-    cases = []
-    for L in (1, 2, 63, 64, 65, 1000, 4097):
-        for H_kv in (1, 2, 8, 16):  # H = 16: multi-query, groups of 8 and 2, multi-head
-            cases.append(pytest.param(L, 2, 16, H_kv, id=f"L{L}-B2-H16-Hkv{H_kv}"))
-    for H_kv in (1, 2, 8):  # H = 8: multi-query, groups of 4, multi-head
-        cases.append(pytest.param(65537, 1, 8, H_kv, id=f"L65537-B1-H8-Hkv{H_kv}"))
-    return cases
+    """(L, B, H, H_kv) from the registry: every length of the issue, every kind of group."""
+    return [pytest.param(s["L"], s["B"], s["H"], s["H_kv"], id=f"L{s['L']}-B{s['B']}-H{s['H']}-Hkv{s['H_kv']}")
+            for s in TASK.public_shapes]
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)

@@ -11,6 +11,12 @@ device: ``KitObject("scripted_model", {...})`` (t7's models and tokenizers, a wh
 pieces with the model's call count at each; ``calls=True`` the scripted model's call log (both from the
 student's process: evidence the checks read beside the outputs).
 
+``student_module("t6_kv_cache.py", driver="t6", kernels=(...))`` stands for a kit driver instead: its
+functions are scenarios of grader/isolation/t6_driver.py run around the student's module (a class with state that the
+kit's model drives). ``kernels`` names the CUDA files the worker's copy of the kit wrappers runs: the worker
+gets the kit's ``assignment.cuda`` package (the student's file imports it) and, on a GPU, the libraries this
+process built from ``IMPL``'s files (no sources, no nvcc in the sandbox).
+
 ``memory_probe`` measures, from outside the worker, how much memory one call made it use: it resets
 the worker's peak-RSS counter (``/proc/<pid>/clear_refs``) just before the call and reads it
 (``VmHWM``) after. The worker cannot switch that counter off: it is the kernel's, and a CPU-only
@@ -36,7 +42,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import torch
@@ -47,15 +53,22 @@ from grader.isolation import sandbox
 from grader.isolation.worker import ProtocolError, read_frame, write_frame
 
 WORKER_SOURCE = Path(__file__).resolve().parent / "worker.py"
+DRIVER_SOURCES = (Path(__file__).resolve().parent / "t6_driver.py",)
 MODEL_PACKAGE = Path(model_package.__file__).resolve().parent
+ASSIGNMENT = MODEL_PACKAGE.parent
+# What `from assignment.cuda import kernels` needs (all shipped to students): the wrappers and their imports.
+CUDA_WRAPPER_FILES = ("impl.py", "starter.py", "registry.py", "cuda/__init__.py", "cuda/compiler.py",
+                      "cuda/kernels.py")
 CHECKPOINT_IN_KIT = DEFAULT_CHECKPOINT.relative_to(MODEL_PACKAGE.parents[1])  # the same place under /kit
 LOG_KEEP_BYTES = 32 * 1024  # of the worker's stderr: the first and the last this many bytes
 
 
-@lru_cache(maxsize=1)
-def _kit_dir() -> Path:
+@cache
+def _kit_dir(kernels: tuple[str, ...] = (), gpu: bool = False) -> Path:
     """A private folder with what the sandbox mounts at /kit: worker.py, and the kit's model package and
-    shipped checkpoint that t7's objects are built from (all shipped to students; not the grader's package)."""
+    shipped checkpoint that t7's objects are built from (all shipped to students; not the grader's package).
+    With ``kernels`` (t6): the kit's drivers, its CUDA wrappers and, for a GPU worker, the libraries built
+    from those files of ``IMPL``."""
     folder = Path(tempfile.mkdtemp(prefix="kit-worker-"))
     shutil.copyfile(WORKER_SOURCE, folder / "worker.py")
     (folder / "worker.py").chmod(0o644)
@@ -66,10 +79,40 @@ def _kit_dir() -> Path:
         shutil.copyfile(source, package / "model" / source.name)
     if DEFAULT_CHECKPOINT.is_dir():
         shutil.copytree(DEFAULT_CHECKPOINT, folder / CHECKPOINT_IN_KIT)
+    if kernels:
+        for source in DRIVER_SOURCES:
+            shutil.copyfile(source, folder / source.name)
+        (package / "cuda").mkdir()
+        for name in CUDA_WRAPPER_FILES:
+            shutil.copyfile(ASSIGNMENT / name, package / name)
+        if gpu:
+            _copy_libraries(folder / "libraries", kernels)
     for path in (folder, *folder.rglob("*")):
         path.chmod(0o755 if path.is_dir() else 0o644)
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     return folder
+
+
+def _copy_libraries(folder: Path, files: tuple[str, ...]) -> None:
+    """Build (a cache hit when the grader's prepare step built them) the CUDA files of ``IMPL`` the worker's kit
+    wrappers run, and copy the libraries with a manifest: each file's library and its TODO lines by task."""
+    from assignment.cuda import compiler
+    from assignment.impl import ImplError, student_file
+
+    folder.mkdir()
+    manifest: dict[str, dict] = {}
+    for name in files:
+        try:
+            source = student_file(name)
+            built = compiler.build(source, quiet=True)
+        except (ImplError, compiler.CudaCompileError, compiler.CudaToolkitError) as exc:
+            manifest[name] = {"error": str(exc).splitlines()[0][:300]}
+            continue
+        library = f"{source.stem}.so"
+        shutil.copyfile(built.library, folder / library)
+        todo = compiler.todo_lines(source.read_text(encoding="utf-8"))
+        manifest[name] = {"library": library, "todo": {task: list(lines) for task, lines in todo.items()}}
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
 
 
 class WorkerFailure(RuntimeError):
@@ -91,6 +134,7 @@ class WorkerConfig:
     max_result_bytes: int = 4 * 2**30
     forbidden: tuple[str, ...] = ()       # the task's forbidden names: tripwires in the worker
     deny: tuple[str, ...] = ()
+    kernels: tuple[str, ...] = ()         # CUDA files whose kit wrappers the worker runs (t6), see _kit_dir
     limits: sandbox.Limits = field(default_factory=sandbox.Limits)
 
     @classmethod
@@ -100,7 +144,8 @@ class WorkerConfig:
             raw = json.loads(Path(path).read_text())
             limits = sandbox.Limits(**raw.pop("limits", {}))
             return cls(student_dir=Path(raw.pop("student_dir")), limits=limits,
-                       forbidden=tuple(raw.pop("forbidden", ())), deny=tuple(raw.pop("deny", ())), **raw)
+                       forbidden=tuple(raw.pop("forbidden", ())), deny=tuple(raw.pop("deny", ())),
+                       kernels=tuple(raw.pop("kernels", ())), **raw)
         from assignment.impl import REPO_ROOT, student_dir
 
         level, _ = sandbox.best_isolation()
@@ -111,7 +156,8 @@ class WorkerConfig:
             "student_dir": str(self.student_dir), "isolation": self.isolation, "bwrap": self.bwrap,
             "call_timeout_s": self.call_timeout_s, "start_timeout_s": self.start_timeout_s,
             "memory_cap_bytes": self.memory_cap_bytes, "max_result_bytes": self.max_result_bytes,
-            "forbidden": list(self.forbidden), "deny": list(self.deny), "limits": self.limits.__dict__,
+            "forbidden": list(self.forbidden), "deny": list(self.deny), "kernels": list(self.kernels),
+            "limits": self.limits.__dict__,
         }, indent=1)
 
 
@@ -176,7 +222,8 @@ class Worker:
         from assignment.impl import REPO_ROOT
 
         deny = tuple(Path(p) for p in self.config.deny) or (REPO_ROOT,)
-        return sandbox.SandboxSpec(student_dir=self.config.student_dir, kit_dir=_kit_dir(), gpu=self.gpu,
+        kit_dir = _kit_dir(tuple(self.config.kernels), self.gpu and bool(self.config.kernels))
+        return sandbox.SandboxSpec(student_dir=self.config.student_dir, kit_dir=kit_dir, gpu=self.gpu,
                                    isolation=self.config.isolation, bwrap=self.config.bwrap,
                                    limits=self.config.limits, deny=deny, allow=(Path(sys.prefix),))
 
@@ -324,10 +371,11 @@ class Worker:
 
     def call(self, filename: str, function: str, args: tuple, kwargs: dict, *, track: bool = False,
              measure_memory: bool = False, drain: bool = False, calls: bool = False,
-             device: str | None = None) -> "CallResult":
+             device: str | None = None, driver: str | None = None) -> "CallResult":
         """One call of the student's function. ``device``: where the worker puts the call's tensors and kit
         objects (default: the device of the first tensor argument, else the CPU); ``drain`` and ``calls``:
-        see worker.py (a stream's items with their step counts; the scripted model's call log)."""
+        see worker.py (a stream's items with their step counts; the scripted model's call log); ``driver``:
+        call that kit driver's scenario ``function`` with the student's module instead (worker.KIT_DRIVERS)."""
         with self._lock:
             if not self.alive():
                 self._launch()
@@ -336,7 +384,7 @@ class Worker:
             tensors: dict[str, torch.Tensor] = {}
             device = device or _device_of(args, kwargs)
             request = {"op": "call", "file": filename, "function": function, "device": device, "track": track,
-                       "drain": drain, "calls": calls,
+                       "drain": drain, "calls": calls, "driver": driver,
                        "args": _encode(list(args), tensors), "kwargs": _encode(dict(kwargs), tensors)}
             from safetensors.torch import save
 
@@ -449,6 +497,8 @@ def _decode(value, tensors: dict, device: str):
         if "$tuple" in value or "$list" in value:
             items = [_decode(v, tensors, device) for v in value.get("$tuple", value.get("$list", []))]
             return tuple(items) if "$tuple" in value else items
+        if "$dict" in value and isinstance(value["$dict"], dict):
+            return {str(k): _decode(v, tensors, device) for k, v in value["$dict"].items()}
         if "$float" in value:
             return float(value["$float"])
         if "$other" in value:
@@ -462,17 +512,18 @@ def _decode(value, tensors: dict, device: str):
 
 
 class StudentModule:
-    """Stands in for a student's Python module: attribute access gives functions that call the worker."""
+    """Stands in for a student's Python module: attribute access gives functions that call the worker (with a
+    ``driver``: the driver's scenarios, each run around the student's module)."""
 
-    def __init__(self, filename: str, worker: Worker):
-        self._filename, self._worker = filename, worker
+    def __init__(self, filename: str, worker: Worker, driver: str | None = None):
+        self._filename, self._worker, self._driver = filename, worker, driver
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
             raise AttributeError(name)
 
         def call(*args, **kwargs):
-            return self._worker.call(self._filename, name, args, kwargs).value
+            return self._worker.call(self._filename, name, args, kwargs, driver=self._driver).value
         call.__name__ = name
         return call
 
@@ -481,7 +532,7 @@ class StudentModule:
         """Like ``student.function(...)``, with the measurements and evidence: ``.value``, ``.peak_bytes``,
         ``.largest``, ``.steps``, ``.calls`` (the options are Worker.call's, so they are not the student's)."""
         return self._worker.call(self._filename, function, args, kwargs, track=track, measure_memory=measure_memory,
-                                 drain=drain, calls=calls, device=device)
+                                 drain=drain, calls=calls, device=device, driver=self._driver)
 
     @property
     def worker(self) -> Worker:
@@ -491,16 +542,20 @@ class StudentModule:
 _workers: dict[tuple, Worker] = {}
 
 
-def student_module(filename: str, *, gpu: bool | None = None, forbidden: tuple[str, ...] | None = None) -> StudentModule:
-    """The student's ``filename`` behind a sandboxed worker (one worker per GPU/CPU kind, reused)."""
+def student_module(filename: str, *, gpu: bool | None = None, forbidden: tuple[str, ...] | None = None,
+                   driver: str | None = None, kernels: tuple[str, ...] = ()) -> StudentModule:
+    """The student's ``filename`` behind a sandboxed worker (one worker per GPU/CPU kind, reused); with ``driver``
+    and ``kernels``, see the module docstring."""
     config = WorkerConfig.from_environment()
     if forbidden is not None:
         config = replace(config, forbidden=tuple(forbidden))
+    if kernels:
+        config = replace(config, kernels=tuple(kernels))
     use_gpu = torch.cuda.is_available() if gpu is None else gpu and torch.cuda.is_available()
     key = (config.to_json(), use_gpu)
     if key not in _workers:
         _workers[key] = Worker(config, use_gpu)
-    return StudentModule(filename, _workers[key])
+    return StudentModule(filename, _workers[key], driver)
 
 
 @atexit.register

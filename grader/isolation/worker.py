@@ -21,6 +21,11 @@ kit's code: {"$object": name, "kwargs": {...}} (a name in KIT_OBJECTS) and {"$ge
 the call's device. "drain" iterates an iterator result here and returns its items, each with the
 step counter of the call's first kit model when it came out (streaming happens during generation,
 not after it); "calls" returns the call log of the call's first scripted model.
+
+A request with "driver" (a name in KIT_DRIVERS) calls a function of that kit module beside this file,
+with the student's module first: t6's cache is a class the kit's model drives, not a function of data,
+so its scenarios are kit code (t6_driver.py) run here around it. Results may then hold dicts with
+string keys, sent as {"$dict": {...}}.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ MAX_JSON_BYTES = 1 << 20
 TRIPWIRE_HOMES = ("torch", "torch.nn", "torch.nn.functional", "torch.Tensor", "torch._C", "torch._C._nn",
                   "torch.linalg", "torch.special")
 KIT_OBJECTS = ("scripted_model", "byte_tokenizer", "checkpoint_model", "checkpoint_tokenizer")
+KIT_DRIVERS = {"t6": "t6_driver"}  # driver name -> kit module beside this file (its ENTRY_POINTS may be called)
 MAX_DRAINED_ITEMS = 100_000   # items of a drained iterator (a stream of a few hundred pieces is far below)
 MAX_LOG_ENTRIES = 10_000      # entries of a returned call log, and values in each
 
@@ -196,6 +202,7 @@ class Worker:
         self.max_payload = int(config.get("max_payload", 8 << 30))
         self.kit_root = os.path.dirname(os.path.abspath(__file__))  # the client's copy of the kit's model package
         self.checkpoints: dict[str, object] = {}  # device -> the shipped checkpoint, loaded once
+        self.drivers: dict[str, object] = {}
 
     def _module(self, filename: str):
         if filename not in self.modules:
@@ -208,6 +215,21 @@ class Worker:
             spec.loader.exec_module(module)
             self.modules[filename] = module
         return self.modules[filename]
+
+    def _driver(self, name: str):
+        """A kit driver module (KIT_DRIVERS), imported once from beside this file."""
+        if name not in KIT_DRIVERS:
+            raise ProtocolError(f"unknown driver {name!r}")
+        if name not in self.drivers:
+            if self.kit_root not in sys.path:
+                sys.path.insert(0, self.kit_root)
+            path = os.path.join(self.kit_root, KIT_DRIVERS[name] + ".py")
+            spec = importlib.util.spec_from_file_location("kit_driver_" + name, path)
+            driver = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(driver)
+            driver.configure(self.config.get("checkpoint", ""))
+            self.drivers[name] = driver
+        return self.drivers[name]
 
     def _decode(self, value, tensors: dict, device: str, made: list):
         """Plain data back into Python values; kit objects are built here and listed in ``made``."""
@@ -262,6 +284,8 @@ class Worker:
             return meta
         if isinstance(value, (tuple, list)):
             return {"$tuple" if isinstance(value, tuple) else "$list": [self._encode(v, tensors) for v in value]}
+        if isinstance(value, dict) and all(type(k) is str for k in value):
+            return {"$dict": {k: self._encode(v, tensors) for k, v in value.items()}}
         if isinstance(value, float) and not math.isfinite(value):
             return {"$float": repr(value)}
         if value is None or isinstance(value, (bool, int, float, str)):
@@ -286,10 +310,22 @@ class Worker:
             return _error("kit", type(exc).__name__, "the worker could not build the call's kit objects: "
                                                      f"{type(exc).__name__}: {exc}"), b""
         try:
+            driver = self._driver(request["driver"]) if request.get("driver") else None
+        except BaseException as exc:  # noqa: BLE001 - the kit's own driver: an instructor's error, said as such
+            return _error("kit", type(exc).__name__, f"the worker could not load its driver: {exc}"), b""
+        try:
             module = self._module(request["file"])
         except BaseException as exc:  # noqa: BLE001 - any failure to import is the student's to see
             return _error("import", type(exc).__name__, str(exc), self._student_traceback()), b""
-        function = getattr(module, request["function"], None)
+        if driver is not None:
+            if request["function"] not in driver.ENTRY_POINTS:
+                return _error("kit", "ProtocolError", f"the driver has no scenario {request['function']!r}"), b""
+            scenario = getattr(driver, request["function"])
+
+            def function(*a, **k):
+                return scenario(module, *a, **k)
+        else:
+            function = getattr(module, request["function"], None)
         if not callable(function):
             return _error("missing", "AttributeError", f"{request['file']} has no function {request['function']}"), b""
         largest, steps = None, None

@@ -1,0 +1,341 @@
+"""t6's scenarios, run inside the sandboxed worker around the student's ``t6_kv_cache.py`` (kit code).
+
+The student's cache is a class with state, used by the kit's model: no single function of the file can be
+called with data and return data. So the worker runs these kit functions instead (``{"driver": "t6"}``
+requests): each takes the student's module first, builds what the scenario needs from the kit's own code
+(the cache, stand-in kernels, the shipped checkpoint, a random model, a CUDA graph) and returns plain
+tensors, numbers and strings. The checker computes every expected value itself, in its own process.
+
+What a scenario reports about how the student's code behaved (which kernel it called, with what) is
+evidence from the student's process, read beside the outputs the checker checks, never instead of them.
+
+The kernels: ``module.kernels`` is pointed at stand-ins (float64 PyTorch that record their calls) or at
+``PrebuiltKernels``, the kit's wrappers over libraries the checker built from the graded CUDA files and
+copied into /kit (no nvcc in the sandbox; the sources are not there either).
+
+Copied by grader/isolation/client.py into the worker's /kit beside worker.py; imports only torch and the
+kit's own ``assignment`` copy there.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import os
+
+import torch
+
+LIBRARIES = "libraries"            # beside this file: <stem>.so and manifest.json (client.py writes them)
+ENTRY_POINTS = ("update_scenario", "dispatch_scenario", "cpu_model_scenario", "checkpoint_scenario",
+                "timing_setup", "timing_step", "timing_echo")
+_state: dict = {}                  # loaded checkpoints (per device), the timing session, where the checkpoint is
+
+
+def configure(checkpoint: str) -> None:
+    """Called by the worker once: the shipped checkpoint's path in /kit (relative to this file's folder)."""
+    _state["checkpoint_path"] = os.path.join(os.path.dirname(os.path.abspath(__file__)), checkpoint)
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+def _kernels_module():
+    from assignment.cuda import kernels
+
+    return kernels
+
+
+def prebuilt_kernels():
+    """The kit's wrappers (assignment/cuda/kernels.py) over the libraries in /kit/libraries."""
+    if "prebuilt" in _state:
+        return _state["prebuilt"]
+    kernels = _kernels_module()
+    folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBRARIES)
+    manifest_path = os.path.join(folder, "manifest.json")
+    manifest = {}
+    if os.path.isfile(manifest_path):
+        with open(manifest_path) as file:
+            manifest = json.load(file)
+    handles: dict[str, ctypes.CDLL] = {}
+
+    class PrebuiltKernels(kernels.Kernels):
+        """Counts its calls of the two attention kernels (a private attribute: a graded file may not reach it)."""
+
+        def __init__(self):
+            super().__init__()
+            self._launches: dict[str, int] = {}
+
+        def flash_attention(self, *args, **kwargs):
+            self._launches["flash_attention"] = self._launches.get("flash_attention", 0) + 1
+            return super().flash_attention(*args, **kwargs)
+
+        def decode_attention(self, *args, **kwargs):
+            self._launches["decode_attention"] = self._launches.get("decode_attention", 0) + 1
+            return super().decode_attention(*args, **kwargs)
+
+        def _require(self, export, tasks, kernel):
+            entry = manifest.get(export.file)
+            if entry is None:
+                raise RuntimeError(f"{kernel}: {export.file} was not built for the grader's worker (a GPU worker "
+                                   "gets the libraries of the files its suite names)")
+            if "library" not in entry:
+                raise RuntimeError(f"{kernel}: {export.file} could not be built: {entry.get('error', '?')}")
+            for task in tasks:
+                lines = entry.get("todo", {}).get(task)
+                if lines:
+                    where = f"KIT_TODO({task}) on line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}"
+                    raise NotImplementedError(f"{task}: TODO({task}) in {export.file} is not implemented yet "
+                                              f"({where}; {kernel} was not launched)")
+            return kernels._FileState(os.path.join(folder, entry["library"]), 0, 0, tuple(tasks))
+
+        def _function(self, export, state):
+            key = (state.path, export.symbol)
+            if key not in kernels._functions:
+                if state.path not in handles:
+                    handles[state.path] = ctypes.CDLL(state.path)
+                function = getattr(handles[state.path], export.symbol)
+                function.argtypes, function.restype = export.argtypes, export.restype
+                kernels._functions[key] = function
+            return kernels._functions[key]
+
+    _state["prebuilt"] = PrebuiltKernels()
+    return _state["prebuilt"]
+
+
+def _use_prebuilt(module) -> None:
+    prebuilt = prebuilt_kernels()
+    module.kernels = prebuilt
+    _kernels_module()._under_test = prebuilt  # functions imported from the module itself run them too
+
+
+def _attention64(q, k, v, causal: bool, scale: float | None, lengths=None):
+    """float64 attention with grouped K/V heads: q (B, H, Lq, d), k/v (B, H_kv, Lk, d); causal is bottom-right;
+    ``lengths`` (a list, one per row) keeps row b to its first lengths[b] keys, never reading the others (a cache
+    past its length may hold anything). Returns (O, LSE) in float64; a row that sees no key gets 0 and -inf."""
+    if lengths is not None:
+        rows = [_attention64(q[b:b + 1], k[b:b + 1, :, :n], v[b:b + 1, :, :n], causal, scale)
+                for b, n in enumerate(lengths)]
+        return torch.cat([o for o, _ in rows]), torch.cat([l for _, l in rows])
+    H, Lq, d = q.shape[1:]
+    groups = H // k.shape[1]
+    qd = q.double()
+    kd, vd = k.double().repeat_interleave(groups, dim=1), v.double().repeat_interleave(groups, dim=1)
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    scores = (qd @ kd.transpose(-1, -2)) * scale                           # (B, H, Lq, Lk)
+    Lk = k.shape[2]
+    if causal:
+        rows = torch.arange(Lq, device=q.device)[:, None]
+        cols = torch.arange(Lk, device=q.device)[None, :]
+        scores = scores.masked_fill(cols > rows + (Lk - Lq), float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1) if Lk else torch.full(scores.shape[:-1], float("-inf"), dtype=torch.float64,
+                                                                device=q.device)
+    safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
+    return torch.exp(scores - safe[..., None]) @ vd, lse
+
+
+class StandInKernels:
+    """The kernels of t4/t5 and t6 in float64 PyTorch (any device), recording how the student's cache calls them.
+    Arguments are checked as the real wrappers check them, so a call the kernels would refuse fails here too."""
+
+    # Private attributes: a graded file may not reach them (assignment/policy.py), so it cannot forge the record.
+    def __init__(self, cache):
+        self._cache, self._calls = cache, []
+        self._kernels = _kernels_module()
+
+    def _is_buffer(self, tensor, buffer) -> bool:
+        return isinstance(buffer, torch.Tensor) and tensor.data_ptr() == buffer.data_ptr()
+
+    def flash_attention(self, q, k, v, causal=False, scale=None, out=None, lse=None):
+        kernel = "t4_flash_attention_forward"
+        self._kernels._attention_shapes(kernel, q, k, v)
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if not t.is_contiguous():
+                raise ValueError(f"{kernel}: {name} must be contiguous (call .contiguous()), got strides {t.stride()}")
+        self._calls.append({"op": "flash_attention", "causal": bool(causal), "keys": int(k.shape[2]),
+                           "queries": int(q.shape[2]), "scale": None if scale is None else float(scale)})
+        o, l = _attention64(q, k, v, bool(causal), scale)
+        o, l = o.to(q.dtype), l.float()
+        if out is not None:
+            o = out.copy_(o)
+        if lse is not None:
+            l = lse.copy_(l)
+        return o, l
+
+    def decode_workspace(self, q, k_cache, num_splits=None):
+        B, H, _, _, d = self._kernels._decode_shapes("t6_decode_attention", q, k_cache, k_cache)
+        self._calls.append({"op": "decode_workspace"})
+        return self._kernels.DecodeWorkspace(torch.empty(0, device=q.device), int(num_splits or 1), B, H, d)
+
+    def decode_attention(self, q, k_cache, v_cache, lengths, scale=None, out=None, lse=None, workspace=None,
+                         num_splits=None):
+        kernel = "t6_decode_attention"
+        B, _, _, L_max, _ = self._kernels._decode_shapes(kernel, q, k_cache, v_cache)
+        if not isinstance(lengths, torch.Tensor) or lengths.dtype not in (torch.int32, torch.int64) \
+                or lengths.dim() != 1 or lengths.shape[0] not in (B, 1):
+            raise TypeError(f"{kernel}: lengths must be an int32 or int64 tensor of shape ({B},) or (1,)")
+        for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+            if not t.is_contiguous():
+                raise ValueError(f"{kernel}: {name} must be contiguous (call .contiguous()), got strides {t.stride()}")
+        if workspace is not None and not isinstance(workspace, self._kernels.DecodeWorkspace):
+            raise TypeError(f"{kernel}: workspace must come from decode_workspace(q, k_cache)")
+        values = [min(max(int(x), 0), L_max) for x in lengths.tolist()]
+        self._calls.append({"op": "decode_attention", "capacity": int(L_max), "lengths": values,
+                           "lengths_device": str(lengths.device), "lengths_dtype": str(lengths.dtype),
+                           "whole_buffers": self._is_buffer(k_cache, getattr(self._cache, "k_cache", None))
+                           and self._is_buffer(v_cache, getattr(self._cache, "v_cache", None)),
+                           "workspace": workspace is not None, "scale": None if scale is None else float(scale)})
+        q4 = q if q.dim() == 4 else q[:, :, None]
+        o, l = _attention64(q4, k_cache, v_cache, False, scale, values * B if len(values) == 1 else values)
+        o, l = o.to(q.dtype).reshape(q.shape), l.float().reshape(q.shape[:-1])
+        if out is not None:
+            o = out.copy_(o)
+        if lse is not None:
+            l = lse.copy_(l)
+        return o, l
+
+
+# --------------------------------------------------------------------------- the cache on its own (CPU or GPU)
+
+
+def _new_cache(module, max_batch: int, max_seq_len: int, n_kv_heads: int, head_dim: int, device: str,
+               fill: float | None):
+    cache = module.KVCache(max_batch, max_seq_len, n_kv_heads, head_dim, torch.float32, torch.device(device))
+    if fill is not None:
+        with torch.no_grad():
+            cache.k_cache.fill_(fill)
+            cache.v_cache.fill_(fill)
+    return cache
+
+
+def _lengths_report(cache, device: str) -> dict:
+    lengths = getattr(cache, "lengths", None)
+    if not isinstance(lengths, torch.Tensor):
+        return {"lengths": None, "lengths_device": "", "lengths_dtype": type(lengths).__name__}
+    return {"lengths": lengths.detach().to(device).clone(), "lengths_device": str(lengths.device),
+            "lengths_dtype": str(lengths.dtype)}
+
+
+def update_scenario(module, max_batch: int, max_seq_len: int, n_kv_heads: int, head_dim: int, fill: float,
+                    steps: list) -> dict:
+    """Writes through ``update`` into a cache whose buffers hold ``fill``: ``steps`` are (input_pos, k, v). After
+    each: what update returned (and whether those are views of the buffers) and ``lengths``; then the buffers."""
+    device = str(steps[0][1].device)
+    cache = _new_cache(module, max_batch, max_seq_len, n_kv_heads, head_dim, device, fill)
+    reports = []
+    with torch.no_grad():
+        for input_pos, k, v in steps:
+            k_all, v_all = cache.update(input_pos, k, v)
+            reports.append({"k_all": k_all.clone(), "v_all": v_all.clone(),  # as they are now, not at the end
+                            "views": bool(k_all.data_ptr() == cache.k_cache.data_ptr()
+                                          and v_all.data_ptr() == cache.v_cache.data_ptr()),
+                            **_lengths_report(cache, device)})
+    return {"steps": reports, "k_cache": cache.k_cache, "v_cache": cache.v_cache}
+
+
+def dispatch_scenario(module, max_batch: int, max_seq_len: int, q, k, v, chunks: list, scale: float) -> dict:
+    """``attend`` with stand-in kernels: ``chunks`` are (first, last, kv_len) runs of positions first..last-1 (one
+    token: a decode step; kv_len None as in a captured step). Each step's output and the kernel calls it made."""
+    device = str(q.device)
+    cache = _new_cache(module, max_batch, max_seq_len, k.shape[1], k.shape[3], device, None)
+    stand_in = StandInKernels(cache)
+    module.kernels = stand_in
+    reports = []
+    with torch.no_grad():
+        for first, last, kv_len in chunks:
+            stand_in._calls = []
+            positions = torch.arange(first, last, device=device)
+            chunk = [x[:, :, first:last].contiguous() for x in (q, k, v)]  # fresh tensors, as the model's are
+            out = cache.attend(*chunk, positions, scale, kv_len)
+            reports.append({"out": out, "calls": stand_in._calls})
+    return {"steps": reports}
+
+
+# --------------------------------------------------------------------------- the cache in the kit's model
+
+
+def cpu_model_scenario(module, preset: str, seed: int, tokens, prompt: int, max_seq_len: int) -> list:
+    """The kit's random model with its reference attention over the student's cache (``update`` only): the
+    prompt's last logits, then one row per decoded token. Runs on any device."""
+    from assignment.model.presets import random_model
+
+    model = random_model(preset, seed=seed, device=tokens.device)
+    model.setup_caches(tokens.shape[0], max_seq_len, cache_cls=module.KVCache)
+    with torch.no_grad():
+        logits = [model.prefill(tokens[:, :prompt], torch.arange(prompt, device=tokens.device))]
+        for p in range(prompt, tokens.shape[1]):
+            logits.append(model.decode_one_token(tokens[:, p:p + 1], torch.tensor([p], device=tokens.device)))
+    return logits
+
+
+def _checkpoint(device: str):
+    key = ("checkpoint", device)
+    if key not in _state:
+        from assignment.model import load_checkpoint
+
+        _state[key] = load_checkpoint(_state["checkpoint_path"], device=device, max_seq_len=1).model
+    return _state[key]
+
+
+def checkpoint_scenario(module, tokens, prompt_chunks: list, max_seq_len: int, graph: bool = False) -> dict:
+    """The shipped checkpoint with attention "t6" on the student's cache and the graded kernels: prefill the
+    prompt in ``prompt_chunks`` ((first, last) runs), then decode tokens[:, last:] one at a time (eagerly, or by
+    replaying one step captured in a CUDA graph). The logits after each chunk, then of each decoded token."""
+    from assignment.model.cuda_graph import GraphDecoder
+
+    device = str(tokens.device)
+    model = _checkpoint(device)
+    _use_prebuilt(module)
+    model.attention_impl = "t6"
+    model.setup_caches(tokens.shape[0], max_seq_len, cache_cls=module.KVCache)
+    launches = prebuilt_kernels()._launches
+    before = dict(launches)
+    with torch.no_grad():
+        runner = GraphDecoder(model, batch_size=tokens.shape[0]) if graph else model
+        logits = [runner.prefill(tokens[:, a:b], torch.arange(a, b, device=device)) for a, b in prompt_chunks]
+        for p in range(prompt_chunks[-1][1], tokens.shape[1]):
+            logits.append(runner.decode_one_token(tokens[:, p:p + 1], torch.tensor([p], device=device)))
+    made = {name: launches.get(name, 0) - before.get(name, 0) for name in ("flash_attention", "decode_attention")}
+    return {"prefill": logits[:len(prompt_chunks)], "decode": logits[len(prompt_chunks):], "launches": made}
+
+
+# --------------------------------------------------------------------------- timing (one session per worker)
+
+
+def timing_setup(module, preset: str, seed: int, prompt, max_seq_len: int) -> dict:
+    """The random model of the timing rule on the student's cache and kernels, its prompt prefilled once, and one
+    decode step captured in a CUDA graph (or, when it cannot be captured, the eager step: said so)."""
+    from assignment.model.cuda_graph import GraphCaptureError, GraphDecoder
+    from assignment.model.presets import random_model
+
+    _state.pop("timing", None)
+    device = str(prompt.device)
+    _use_prebuilt(module)
+    model = random_model(preset, seed=seed, device=device, attention_impl="t6")
+    model.setup_caches(1, max_seq_len, cache_cls=module.KVCache)
+    captured, reason = True, ""
+    with torch.no_grad():
+        try:
+            runner = GraphDecoder(model)
+        except GraphCaptureError as exc:
+            captured, reason, runner = False, str(exc)[:600], model
+        runner.prefill(prompt, torch.arange(prompt.shape[1], device=device))
+        torch.cuda.synchronize(device)
+    _state["timing"] = {"runner": runner, "position": torch.tensor([prompt.shape[1]], device=device)}
+    return {"captured": captured, "reason": reason}
+
+
+def timing_step(module, token) -> torch.Tensor:
+    """One timed decode step: ``token`` (1, 1) at the position after the prompt (the same slot every call, so the
+    context stays the prompt); its logits (1, V)."""
+    session = _state["timing"]
+    with torch.no_grad():
+        return session["runner"].decode_one_token(token, session["position"])
+
+
+def timing_echo(module, token) -> torch.Tensor:
+    """A call with a timed step's traffic and no decode (the checker measures the worker's per-call overhead)."""
+    session = _state["timing"]
+    if "echo" not in session:
+        session["echo"] = timing_step(module, token)
+    return session["echo"].clone()
