@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,11 +161,23 @@ def render_starter(solutions: Path, registry: Registry | None = None) -> dict[st
     return result
 
 
+class StarterError(RuntimeError):
+    """The starter cannot be generated here (no reference solutions to generate it from)."""
+
+
+def _require_solutions(solutions: Path) -> None:
+    if not solutions.is_dir() or not _solution_files(solutions):
+        raise StarterError(f"{solutions} is missing or empty: starter/ is generated from the reference solutions, "
+                           "so there is nothing to generate here (in a student bundle, starter/ holds your own work "
+                           "and nothing rewrites it)")
+
+
 def write_starter(solutions: Path, starter: Path, registry: Registry | None = None) -> list[str]:
+    """Write the starter file of every solution file. Only those paths are written: a file in ``starter`` that
+    is not generated from ``solutions`` is left where it is (``check_starter`` names it), never deleted."""
+    _require_solutions(solutions)
     expected = render_starter(solutions, registry)
-    if starter.exists():
-        shutil.rmtree(starter)
-    starter.mkdir(parents=True)
+    starter.mkdir(parents=True, exist_ok=True)
     for rel, content in expected.items():
         target = starter / rel
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -215,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     registry = load_registry()
     try:
         if args.check:
+            if not args.solutions.is_dir():
+                print(f"no {args.solutions.name}/ here (a student bundle): nothing to check starter/ against")
+                return 0
             problems = check_starter(args.solutions, args.starter, registry)
             if problems:
                 print("starter/ is out of sync with solutions/:", file=sys.stderr)
@@ -225,10 +239,13 @@ def main(argv: list[str] | None = None) -> int:
             print("starter/ is in sync with solutions/")
             return 0
         written = write_starter(args.solutions, args.starter, registry)
-    except MarkerError as exc:
+    except (MarkerError, StarterError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {len(written)} files to {args.starter}: {', '.join(written)}")
+    extra = [problem for problem in check_starter(args.solutions, args.starter, registry) if "not generated" in problem]
+    for problem in extra:
+        print(f"left alone: {problem}", file=sys.stderr)
     return 0
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from assignment.registry import load_registry
-from assignment.starter import MarkerError, check_starter, strip_solutions, todo_tasks, write_starter
+from assignment.starter import MarkerError, StarterError, check_starter, main, strip_solutions, todo_tasks, write_starter
 
 pytestmark = pytest.mark.kit
 REPO = Path(__file__).resolve().parents[2]
@@ -94,3 +94,35 @@ def test_check_detects_hand_edits_missing_and_extra_files(tmp_path):
     assert "extra.py: not generated" in problems
     shutil.rmtree(starter)
     assert "missing" in "\n".join(check_starter(REPO / "solutions", starter, load_registry()))
+
+
+@pytest.mark.parametrize("solutions_state", ["missing", "empty"])
+def test_make_starter_refuses_without_solutions_and_keeps_the_students_work(tmp_path, solutions_state, capsys):
+    # A student bundle has no solutions/: `make starter` there once emptied starter/, deleting the student's work.
+    solutions, starter = tmp_path / "solutions", tmp_path / "starter"
+    if solutions_state == "empty":
+        solutions.mkdir()
+    starter.mkdir()
+    work = starter / "t1_attention.py"
+    work.write_text("# three evenings of my own work\n")
+    with pytest.raises(StarterError, match="missing or empty"):
+        write_starter(solutions, starter, load_registry())
+    assert main(["--solutions", str(solutions), "--starter", str(starter)]) == 2
+    assert "nothing to generate" in capsys.readouterr().err
+    assert work.read_text() == "# three evenings of my own work\n", "a refused `make starter` changed a student file"
+
+
+def test_make_starter_never_deletes_a_file_it_did_not_generate(tmp_path, capsys):
+    starter = tmp_path / "starter"
+    starter.mkdir()
+    notes = starter / "my_notes.md"
+    notes.write_text("keep me\n")
+    assert main(["--solutions", str(REPO / "solutions"), "--starter", str(starter)]) == 0
+    assert notes.read_text() == "keep me\n", "make starter deleted a file it does not generate"
+    assert "left alone" in capsys.readouterr().err
+    assert (starter / "t1_attention.py").is_file()
+
+
+def test_check_starter_without_solutions_says_so_and_passes(tmp_path, capsys):
+    assert main(["--check", "--solutions", str(tmp_path / "solutions"), "--starter", str(tmp_path / "starter")]) == 0
+    assert "nothing to check" in capsys.readouterr().out
