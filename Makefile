@@ -28,7 +28,7 @@ HAVE_NVCC := $(shell command -v nvcc 2>/dev/null)
 TASKS     ?=
 GRADE_FLAGS ?=
 
-.PHONY: help test test-public demo starter check-starter check-cuda selfcheck grade preflight handout bench profile \
+.PHONY: help test test-public demo starter check-starter check-cuda selfcheck grade preflight handout bench profile feedback \
         sanitize generate corpus train-tiny clean
 
 help:
@@ -39,6 +39,7 @@ help:
 	@echo "  make sanitize T=t4        compute-sanitizer memcheck and racecheck, as the grader runs them"
 	@echo "  make generate PROMPT=\"The history of\" [CKPT=dir] [MAX_TOKENS=100] [TEMPERATURE=0.8 (0: greedy)]"
 	@echo "                [TOP_P=] [TOP_K=] [SEED=0] [DEVICE=cpu|cuda] [DTYPE=bfloat16] [ATTN=reference|t1|t5|t6] [CHAT=1]"
+	@echo "  make feedback             the beta-tester feedback form in the terminal (feedback.json; resumes)"
 	@echo "Instructors:"
 	@echo "  make demo                 grade the reference solutions, render the handout"
 	@echo "  make starter              regenerate starter/ from solutions/"
@@ -101,6 +102,9 @@ $(CORPUS)/train.txt: | $(SETUP)
 
 train-tiny: $(SETUP) $(CORPUS)/train.txt
 	$(PY) -m assignment.model.train --corpus $(CORPUS) --out $(CHECKPOINT) --minutes $(MINUTES)
+
+feedback: $(SETUP)
+	$(PY) -m assignment.feedback --file feedback.json
 
 handout: $(SETUP)
 	$(PY) -m handout.render
