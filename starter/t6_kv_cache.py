@@ -30,17 +30,16 @@ from __future__ import annotations
 import torch
 
 from assignment.cuda import kernels  # the kit rebinds this to this directory's kernels (see the docstring)
+from assignment.model.llama import KVCache as StaticCache
 
 
-class KVCache(torch.nn.Module):
-    """Keys and values of every position so far, in buffers allocated once; attention over them."""
+class KVCache(StaticCache):
+    """The kit's static cache (buffers ``k_cache`` and ``v_cache`` allocated once), its length kept on the
+    device, and attention over it."""
 
     def __init__(self, max_batch_size: int, max_seq_len: int, n_kv_heads: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device | str):
-        super().__init__()
-        shape = (max_batch_size, n_kv_heads, max_seq_len, head_dim)
-        self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-        self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        super().__init__(max_batch_size, max_seq_len, n_kv_heads, head_dim, dtype, device)
         # Positions filled so far (the last written position + 1), on the device: the decode kernel reads it.
         self.register_buffer("lengths", torch.zeros(1, dtype=torch.int64, device=device), persistent=False)
         self._workspace = None  # the decode kernel's scratch, made at the first decode step and then reused

@@ -204,30 +204,33 @@ def reference_model_logits(model, tokens):
         model.attention_impl = saved
 
 
+def tiny_model(seed: int, device: str, batch: int, length: int, max_seq_len: int, attention_impl: str = "t6",
+               cache_cls=None):
+    """The llama-tiny preset with random weights, caches for ``batch`` rows of ``max_seq_len``, and random tokens."""
+    model = random_model("llama-tiny", device=device, seed=seed, attention_impl=attention_impl)
+    model.setup_caches(batch, max_seq_len, cache_cls=cache_cls)
+    tokens = torch.randint(0, model.vocab_size, (batch, length), generator=torch.Generator().manual_seed(seed))
+    return model, tokens.to(device)
+
+
 @pytest.mark.cpu
 def test_model_prefill_then_decode_equals_one_pass_on_cpu(seed):
     # The kit's reference attention over your cache (the update only): runs anywhere.
-    model = random_model("llama-tiny", device="cpu", seed=seed)
-    model.setup_caches(2, 24, cache_cls=cache_class())
-    tokens = torch.randint(0, model.vocab_size, (2, 15), generator=torch.Generator().manual_seed(seed))
+    model, tokens = tiny_model(seed, "cpu", 2, 15, 24, attention_impl="reference", cache_cls=cache_class())
     with torch.no_grad():
         generate_and_compare(model, tokens, prompt=6, what="llama-tiny on the CPU, your cache's update")
 
 
 @pytest.mark.gpu
 def test_model_on_your_kernels_equals_one_pass(seed):
-    model = random_model("llama-tiny", device="cuda", seed=seed, attention_impl="t6")
-    model.setup_caches(2, 200)
-    tokens = torch.randint(0, model.vocab_size, (2, 150), generator=torch.Generator().manual_seed(seed)).cuda()
+    model, tokens = tiny_model(seed, "cuda", 2, 150, 200)
     with torch.no_grad():
         generate_and_compare(model, tokens, prompt=97, what="llama-tiny on your t5 and t6 kernels")
 
 
 @pytest.mark.gpu
 def test_chunked_prefill_equals_one_prefill(seed):
-    model = random_model("llama-tiny", device="cuda", seed=seed, attention_impl="t6")
-    model.setup_caches(1, 300)
-    tokens = torch.randint(0, model.vocab_size, (1, 260), generator=torch.Generator().manual_seed(seed)).cuda()
+    model, tokens = tiny_model(seed, "cuda", 1, 260, 300)
     with torch.no_grad():
         whole = model.prefill(tokens, torch.arange(260, device="cuda"))
         model.prefill(tokens[:, :100], torch.arange(100, device="cuda"))
@@ -241,9 +244,7 @@ def test_chunked_prefill_equals_one_prefill(seed):
 def test_decode_step_replays_in_a_cuda_graph(seed):
     from assignment.model.cuda_graph import GraphDecoder
 
-    model = random_model("llama-tiny", device="cuda", seed=seed, attention_impl="t6")
-    model.setup_caches(1, 200)
-    tokens = torch.randint(0, model.vocab_size, (1, 140), generator=torch.Generator().manual_seed(seed)).cuda()
+    model, tokens = tiny_model(seed, "cuda", 1, 140, 200)
     with torch.no_grad():
         runner = GraphDecoder(model)   # raises GraphCaptureError if the decode step syncs with the host
         full = reference_model_logits(model, tokens)

@@ -22,7 +22,7 @@ from safetensors.torch import save_file
 
 from . import DEFAULT_CHECKPOINT
 from .config import CheckpointError, ModelConfig, read_json
-from .llama import Transformer
+from .llama import Transformer, empty_model
 from .tokenizer import Tokenizer
 
 SINGLE_FILE = "model.safetensors"
@@ -57,11 +57,7 @@ def load_checkpoint(path: str | Path = DEFAULT_CHECKPOINT, *, device: str | torc
                               f"tokenizer.json)")
     config = ModelConfig.from_file(path / "config.json")
     dtype = dtype or DTYPES.get(config.torch_dtype, torch.float32)
-    with torch.device("meta"):
-        model = Transformer(config, attention_impl=attention)
-    model = model.to_empty(device=device).to(dtype)
-    if config.tie_word_embeddings:
-        model.lm_head.weight = model.embed_tokens.weight
+    model = empty_model(config, device, attention).to(dtype)
     _load_weights(model, weight_files(path), dtype)
     model.eval().requires_grad_(False)
     model.fuse_projections()

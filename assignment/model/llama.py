@@ -305,6 +305,17 @@ class Transformer(nn.Module):
         return first, last + 1
 
 
+def empty_model(config: ModelConfig, device: torch.device | str, attention_impl: str = "reference") -> Transformer:
+    """A model whose tensors are allocated on ``device`` but not initialised (fill them: load or draw weights);
+    built on the meta device first, so no time goes into an initialisation that is overwritten."""
+    with torch.device("meta"):
+        model = Transformer(config, attention_impl=attention_impl)
+    model = model.to_empty(device=device)
+    if config.tie_word_embeddings:   # to_empty makes a tensor per module: tie them again
+        model.lm_head.weight = model.embed_tokens.weight
+    return model
+
+
 def _fuse(*linears: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Concatenate the Linears' weights (and biases) by output rows; each Linear's becomes a view of the result."""
     weight = torch.cat([lin.weight for lin in linears])

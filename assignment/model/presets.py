@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from .config import ModelConfig
-from .llama import Transformer
+from .llama import Transformer, empty_model
 
 PRESETS: dict[str, dict] = {
     # meta-llama/Llama-3.2-1B's config.json, the fields the kit reads.
@@ -42,11 +42,7 @@ def random_model(config: ModelConfig | str, *, seed: int = 0, device: torch.devi
                  dtype: torch.dtype = torch.float32, attention_impl: str = "reference", std: float = 0.02) -> Transformer:
     """A model with N(0, std²) weights (norm weights 1), made directly on ``device`` from ``seed``."""
     config = preset_config(config) if isinstance(config, str) else config
-    with torch.device("meta"):
-        model = Transformer(config, attention_impl=attention_impl)
-    model.to_empty(device=device)
-    if config.tie_word_embeddings:   # to_empty makes a tensor per module: tie them again
-        model.lm_head.weight = model.embed_tokens.weight
+    model = empty_model(config, device, attention_impl)
     generator = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():   # a tied lm_head is listed once (as embed_tokens)
@@ -54,7 +50,6 @@ def random_model(config: ModelConfig | str, *, seed: int = 0, device: torch.devi
                 param.fill_(1.0)
             else:
                 param.normal_(0.0, std, generator=generator)
-    model.rope_cos, model.rope_sin = torch.empty(0, device=device), torch.empty(0, device=device)
     model = model.to(dtype).eval().requires_grad_(False)
     model.fuse_projections()
     return model

@@ -257,8 +257,7 @@ def test_update_writes_at_the_given_positions_only(seed, devices):
         snapshots.append([buffer[:b].clone() for buffer in expected])
     for device in devices:
         moved = [(pos.to(device), k.to(device), v.to(device)) for pos, k, v in steps]
-        result = student().call("update_scenario", B_max, L_max, H_kv, d, SENTINEL, moved,
-                                device=str(moved[0][1].device)).value   # "cuda:0", as the worker reports it
+        result = student().update_scenario(B_max, L_max, H_kv, d, SENTINEL, moved)
         for i, ((b, positions), report, snapshot) in enumerate(zip(plan, result["steps"], snapshots)):
             when = f"write {i + 1} ({device}, {len(positions)} position(s), batch {b})"
             for name, returned, want in (("k", report["k_all"], snapshot[0]), ("v", report["v_all"], snapshot[1])):

@@ -156,6 +156,7 @@ def _decode_step_workload(rule: TimingRule, student_model: StudentDecoder | None
     from assignment.model.attention import t6_cache_class
     from assignment.model.cuda_graph import GraphDecoder
     from assignment.model.presets import random_model, sharing_weights
+    from assignment.perf.model_bench import decode_bytes
     from assignment.registry import load_registry
 
     s = rule.shape
@@ -201,7 +202,5 @@ def _decode_step_workload(rule: TimingRule, student_model: StudentDecoder | None
     def check(name, token, logits):
         if name == "student":
             assert_close(logits, reference(token), **logits_tol, name="timed logits", layout="row, vocabulary id")
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    config = model.config
-    kv = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 4 * (context + 1)
-    return Workload(make, student, reference, naive, check, bytes_moved=float(weights + kv), notes=notes)
+    return Workload(make, student, reference, naive, check, bytes_moved=float(decode_bytes(model.config, context + 1)),
+                    notes=notes)

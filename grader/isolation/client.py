@@ -58,7 +58,7 @@ MODEL_PACKAGE = Path(model_package.__file__).resolve().parent
 ASSIGNMENT = MODEL_PACKAGE.parent
 # What `from assignment.cuda import kernels` needs (all shipped to students): the wrappers and their imports.
 CUDA_WRAPPER_FILES = ("impl.py", "starter.py", "registry.py", "cuda/__init__.py", "cuda/compiler.py",
-                      "cuda/kernels.py")
+                      "cuda/kernels.py", "checks.py", "testing.py")
 CHECKPOINT_IN_KIT = DEFAULT_CHECKPOINT.relative_to(MODEL_PACKAGE.parents[1])  # the same place under /kit
 LOG_KEEP_BYTES = 32 * 1024  # of the worker's stderr: the first and the last this many bytes
 
@@ -382,7 +382,7 @@ class Worker:
             if not self.info:
                 self._handshake()
             tensors: dict[str, torch.Tensor] = {}
-            device = device or _device_of(args, kwargs)
+            device = _canonical_device(device or _device_of(args, kwargs))
             request = {"op": "call", "file": filename, "function": function, "device": device, "track": track,
                        "drain": drain, "calls": calls, "driver": driver,
                        "args": _encode(list(args), tensors), "kwargs": _encode(dict(kwargs), tensors)}
@@ -451,10 +451,25 @@ def _error_text(error: dict) -> str:
 
 
 def _device_of(args, kwargs) -> str:
-    for value in list(args) + list(kwargs.values()):
+    """The device of the first tensor among the arguments, nested lists, tuples and dicts included; else the CPU."""
+    pending = [*args, *kwargs.values()]
+    while pending:
+        value = pending.pop(0)
         if isinstance(value, torch.Tensor):
             return str(value.device)
+        if isinstance(value, (list, tuple)):
+            pending[:0] = value
+        elif isinstance(value, dict):
+            pending[:0] = value.values()
     return "cpu"
+
+
+def _canonical_device(device: str) -> str:
+    """"cuda" as "cuda:N" (the current device), the way a tensor there names its device."""
+    parsed = torch.device(device)
+    if parsed.type == "cuda" and parsed.index is None:
+        parsed = torch.device("cuda", torch.cuda.current_device())
+    return str(parsed)
 
 
 def _encode(value, tensors: dict):
