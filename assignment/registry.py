@@ -182,6 +182,10 @@ class Registry:
     total_points: float
     public_seed: int
     tasks: tuple[Task, ...]
+    # What `make submit` packs besides the student files (the report, the feedback answers, ...), and the
+    # largest file the grader takes: the same limits on both sides.
+    submit_files: tuple[str, ...] = ()
+    max_file_bytes: int = 5 * 1024 * 1024
 
     def task(self, task_id: str) -> Task:
         for task in self.tasks:
@@ -394,6 +398,7 @@ def parse_registry(data: dict, path: Path) -> Registry:
     numbers = sorted(t.number for t in tasks)
     if numbers != list(range(1, len(numbers) + 1)):
         raise RegistryError(path, None, "task", f"task ids must be t1..t{len(numbers)} without gaps, got {numbers}")
+    student_files = {name for t in tasks for name in t.files}
     total = float(_require(course, "total_points", float, path, None, "course."))
     summed = sum(t.points.total for t in tasks)
     if not math.isclose(total, summed):
@@ -407,7 +412,18 @@ def parse_registry(data: dict, path: Path) -> Registry:
         total_points=total,
         public_seed=int(course.get("public_seed", 0)),
         tasks=tuple(tasks),
+        submit_files=_parse_submit_files(course.get("submit_files", []), path, student_files),
+        max_file_bytes=int(_require(course, "max_file_bytes", int, path, None, "course.")),
     )
+
+
+def _parse_submit_files(raw: Any, path: Path, student_files: set[str]) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not all(isinstance(f, str) and f and "/" not in f for f in raw):
+        raise RegistryError(path, None, "course.submit_files", "must list plain file names")
+    clash = sorted(set(raw) & student_files)
+    if clash:
+        raise RegistryError(path, None, "course.submit_files", f"{clash[0]} is already a task's student file")
+    return tuple(raw)
 
 
 def load_registry(path: Path | str | None = None) -> Registry:

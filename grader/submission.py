@@ -1,7 +1,7 @@
 """Grading phase 1: collect a submission's student files (from a folder or a .zip) into a fresh
 working directory, so graded code never runs inside the instructor's tree.
 
-Only the files the registry names are taken, each read with a size cap that counts the bytes
+Only the files the registry names are taken, each read with the registry's size cap that counts the bytes
 actually read (a zip's declared sizes can lie). Symbolic links are never followed, in a folder or in
 a zip. A zip that is corrupt, encrypted or uses an unsupported compression gives a clear reason per
 file (or for the whole archive), never a traceback.
@@ -18,7 +18,6 @@ from pathlib import Path, PurePosixPath
 
 from assignment.registry import Registry
 
-MAX_FILE_BYTES = 5 * 1024 * 1024
 MAX_ENTRIES = 20_000  # a folder or archive with more entries than this is not searched further
 SKIPPED_PARTS = {"__pycache__", ".git", ".venv", "node_modules", "__MACOSX"}
 
@@ -123,12 +122,12 @@ def collect(source: Path, workdir: Path, registry: Registry) -> CollectedSubmiss
             notes.append(f"{filename}: {chosen} is a symbolic link and was not followed; submit the file itself")
             continue
         try:
-            data = reader.read(chosen, MAX_FILE_BYTES)
+            data = reader.read(chosen, registry.max_file_bytes)
         except OSError as exc:
             notes.append(f"{filename}: {chosen} could not be read: {exc.strerror or exc}")
             continue
-        if len(data) > MAX_FILE_BYTES:
-            notes.append(f"{filename}: {chosen} is larger than {MAX_FILE_BYTES} bytes and was not graded")
+        if len(data) > registry.max_file_bytes:
+            notes.append(f"{filename}: {chosen} is larger than {registry.max_file_bytes} bytes and was not graded")
             continue
         (student_dir / filename).write_bytes(data)
         found[filename] = chosen
