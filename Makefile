@@ -48,7 +48,7 @@ help:
 	@echo "  make selfcheck            solutions score full marks, starter scores zero"
 	@echo "  make grade SUBMISSION=dir|zip OUT=dir [TASKS=\"t1 t2\"] [GRADE_FLAGS=--allow-weak-isolation]"
 	@echo "  make preflight            is this host fit to grade (GPU, tools, sandbox, the reference's speed)?"
-	@echo "  make handout              build/handout/handout.html and .pdf"
+	@echo "  make handout [AUDIENCE=instructor]  build/handout/handout.html and .pdf (instructor: with the rubric's reasoning)"
 	@echo "  make corpus               build/corpus: the shipped model's training text, from Debian packages"
 	@echo "  make train-tiny           retrain the shipped model (assignment/model/checkpoints/kit-tiny) on a GPU"
 
@@ -106,8 +106,9 @@ train-tiny: $(SETUP) $(CORPUS)/train.txt
 feedback: $(SETUP)
 	$(PY) -m assignment.feedback --file feedback.json
 
+AUDIENCE ?= student
 handout: $(SETUP)
-	$(PY) -m handout.render
+	$(PY) -m handout.render --audience $(AUDIENCE)
 
 bench: $(SETUP)
 	$(PY) -m assignment.perf.bench $(if $(T),--task $(T),)

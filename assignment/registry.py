@@ -46,6 +46,45 @@ class Threshold:
     points: float
 
 
+# What a student's `make bench` can time without the reference kernels: the device copy bandwidth, cuBLAS
+# and SDPA through PyTorch, and the model's naive path.
+STUDENT_BASELINES = ("copy", "cuBLAS", "SDPA", "naive path")
+# "instructor": this repository's registry; "student": the bundle's copy (no hidden shapes, no reasoning).
+EDITIONS = ("instructor", "student")
+
+
+@dataclass(frozen=True)
+class StudentTarget:
+    """A timing rule restated against a baseline the student bundle has, from the reference's measured figures.
+
+    The student's *speed* is ``baseline ms / student ms`` (for ``copy``: the student's bytes per second over the
+    device copy's). ``reference`` is the reference's speed on ``gpu``. A ``time_vs_reference`` threshold ``r``
+    becomes ``reference / r``; a ``speedup_vs_naive`` threshold ``s`` becomes ``naive * s``, where ``naive`` is
+    the naive baseline's speed (1 when the baseline is the naive path itself). ``overhead_ms`` is time the
+    grader's measurement adds to the student's call (the sandboxed worker's round trip) that a local bench does
+    not see.
+    """
+
+    baseline: str
+    reference: float
+    gpu: str
+    naive: float | None = None
+    overhead_ms: float = 0.0
+
+    def needed(self, metric: str, at: float) -> float:
+        """The speed (against the baseline) that earns a threshold of the rule."""
+        if metric == "time_vs_reference":
+            return self.reference / at
+        return (1.0 if self.naive is None else self.naive) * at
+
+    def describe(self, speed: float) -> str:
+        if self.baseline == "copy":
+            return f"{100 * speed:.0f}% of the device copy bandwidth"
+        if self.baseline == "naive path":
+            return f"{speed:.3g}x faster than the naive path"
+        return f"{speed:.2f}x {self.baseline}'s speed"
+
+
 @dataclass(frozen=True)
 class TimingRule:
     name: str
@@ -57,6 +96,7 @@ class TimingRule:
     # The reference's median time at this shape per GPU model (torch.cuda.get_device_name()), from the
     # runs the thresholds were set with; the grader's preflight refuses a GPU far slower than this.
     reference_ms: dict[str, float] = field(default_factory=dict)
+    student: StudentTarget | None = None
 
     @property
     def max_points(self) -> float:
@@ -70,6 +110,16 @@ class TimingRule:
         for threshold in self.thresholds:
             passed = value <= threshold.at if self.metric == "time_vs_reference" else value >= threshold.at
             if passed:
+                earned = max(earned, threshold.points)
+        return earned
+
+    def student_points_for(self, speed: float) -> float:
+        """Points a student's locally measured speed against the baseline points to (an estimate of the grade)."""
+        if self.student is None or speed is None or not math.isfinite(speed):
+            return 0.0
+        earned = 0.0
+        for threshold in self.thresholds:
+            if speed >= self.student.needed(self.metric, threshold.at):
                 earned = max(earned, threshold.points)
         return earned
 
@@ -227,7 +277,7 @@ def _require(table: dict, key: str, kind: type | tuple, path: Path, task: str | 
     return value
 
 
-def _parse_timing(raw: Any, path: Path, task_id: str) -> tuple[TimingRule, ...]:
+def _parse_timing(raw: Any, path: Path, task_id: str, edition: str = "instructor") -> tuple[TimingRule, ...]:
     if not isinstance(raw, list):
         raise RegistryError(path, task_id, "timing", "must be an array of tables ([[task.timing]])")
     rules = []
@@ -247,9 +297,13 @@ def _parse_timing(raw: Any, path: Path, task_id: str) -> tuple[TimingRule, ...]:
             if at <= 0 or pts < 0:
                 raise RegistryError(path, task_id, tprefix[:-1], "needs at > 0 and points >= 0")
             thresholds.append(Threshold(at, pts))
-        reasoning = _require(item, "reasoning", str, path, task_id, prefix)
-        if len(reasoning.strip()) < 20:
-            raise RegistryError(path, task_id, prefix + "reasoning", "must say where the numbers come from")
+        if edition == "student":  # the bundle's copy: the reasoning stays with the instructor
+            reasoning = str(item.get("reasoning", ""))
+        else:
+            reasoning = _require(item, "reasoning", str, path, task_id, prefix)
+            if len(reasoning.strip()) < 20:
+                raise RegistryError(path, task_id, prefix + "reasoning", "must say where the numbers come from")
+        student_target = _parse_student_target(item.get("student"), metric, path, task_id, prefix)
         rules.append(
             TimingRule(
                 name=_require(item, "name", str, path, task_id, prefix),
@@ -259,9 +313,38 @@ def _parse_timing(raw: Any, path: Path, task_id: str) -> tuple[TimingRule, ...]:
                 thresholds=tuple(thresholds),
                 reasoning=reasoning,
                 reference_ms=_parse_reference_ms(item.get("reference_ms", {}), path, task_id, prefix),
+                student=student_target,
             )
         )
     return tuple(rules)
+
+
+def _parse_student_target(raw: Any, metric: str, path: Path, task_id: str, prefix: str) -> StudentTarget | None:
+    if raw is None:
+        return None
+    where = prefix + "student"
+    if not isinstance(raw, dict):
+        raise RegistryError(path, task_id, where, "must be a table { baseline = ..., reference = ..., gpu = ... }")
+    baseline = _require(raw, "baseline", str, path, task_id, where + ".")
+    if baseline not in STUDENT_BASELINES:
+        raise RegistryError(path, task_id, where + ".baseline", f"must be one of {STUDENT_BASELINES}, got {baseline!r}")
+    reference = float(_require(raw, "reference", float, path, task_id, where + "."))
+    naive = raw.get("naive")
+    if metric == "speedup_vs_naive" and baseline != "naive path" and naive is None:
+        raise RegistryError(path, task_id, where + ".naive",
+                            "is missing: a speedup rule restated against another baseline needs the naive speed on it")
+    if naive is not None and (isinstance(naive, bool) or not isinstance(naive, (int, float)) or naive <= 0):
+        raise RegistryError(path, task_id, where + ".naive", "must be a number > 0")
+    overhead = raw.get("overhead_ms", 0.0)
+    if isinstance(overhead, bool) or not isinstance(overhead, (int, float)) or overhead < 0:
+        raise RegistryError(path, task_id, where + ".overhead_ms", "must be a number >= 0")
+    if reference <= 0:
+        raise RegistryError(path, task_id, where + ".reference", "must be > 0")
+    unknown = set(raw) - {"baseline", "reference", "naive", "overhead_ms", "gpu"}
+    if unknown:
+        raise RegistryError(path, task_id, where, f"unknown field {sorted(unknown)[0]!r}")
+    return StudentTarget(baseline=baseline, reference=reference, gpu=_require(raw, "gpu", str, path, task_id, where + "."),
+                         naive=None if naive is None else float(naive), overhead_ms=float(overhead))
 
 
 def _parse_reference_ms(raw: Any, path: Path, task_id: str, prefix: str) -> dict[str, float]:
@@ -320,19 +403,24 @@ def _parse_rules(raw: Any, path: Path, task_id: str) -> PythonRules:
     return PythonRules(tuple(raw.get("imports", [])), tuple(raw.get("forbidden", [])))
 
 
-def _parse_grading(raw: Any, path: Path, task_id: str) -> Grading:
+def _parse_grading(raw: Any, path: Path, task_id: str, edition: str = "instructor") -> Grading:
     if not raw:
         return Grading()
     timeout = float(_require(raw, "timeout_s", float, path, task_id, "grading."))
     deadline = float(_require(raw, "test_deadline_s", float, path, task_id, "grading."))
     if not 0 < deadline <= timeout:
         raise RegistryError(path, task_id, "grading", "needs 0 < test_deadline_s <= timeout_s")
+    if edition == "student":
+        return Grading(timeout, deadline, str(raw.get("reasoning", "")))
     return Grading(timeout, deadline, _require(raw, "reasoning", str, path, task_id, "grading."))
 
 
 def parse_registry(data: dict, path: Path) -> Registry:
     course = _require(data, "course", dict, path, None)
     tasks_raw = _require(data, "task", list, path, None)
+    edition = course.get("edition", "instructor")
+    if edition not in EDITIONS:
+        raise RegistryError(path, None, "course.edition", f"must be one of {EDITIONS}, got {edition!r}")
     tasks: list[Task] = []
     seen_ids: set[str] = set()
     for index, raw in enumerate(tasks_raw):
@@ -357,9 +445,12 @@ def parse_registry(data: dict, path: Path) -> Registry:
         )
         if points.correctness < 0 or points.performance < 0:
             raise RegistryError(path, task_id, "points", "must not be negative")
-        timing = _parse_timing(raw.get("timing", []), path, task_id)
+        timing = _parse_timing(raw.get("timing", []), path, task_id, edition)
         timing_points = sum(rule.max_points for rule in timing)
         available = _require(raw, "available", bool, path, task_id)
+        if available and any(rule.student is None for rule in timing):
+            raise RegistryError(path, task_id, "timing.student", "is missing: every timing rule of an available task "
+                                "says how a student measures it without the reference (student = {...})")
         if available and not math.isclose(timing_points, points.performance):
             raise RegistryError(
                 path,
@@ -392,7 +483,7 @@ def parse_registry(data: dict, path: Path) -> Registry:
                 hidden=hidden,
                 timing=timing,
                 rules=_parse_rules(raw.get("rules", {}), path, task_id),
-                grading=_parse_grading(raw.get("grading", {}), path, task_id),
+                grading=_parse_grading(raw.get("grading", {}), path, task_id, edition),
             )
         )
     numbers = sorted(t.number for t in tasks)
@@ -450,18 +541,26 @@ def _load_default() -> Registry:
     return _load(REGISTRY_PATH)
 
 
-def without_hidden(text: str) -> str:
-    """The registry's TOML text without its ``[task.hidden]`` tables: what a student bundle may ship
-    (the hidden edge cases and the ranges the grader draws from stay with the instructor)."""
-    kept: list[str] = []
+def student_edition(text: str) -> str:
+    """The registry's TOML text as a student bundle ships it: no ``[task.hidden]`` tables (the hidden edge cases
+    and the ranges the grader draws from), no ``reasoning`` (the instructor's notes on the rubric; the student
+    targets stay), no comments, and ``edition = "student"`` so that the loader does not ask for the reasoning."""
+    kept: list[str] = ["# The assignment registry, student edition (generated by `make release`; do not edit).\n"]
     skipping = False
     for line in text.splitlines(keepends=True):
-        header = line.strip()
-        if header.startswith("["):
-            skipping = header == "[task.hidden]"
-        if not skipping:
-            kept.append(line)
-    return "".join(kept)
+        stripped = line.strip()
+        if stripped.startswith("["):
+            skipping = stripped == "[task.hidden]"
+        if skipping or stripped.startswith("#"):
+            continue
+        if re.match(r"reasoning\s*=", stripped):
+            if not re.fullmatch(r'reasoning\s*=\s*"(?:[^"\\]|\\.)*"', stripped):
+                raise ValueError(f"a reasoning that is not a one-line string: {stripped[:60]}...")
+            continue
+        kept.append(line)
+        if stripped == "[course]":
+            kept.append('edition = "student"\n')
+    return re.sub(r"\n{3,}", "\n\n", "".join(kept))
 
 
 def check_markers(marker_names: set[str], registry: Registry, where: str) -> None:

@@ -81,6 +81,15 @@ def describe_threshold(rule: TimingRule, at: float) -> str:
     return f"speedup ≥ {format_number(at)}× over {rule.reference}"
 
 
+def describe_student_target(rule: TimingRule, at: float) -> str:
+    """The same threshold as a student measures it without the reference (make bench's "you are here")."""
+    from assignment.perf.targets import describe
+
+    if rule.student is None:
+        return "-"
+    return "≥ " + describe(rule.student.baseline, rule.student.needed(rule.metric, at))
+
+
 def task_views(registry: Registry, root: Path = REPO_ROOT, text_dir: Path = TEXT_DIR) -> list[TaskView]:
     return [
         TaskView(task, task_text_html(task, registry, text_dir), task_api(task, registry, root), test_commands(task))
@@ -110,14 +119,23 @@ def template_environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.globals.update(describe_threshold=describe_threshold, tolerance_meaning=TOLERANCE_MEANING)
+    env.globals.update(describe_threshold=describe_threshold, describe_student_target=describe_student_target,
+                       tolerance_meaning=TOLERANCE_MEANING)
     return add_filters(env)
 
 
-def render_html(registry: Registry | None = None, root: Path = REPO_ROOT, text_dir: Path = TEXT_DIR) -> str:
+AUDIENCES = ("student", "instructor")
+
+
+def render_html(registry: Registry | None = None, root: Path = REPO_ROOT, text_dir: Path = TEXT_DIR,
+                audience: str = "student") -> str:
+    """The handout; ``audience="instructor"`` adds the rubric's reasoning (where every threshold comes from)."""
+    if audience not in AUDIENCES:
+        raise ValueError(f"audience must be one of {AUDIENCES}, got {audience!r}")
     registry = registry or load_registry()
     return template_environment().get_template("handout.html.j2").render(
         registry=registry,
+        audience=audience,
         chapters_before=chapter_views(registry, text_dir),
         views=task_views(registry, root, text_dir),
         css=(HANDOUT_DIR / "style.css").read_text(encoding="utf-8"),
@@ -142,9 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Render the handout to HTML and PDF.")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default build/handout)")
     parser.add_argument("--no-pdf", action="store_true", help="write only the HTML")
+    parser.add_argument("--audience", choices=AUDIENCES, default="student",
+                        help="student (what the bundle ships) or instructor (adds the rubric's reasoning)")
     args = parser.parse_args(argv)
 
-    html_path = write_html(args.out)
+    html_path = write_html(args.out, audience=args.audience)
     print(f"handout: wrote {html_path}")
     if args.no_pdf:
         print("handout: PDF skipped (--no-pdf)")

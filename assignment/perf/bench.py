@@ -23,407 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-OUT_DIR = REPO_ROOT / "build" / "bench"
-TASKS = ("t2", "t3", "t4", "t5", "t6")
-# Loose on purpose: the bench only guards against a fast-but-wrong kernel; the tests grade
-# correctness with the registry's tolerances.
-BENCH_MAX_RELATIVE_ERROR = 1e-3
-
-
-@dataclass
-class Case:
-    label: str
-    make_inputs: Callable[[int], Any]
-    candidates: dict[str, Callable[[Any], Any]]
-    flops: float | None
-    bytes_moved: float | None
-    metric: str                      # "GB/s" or "TFLOP/s": what the row reports
-    percent_of: str                  # "copy" (bandwidth) or a candidate name (speed relative to it)
-    notes: list[str] = field(default_factory=list)
-    speedup_over: tuple[str, ...] = ()  # baselines to print the student's and the reference's speedups over
-
-
-# --------------------------------------------------------------------------- work counts
-
-
-def attention_pairs(Lq: int, Lk: int, causal: bool) -> int:
-    """(query, key) pairs a query sees: all, or j <= i + Lk - Lq under the causal mask."""
-    if not causal:
-        return Lq * Lk
-    return sum(min(Lk, max(0, i + Lk - Lq + 1)) for i in range(Lq))
-
-
-def attention_work(B: int, H: int, Lq: int, Lk: int, d: int, causal: bool,
-                   H_kv: int | None = None) -> tuple[float, float]:
-    """(flops, ideal bytes): QKᵀ and PV are 2·d flops per visible pair each; read Q, K, V (H_kv heads, default
-    H), write O and LSE once."""
-    H_kv = H if H_kv is None else H_kv
-    flops = 4.0 * B * H * attention_pairs(Lq, Lk, causal) * d
-    bytes_moved = 4.0 * B * (H * (2 * Lq * d + Lq) + H_kv * 2 * Lk * d)
-    return flops, bytes_moved
-
-
-# --------------------------------------------------------------------------- cases
-
-
-def _generator(i: int):
-    import torch
-
-    return torch.Generator(device="cuda").manual_seed(1000 + i)
-
-
-def _randn(*shape: int, seed: int, scale: float = 1.0):
-    import torch
-
-    return torch.randn(*shape, device="cuda", generator=_generator(seed)) * scale
-
-
-def cases_t2(student, reference, quick: bool) -> list[Case]:
-    import torch
-
-    shapes = [(4096, 1024), (4096, 4096), (256, 65536)] if quick else [(65536, 1024), (65536, 4096), (4096, 65536)]
-    cases = []
-    for rows, cols in shapes:
-        def naive(x):  # the textbook formula, one PyTorch kernel per step
-            e = torch.exp(x - x.max(dim=-1, keepdim=True).values)
-            return e / e.sum(dim=-1, keepdim=True)
-
-        candidates = {"pytorch": lambda x: torch.softmax(x, dim=-1), "naive pytorch": naive,
-                      "student": student.softmax}
-        if reference is not None:
-            candidates["reference"] = reference.softmax
-        cases.append(Case(f"softmax {rows}x{cols}", lambda i, r=rows, c=cols: _randn(r, c, seed=i, scale=4.0),
-                          candidates, flops=None, bytes_moved=8.0 * rows * cols, metric="GB/s", percent_of="copy"))
-    return cases
-
-
-def cases_t3(student, reference, quick: bool) -> list[Case]:
-    import torch
-
-    L, d, batch = (512, 64, 16) if quick else (1024, 64, 128)
-    big = 2048 if quick else 4096
-    # (label, batch, M, N, K, trans_b): a square GEMM, then attention's Q·Kᵀ and P·V.
-    shapes = [(f"{big}^3", 1, big, big, big, False), (f"Q·Kᵀ {batch}x{L}x{L}x{d}", batch, L, L, d, True),
-              (f"P·V {batch}x{L}x{d}x{L}", batch, L, d, L, False)]
-    cases = []
-    for label, b, M, N, K, trans_b in shapes:
-        def make(i, b=b, M=M, N=N, K=K, trans_b=trans_b):
-            return _randn(b, M, K, seed=2 * i), _randn(b, *((N, K) if trans_b else (K, N)), seed=2 * i + 1)
-
-        def torch_mm(ab, trans_b=trans_b):
-            return torch.matmul(ab[0], ab[1].transpose(-1, -2) if trans_b else ab[1])
-
-        candidates = {"cuBLAS": torch_mm, "student": lambda ab, t=trans_b: student.gemm(ab[0], ab[1], trans_b=t)}
-        if reference is not None:
-            candidates["reference"] = lambda ab, t=trans_b: reference.gemm(ab[0], ab[1], trans_b=t)
-        cases.append(Case(f"gemm {label}", make, candidates, flops=2.0 * b * M * N * K,
-                          bytes_moved=4.0 * b * (M * K + K * N + M * N), metric="TFLOP/s", percent_of="cuBLAS"))
-    return cases
-
-
-# (B, H, L, d): seed 000's shapes, the issue's B8 H16 L4096, and a spread of seed 002's test table
-# (batch B, length N, d, one head) from short-and-wide to long-and-narrow.
-ATTENTION_SHAPES = [(8, 16, 4096, 64), (8, 16, 4096, 128), (4, 1, 128, 64), (64, 1, 4096, 64)]
-SEED002_SHAPES = [(320, 1, 128, 32), (160, 1, 128, 64), (80, 1, 512, 32), (40, 1, 512, 64), (20, 1, 2048, 32),
-                  (500, 1, 2048, 64), (100, 1, 4096, 64), (10, 1, 8192, 64), (4, 1, 16384, 64), (2, 1, 32768, 64)]
-# (B, H, H_kv, L, d): grouped-query attention with Llama 3's heads (32 query heads over 8 KV heads), a long prompt.
-GQA_SHAPES = [(1, 32, 8, 8192, 64), (1, 32, 8, 8192, 128)]
-GQA_SHAPES_QUICK = [(1, 32, 8, 2048, 64), (1, 32, 8, 2048, 128)]
-
-
-def reference_kernels():
-    """The reference solutions' kernels, or None in a student bundle (it has no solutions/)."""
-    from assignment.cuda.kernels import Kernels
-    from assignment.impl import ImplError, student_dir
-
-    try:
-        return Kernels(student_dir("solutions"))
-    except ImplError:
-        return None
-
-
-def repeat_kv(qkv):
-    """(q, k, v) with K/V of H_kv heads repeated to q's H heads (a copy): the layout of libraries without GQA."""
-    from assignment.model.attention import repeat_kv_heads
-
-    q, k, v = qkv
-    return q, repeat_kv_heads(k, q.shape[1]), repeat_kv_heads(v, q.shape[1])
-
-
-def naive_pytorch_attention(qkv, causal: bool):
-    """softmax(Q Kᵀ / sqrt(d)) V with the whole score matrix, as PyTorch's users first write it (square L)."""
-    import torch
-
-    q, k, v = repeat_kv(qkv)
-    s = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
-    if causal:
-        s.masked_fill_(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu_(1), float("-inf"))
-    return torch.softmax(s, dim=-1) @ v
-
-
-def attention_candidates(student, reference, causal: bool, B: int, H: int, L: int,
-                         naive_limit_bytes: float = 24e9) -> dict[str, Callable[[Any], Any]]:
-    """SDPA, the naive versions (while their B*H*L*L scores, written twice, fit the limit), student, reference.
-
-    With K/V of fewer heads than q (GQA), SDPA and the naive versions get them repeated (inside the timed call:
-    the copy is part of their cost); the student's and the reference kernels read them as they are.
-    """
-    import torch.nn.functional as F
-
-    # square L: SDPA's top-left causal alignment is the kit's bottom-right one
-    candidates = {"SDPA": lambda qkv: F.scaled_dot_product_attention(*repeat_kv(qkv), is_causal=causal)}
-    if 2 * 4.0 * B * H * L * L <= naive_limit_bytes:
-        candidates["naive pytorch"] = lambda qkv: naive_pytorch_attention(qkv, causal)
-        candidates["naive cuda"] = lambda qkv: student.naive_cuda_attention(*qkv, causal=causal)
-    candidates["student"] = lambda qkv: student.flash_attention(*qkv, causal=causal)[0]
-    if reference is not None:
-        candidates["reference"] = lambda qkv: reference.flash_attention(*qkv, causal=causal)[0]
-    return candidates
-
-
-def cases_attention(student, reference, quick: bool, causal: bool, shapes=None) -> list[Case]:
-    shapes = shapes or ATTENTION_SHAPES
-    if quick:
-        shapes = [(2, 8, 1024, 64), (2, 8, 1024, 128), (4, 1, 128, 64), (8, 1, 2048, 64)]
-    cases = []
-    for B, H, L, d in shapes:
-        def make(i, shape=(B, H, L, d)):
-            return tuple(_randn(*shape, seed=3 * i + j) for j in range(3))
-
-        candidates = attention_candidates(student, reference, causal, B, H, L)
-        flops, bytes_moved = attention_work(B, H, L, L, d, causal)
-        label = f"{'causal ' if causal else ''}attention B{B} H{H} L{L} d{d}"
-        cases.append(Case(label, make, candidates, flops, bytes_moved, metric="TFLOP/s", percent_of="SDPA"))
-    return cases
-
-
-def cases_gqa(student, reference, quick: bool, causal: bool, shapes=None) -> list[Case]:
-    """Grouped-query rows: each kernel on K/V of H_kv heads, and on the same K/V repeated to H heads ("... MHA").
-
-    The two do the same arithmetic on the same values, so their times should match: a kernel that reads the
-    shared KV head directly pays nothing for GQA (and moves H / H_kv times fewer K/V bytes).
-    """
-    import torch.nn.functional as F
-
-    shapes = shapes or (GQA_SHAPES_QUICK if quick else GQA_SHAPES)
-    cases = []
-    for B, H, H_kv, L, d in shapes:
-        def make(i, B=B, H=H, H_kv=H_kv, L=L, d=d):
-            q, k, v = _randn(B, H, L, d, seed=5 * i), _randn(B, H_kv, L, d, seed=5 * i + 1), \
-                _randn(B, H_kv, L, d, seed=5 * i + 2)
-            _, k_rep, v_rep = repeat_kv((q, k, v))
-            return q, k, v, k_rep, v_rep
-
-        candidates = {"SDPA": lambda x: F.scaled_dot_product_attention(x[0], x[3], x[4], is_causal=causal),
-                      "student": lambda x: student.flash_attention(*x[:3], causal=causal)[0],
-                      "student MHA": lambda x: student.flash_attention(x[0], x[3], x[4], causal=causal)[0]}
-        if reference is not None:
-            candidates["reference"] = lambda x: reference.flash_attention(*x[:3], causal=causal)[0]
-            candidates["reference MHA"] = lambda x: reference.flash_attention(x[0], x[3], x[4], causal=causal)[0]
-        flops, bytes_moved = attention_work(B, H, L, L, d, causal, H_kv)
-        label = f"{'causal ' if causal else ''}attention B{B} H{H} H_kv{H_kv} L{L} d{d} (GQA; MHA: K/V repeated)"
-        cases.append(Case(label, make, candidates, flops, bytes_moved, metric="TFLOP/s", percent_of="SDPA"))
-    return cases
-
-
-# (B, H, H_kv, L, d): decode with Llama 3's heads (32 query heads over 8 KV heads), the issue's shapes.
-DECODE_SHAPES = [(1, 32, 8, 8192, 64), (1, 32, 8, 8192, 128), (1, 32, 8, 32768, 64), (1, 32, 8, 32768, 128),
-                 (8, 32, 8, 8192, 64), (8, 32, 8, 8192, 128)]
-DECODE_SHAPES_QUICK = [(1, 32, 8, 2048, 64), (1, 32, 8, 8192, 128), (4, 32, 8, 2048, 64)]
-
-
-def decode_work(B: int, H: int, H_kv: int, L: int, d: int) -> tuple[float, float]:
-    """(flops, bytes): q·K and p·V are 2·d flops per (query head, key) each; the bytes are the K/V cache read,
-    the only traffic that grows with L (q, O and LSE are 2·B·H·(d + 1) floats more)."""
-    return 4.0 * B * H * L * d, 2.0 * 4.0 * B * H_kv * L * d
-
-
-def naive_pytorch_decode(q, k, v):
-    """softmax(q Kᵀ / sqrt(d)) V for one query token per head, with K/V repeated per query head (a copy), as users
-    first write it: q (B, H, d), k and v (B, H_kv, L, d) -> (B, H, d)."""
-    import torch
-
-    _, k, v = repeat_kv((q, k, v))
-    scores = (q[:, :, None, :] @ k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))  # (B, H, 1, L)
-    return (torch.softmax(scores, dim=-1) @ v)[:, :, 0]
-
-
-def grouped_pytorch_decode(q, k, v):
-    """The same without the copy: the G query heads of a KV head as G rows of one matmul (the model's reference)."""
-    import torch
-
-    B, H, d = q.shape
-    H_kv = k.shape[1]
-    qg = q.view(B, H_kv, H // H_kv, d)
-    scores = (qg @ k.transpose(-1, -2)) * (1.0 / math.sqrt(d))  # (B, H_kv, G, L)
-    return (torch.softmax(scores, dim=-1) @ v).view(B, H, d)
-
-
-def _decode_inputs(B: int, H: int, H_kv: int, L: int, d: int):
-    import torch
-
-    def make(i: int):
-        q = _randn(B, H, d, seed=4 * i)
-        k, v = _randn(B, H_kv, L, d, seed=4 * i + 1), _randn(B, H_kv, L, d, seed=4 * i + 2)
-        return q, k, v, torch.full((B,), L, dtype=torch.int32, device="cuda")  # a full cache: L_max = L
-    return make
-
-
-def _decoding_with(kernels):
-    """A decode candidate as a model calls it: the workspace made once (in the warm-up) and reused, so a timed
-    call is the two launches and the wrapper's checks, not allocations."""
-    made = {}
-
-    def call(x):
-        q, k = x[0], x[1]
-        key = (tuple(q.shape), tuple(k.shape))
-        if key not in made:
-            made[key] = kernels.decode_workspace(q, k)
-        return kernels.decode_attention(*x, workspace=made[key])[0]
-    return call
-
-
-def cases_t6(student, reference, quick: bool, shapes=None) -> list[Case]:
-    import torch.nn.functional as F
-
-    cases = []
-    for B, H, H_kv, L, d in shapes or (DECODE_SHAPES_QUICK if quick else DECODE_SHAPES):
-        candidates = {
-            "naive pytorch": lambda x: naive_pytorch_decode(*x[:3]),
-            "pytorch grouped": lambda x: grouped_pytorch_decode(*x[:3]),
-            "SDPA": lambda x: F.scaled_dot_product_attention(x[0][:, :, None], *repeat_kv(x[:3])[1:])[:, :, 0],
-            "student": _decoding_with(student),
-        }
-        if reference is not None:
-            candidates["reference"] = _decoding_with(reference)
-        flops, bytes_moved = decode_work(B, H, H_kv, L, d)
-        cases.append(Case(f"decode B{B} H{H} H_kv{H_kv} L{L} d{d} (KV bytes/s)", _decode_inputs(B, H, H_kv, L, d),
-                          candidates, flops, bytes_moved, metric="GB/s", percent_of="copy",
-                          speedup_over=("naive pytorch", "pytorch grouped", "SDPA")))
-    return cases
-
-
-def cases_t6_splits(student, reference, quick: bool) -> list[Case]:
-    """The reference (else the student) at split counts around the kit's choice: is the choice near the best?"""
-    kernels = reference or student
-    cases = []
-    for B, H, H_kv, L, d in (DECODE_SHAPES_QUICK if quick else DECODE_SHAPES):
-        make = _decode_inputs(B, H, H_kv, L, d)
-        sample = make(0)
-        chosen = kernels.decode_workspace(sample[0], sample[1]).num_splits
-        del sample
-        counts = sorted({n for n in (chosen // 4, chosen // 2, chosen - 1, chosen, chosen + 1, chosen + chosen // 2,
-                                     2 * chosen, 4 * chosen) if 1 <= n <= 4096})
-        candidates = {"naive pytorch": lambda x: naive_pytorch_decode(*x[:3])}
-        for n in counts:
-            label = f"{n} splits" + (" (kit)" if n == chosen else "")
-            candidates[label] = lambda x, n=n: kernels.decode_attention(*x, num_splits=n)[0]
-        flops, bytes_moved = decode_work(B, H, H_kv, L, d)
-        cases.append(Case(f"decode split sweep B{B} H{H} H_kv{H_kv} L{L} d{d}", make, candidates, flops, bytes_moved,
-                          metric="GB/s", percent_of="copy"))
-    return cases
-
-
-CASES = {"t2": cases_t2, "t3": cases_t3, "t6": cases_t6,
-         "t4": lambda s, r, q: cases_attention(s, r, q, False) + cases_gqa(s, r, q, False),
-         "t5": lambda s, r, q: cases_attention(s, r, q, True) + cases_gqa(s, r, q, True)}
-
-
-# --------------------------------------------------------------------------- running and printing
-
-
-def _bench_check(reference_name: str, case: Case):
-    """check(name, inputs, output) for measure(): compare with the first PyTorch candidate on the same inputs."""
-    def check(name: str, inputs, output) -> None:
-        if name == reference_name:
-            return
-        expected = case.candidates[reference_name](inputs)
-        error = (output - expected).abs().max().item() / max(expected.abs().max().item(), 1e-30)
-        if not error <= BENCH_MAX_RELATIVE_ERROR:
-            raise AssertionError(f"{case.label}: {name} is wrong during timing (max relative error {error:.2e})")
-    return check
-
-
-def _usable(case: Case) -> None:
-    """Drop candidates that cannot run (a TODO, no reference, out of memory), keeping the reason."""
-    import torch
-
-    inputs = case.make_inputs(0)
-    for name in list(case.candidates):
-        try:
-            case.candidates[name](inputs)
-        except (NotImplementedError, FileNotFoundError, torch.cuda.OutOfMemoryError, RuntimeError) as exc:
-            first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            case.notes.append(f"{name} skipped: {first_line}")
-            del case.candidates[name]
-    del inputs
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-
-
-def run_case(case: Case, copy_gbps: float | None, settings: dict) -> dict:
-    from assignment.perf.timing import ImpossibleTimeError, measure, ratio
-
-    _usable(case)
-    if not case.candidates:
-        return {"label": case.label, "notes": case.notes, "results": {}}
-    baseline = next(iter(case.candidates))
-    error = None
-    try:
-        results = measure(case.candidates, case.make_inputs, check=_bench_check(baseline, case), flops=case.flops,
-                          bytes_moved=case.bytes_moved, **settings)
-    except ImpossibleTimeError as exc:
-        results, error = exc.results, str(exc)
-    row = {"label": case.label, "flops": case.flops, "bytes_moved": case.bytes_moved, "notes": case.notes,
-           "error": error, "results": {n: r.to_dict() for n, r in results.items()}}
-    if "student" in results and "reference" in results:
-        row["ratio_student_reference"] = ratio(results["student"], results["reference"])
-    print_case(case, results, copy_gbps, error)
-    return row
-
-
-def print_case(case: Case, results: dict, copy_gbps: float | None, error: str | None) -> None:
-    any_result = next(iter(results.values()), None)
-    header = case.label
-    if any_result is not None:
-        header += f"  (floor {any_result.floor_ms:.4f} ms; stopped: {any_result.stop_reason})"
-    print(f"\n{header}")
-    percent_label = "% copy" if case.percent_of == "copy" else f"% {case.percent_of}"
-    print(f"  {'candidate':<14} {'ms':>10} {case.metric:>9} {percent_label:>9} {'rse':>6} {'reps':>5} {'÷ reference':>11}")
-    reference = results.get("reference")
-    for name, r in results.items():
-        value = r.gbps if case.metric == "GB/s" else r.tflops
-        if case.percent_of == "copy":
-            percent = 100 * r.gbps / copy_gbps if copy_gbps and r.gbps else None
-        else:
-            base = results.get(case.percent_of)
-            percent = 100 * base.median_ms / r.median_ms if base else None
-        vs_ref = f"{r.median_ms / reference.median_ms:.2f}x" if reference else "-"
-        shown = _fmt(value, ".1f" if case.metric == "GB/s" else ".2f")
-        print(f"  {name:<14} {r.median_ms:>10.4f} {shown:>9} {_fmt(percent, '.0f'):>9} "
-              f"{100 * r.rse:>5.1f}% {r.reps:>5} {vs_ref:>11}")
-    for base in case.speedup_over:
-        if base in results:
-            shown = [f"{who} {results[base].median_ms / results[who].median_ms:.2f}x" for who in ("student", "reference")
-                     if who in results]
-            if shown:
-                print(f"  speedup over {base}: {', '.join(shown)}")
-    for note in case.notes:
-        print(f"  note: {note}")
-    if error:
-        print(f"  IMPOSSIBLE TIME: {error}")
-
-
-def _fmt(value, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
+from assignment.perf import targets
+from assignment.perf.cases import (CASES, OUT_DIR, SEED002_SHAPES, TASKS, cases_attention, cases_gqa, cases_t6_splits,
+                                   reference_kernels, run_case)
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -439,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-only", action="store_true",
                         help="t6: only the model table (TTFT and TBT of the Llama-3.2-1B shape, four ways)")
     parser.add_argument("--no-model", action="store_true", help="t6: only the decode-kernel table")
+    parser.add_argument("--targets", action="store_true",
+                        help="only the registry's timing rules, against the student targets (where you stand)")
     args = parser.parse_args(argv)
     if args.task is None:
         print(f"choose a task: make bench T=t2 (one of {', '.join(TASKS)})", file=sys.stderr)
@@ -449,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     if (args.splits or args.model_only or args.no_model) and args.task != "t6":
         print("--splits, --model-only and --no-model are t6 options", file=sys.stderr)
         return 2
-    if sum((args.splits, args.model_only, args.no_model)) > 1:
-        print("choose one of --splits, --model-only and --no-model", file=sys.stderr)
+    if sum((args.splits, args.model_only, args.no_model, args.seed002, args.gqa, args.targets)) > 1:
+        print("choose one of --splits, --model-only, --no-model, --seed002, --gqa and --targets", file=sys.stderr)
         return 2
 
     import torch
@@ -465,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.backends.cuda.matmul.allow_tf32 = False  # an fp32 contest: cuBLAS and SDPA may not use TF32
     torch.backends.cudnn.allow_tf32 = False
+    from assignment.registry import load_registry
+
+    registry = load_registry()
     student, reference = Kernels(), reference_kernels()
     settings = {"max_reps": 30, "time_cap_s": 3.0} if args.quick or args.seed002 or args.splits else {}
     info = gpu_info()
@@ -478,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         cases = cases_gqa(student, reference, args.quick, args.task == "t5")
     elif args.splits:
         cases = cases_t6_splits(student, reference, args.quick)
-    elif args.model_only:
+    elif args.model_only or args.targets:
         cases = []
     else:
         cases = CASES[args.task](student, reference, args.quick)
@@ -488,22 +98,38 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.task == "t6" and not (args.splits or args.no_model):
         report["model"] = run_model_table(copy.gbps, args.quick, args.out)
+    if not (args.seed002 or args.gqa or args.splits):
+        standings = where_you_stand(registry.task(args.task), student, reference, copy.gbps, settings,
+                                    report.get("model"), info.get("name"), skip_model=args.no_model)
+        report["targets"] = [s.to_dict() for s in standings]
+        print("\n" + targets.format_standings(standings))
     suffix = ("_seed002" if args.seed002 else "_gqa" if args.gqa else "_splits" if args.splits
-              else "_model" if args.model_only else "")
+              else "_model" if args.model_only else "_targets" if args.targets else "")
     path = args.out / f"{args.task}{suffix}.json"
     path.write_text(json.dumps(report, indent=2, default=str))
     print(f"\nwrote {path}")
     return 1 if any(row.get("error") for row in rows) or report.get("model", {}).get("error") else 0
 
 
-def run_model_table(copy_gbps: float, quick: bool, out: Path) -> dict:
+def where_you_stand(task, student, reference, copy_gbps, settings, model_report, gpu_name, skip_model=False):
+    """The task's timing rules against their student targets; t6's model rule reuses the model table (with
+    --targets alone, the model table runs for it at its quick settings)."""
+    if any(targets.is_model_rule(rule) for rule in task.timing) and model_report is None and not skip_model:
+        from assignment.perf.model_bench import TARGETS
+
+        model_report = run_model_table(copy_gbps, True, None, TARGETS)
+    print(f"\ntiming {task.id}'s graded shapes against the student targets:")
+    return targets.measure_task(task, student, reference, copy_gbps, settings, model_report, gpu_name)
+
+
+def run_model_table(copy_gbps: float, quick: bool, out: Path | None, settings=None) -> dict:
     """t6's model table (model_bench.run), or {"error": ...} when it cannot run at all (the kernel table is kept)."""
     import traceback
 
     from assignment.perf import model_bench
 
     try:
-        return model_bench.run(copy_gbps, quick=quick, out=out)
+        return model_bench.run(copy_gbps, quick=quick, out=out, settings=settings)
     except Exception as exc:  # noqa: BLE001 -- e.g. out of memory building the model: report it, keep the kernels
         traceback.print_exc()
         print(f"\nmodel table FAILED: {exc}", file=sys.stderr)

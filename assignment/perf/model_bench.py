@@ -69,6 +69,8 @@ class Settings:
 FULL = Settings()
 QUICK = Settings(prompts=(128,), new_tokens=32, ttft_reps=3, warmup_steps=2, sweep_prompts=(128, 512, 1024),
                  naive_sweep_prompts=(128, 512), sweep_steps=8, naive_sweep_steps=3)
+# For the decode-step timing rule alone (make bench T=t6 --targets): the rule's context, no sweep.
+TARGETS = Settings(prompts=(1024,), new_tokens=32, ttft_reps=1, warmup_steps=2, sweep_prompts=(), naive_sweep_prompts=())
 
 
 # --------------------------------------------------------------------------- the roofline (no GPU)
@@ -413,6 +415,8 @@ def sweep(contender: Contender, config, device, settings: Settings, copy_gbps: f
     prompts = settings.naive_sweep_prompts if naive else settings.sweep_prompts
     steps = settings.naive_sweep_steps if naive else settings.sweep_steps
     points, shown = [], []
+    if not prompts:
+        return points
     for prompt_len in prompts:
         prompt = random_prompt(prompt_len, config.vocab_size, device)
         result = _attempt(contender, prompt_len + steps + 1, prompt, steps + 1, 1, 2)

@@ -19,7 +19,7 @@ import math
 import sys
 from pathlib import Path
 
-from assignment.perf.bench import OUT_DIR, attention_candidates, attention_work, reference_kernels
+from assignment.perf.cases import OUT_DIR, attention_candidates, attention_work, reference_kernels
 
 TOKENS = 16384          # B * L at every point of the sweep
 HEADS = 16

@@ -205,3 +205,21 @@ def test_pdf_has_a_page_per_task(handout_html, tmp_path):
     assert pdf.read_bytes().startswith(b"%PDF")
     assert count_pages(pdf) >= 7  # each task section starts a new page
     assert time.monotonic() - started < 60
+
+
+def test_the_student_handout_states_the_targets_a_student_can_measure_and_not_the_reasoning(html, registry):
+    assert "Why these thresholds" not in html
+    for task in registry.available:
+        for rule in task.timing:
+            assert rule.reasoning[:60] not in html, f"{task.id}: the rubric's reasoning is in the student handout"
+            full = max(rule.thresholds, key=lambda t: t.points)
+            assert str(escape(render.describe_student_target(rule, full.at))) in html, (task.id, rule.name)
+    assert "The course grades on an NVIDIA H100 80GB HBM3" in html
+
+
+def test_the_instructor_handout_keeps_the_reasoning(tmp_path, registry):
+    html = render.write_html(tmp_path, audience="instructor").read_text(encoding="utf-8")
+    rule = registry.task("t3").timing[0]
+    assert "Why these thresholds" in html and str(escape(rule.reasoning[:60])) in html
+    with pytest.raises(ValueError, match="audience"):
+        render.render_html(audience="everyone")

@@ -158,18 +158,54 @@ def test_grading_limits_must_be_consistent(tmp_path):
         load_registry(path)
 
 
-def test_the_student_view_of_the_registry_has_no_hidden_shapes(tmp_path):
-    from assignment.registry import REGISTRY_PATH, without_hidden
+def test_the_student_edition_of_the_registry_has_no_hidden_shapes_or_reasoning(tmp_path):
+    from assignment.registry import REGISTRY_PATH, student_edition
 
-    text = without_hidden(REGISTRY_PATH.read_text())
+    text = student_edition(REGISTRY_PATH.read_text())
     assert "[task.hidden]" not in text and "draw = " not in text
+    assert "reasoning" not in text and "grader/" not in text
     path = tmp_path / "tasks.toml"
     path.write_text(text)
     student = load_registry(path)
     assert all(len(t.hidden) == 0 for t in student.tasks)
     assert [t.points for t in student.tasks] == [t.points for t in load_registry().tasks]
+    instructor = load_registry()
+    assert [r.student for t in student.tasks for r in t.timing] == [r.student for t in instructor.tasks for r in t.timing]
+    assert [r.thresholds for t in student.tasks for r in t.timing] == \
+        [r.thresholds for t in instructor.tasks for r in t.timing]
 
 
 def test_every_available_task_has_hidden_shapes():
     for task in load_registry().available:
         assert task.hidden.fixed, f"{task.id} has no [task.hidden] shapes: the grader would have no cases"
+
+
+def test_every_timing_rule_of_an_available_task_has_a_student_target(tmp_path):
+    line = 'student = { baseline = "cuBLAS", reference = 0.85, gpu = "NVIDIA H100 80GB HBM3" }\n'
+    with pytest.raises(RegistryError, match=r"task t3: field 'timing.student': is missing"):
+        load_registry(write_variant(tmp_path, line, ""))
+    with pytest.raises(RegistryError, match=r"task t3: field 'timing\[0\].student.baseline': must be one of"):
+        load_registry(write_variant(tmp_path, line, line.replace('"cuBLAS"', '"the reference"')))
+    speedup = 'naive = 0.815, '
+    with pytest.raises(RegistryError, match=r"task t4: field 'timing\[0\].student.naive': is missing"):
+        load_registry(write_variant(tmp_path, speedup, ""))
+
+
+def test_student_targets_restate_the_rules_from_the_reference_figures():
+    registry = load_registry()
+    gemm = registry.task("t3").timing[0]
+    # time_vs_reference: the reference at 0.85x cuBLAS, full points up to 1.15x its time -> 0.74x cuBLAS
+    assert gemm.student.needed(gemm.metric, 1.15) == pytest.approx(0.85 / 1.15)
+    assert gemm.student_points_for(0.75) == 5 and gemm.student_points_for(0.6) == 3.5
+    assert gemm.student_points_for(0.1) == 0
+    naive = registry.task("t4").timing[0]
+    # speedup_vs_naive: 1.25x over a naive composition that runs at 0.815x SDPA -> 1.02x SDPA
+    assert naive.student.needed(naive.metric, 1.25) == pytest.approx(0.815 * 1.25)
+    step = registry.task("t6").timing[1]
+    assert step.student.baseline == "naive path" and step.student.needed(step.metric, 10.0) == 10.0
+    for task in registry.available:
+        for rule in task.timing:
+            full = max(rule.thresholds, key=lambda t: t.points)
+            # the reference itself earns full points against its own target
+            assert rule.student_points_for(rule.student.reference) == rule.max_points, (task.id, rule.name)
+            assert rule.student.needed(rule.metric, full.at) > 0
