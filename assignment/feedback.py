@@ -55,6 +55,9 @@ class Question:
     min: float = -math.inf
     max: float = math.inf
     max_length: int = 4000
+    # The registry task this question is about (its difficulty, its hours), or None: lets the feedback summary
+    # set the answers beside that task's scores. per_task questions get theirs from the expansion.
+    task: str | None = None
 
     def check(self, value: Any) -> str | None:
         """None when ``value`` is a valid answer, else what is wrong with it."""
@@ -157,13 +160,14 @@ def load_form(path: Path = FORM_PATH) -> Form:
         raise FeedbackError(f"{path}: schema_version must be a positive integer, got {version!r}")
     questions: list[Question] = []
     tasks = load_registry().tasks
+    task_ids = tuple(t.id for t in tasks)
     for i, item in enumerate(raw.get("question", [])):
         where = f"{path.name}, question {i + 1} ({item.get('id', '?')})"
-        question = _question(item, where)
+        question = _question(item, where, task_ids)
         if item.get("per_task"):
             for task in tasks:
                 questions.append(Question(**{**question.__dict__, "id": f"{question.id}_{task.id}",
-                                             "text": f"{question.text}: {task.id} {task.title}"}))
+                                             "text": f"{question.text}: {task.id} {task.title}", "task": task.id}))
         else:
             questions.append(question)
     ids = [q.id for q in questions]
@@ -175,9 +179,9 @@ def load_form(path: Path = FORM_PATH) -> Form:
     return Form(version, tuple(questions))
 
 
-def _question(item: dict, where: str) -> Question:
+def _question(item: dict, where: str, task_ids: tuple[str, ...]) -> Question:
     known = {"id", "text", "type", "required", "choices", "multiple", "low", "high", "min", "max", "max_length",
-             "per_task"}
+             "per_task", "task"}
     unknown = sorted(set(item) - known)
     if unknown:
         raise FeedbackError(f"{where}: unknown field(s) {', '.join(unknown)}")
@@ -191,6 +195,13 @@ def _question(item: dict, where: str) -> Question:
     if not isinstance(item.get("required"), bool):
         raise FeedbackError(f"{where}: required must be true or false")
     args: dict[str, Any] = {"id": qid, "text": text.strip(), "type": kind, "required": item["required"]}
+    if "task" in item:
+        if item.get("per_task"):
+            raise FeedbackError(f"{where}: a per_task question gets its task from the expansion; remove task")
+        if item["task"] not in task_ids:
+            raise FeedbackError(f"{where}: task must be one of the registry's task ids ({', '.join(task_ids)}), "
+                                f"got {item['task']!r}")
+        args["task"] = item["task"]
     if kind == "choice":
         choices = item.get("choices")
         if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) and c for c in choices) \

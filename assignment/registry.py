@@ -236,6 +236,7 @@ class Registry:
     # largest file the grader takes: the same limits on both sides.
     submit_files: tuple[str, ...] = ()
     max_file_bytes: int = 5 * 1024 * 1024
+    edition: str = "instructor"
 
     def task(self, task_id: str) -> Task:
         for task in self.tasks:
@@ -505,6 +506,7 @@ def parse_registry(data: dict, path: Path) -> Registry:
         tasks=tuple(tasks),
         submit_files=_parse_submit_files(course.get("submit_files", []), path, student_files),
         max_file_bytes=int(_require(course, "max_file_bytes", int, path, None, "course.")),
+        edition=edition,
     )
 
 

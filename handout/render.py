@@ -77,7 +77,7 @@ def test_commands(task: Task) -> list[tuple[str, str]]:
 
 def describe_threshold(rule: TimingRule, at: float) -> str:
     if rule.metric == "time_vs_reference":
-        return f"time ≤ {format_number(at)} × {rule.reference}"
+        return f"time ≤ {format_number(at)} × the time of {rule.reference}"
     return f"speedup ≥ {format_number(at)}× over {rule.reference}"
 
 

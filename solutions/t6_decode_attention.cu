@@ -139,11 +139,11 @@ __device__ __forceinline__ void load_kv_tile_async(float4* Ks, float4* Vs, const
 #pragma unroll
     for (int it = 0; it < TK * D4 / NT; ++it) {  // consecutive threads, consecutive 16 bytes: coalesced
         const int idx = tid + it * NT;
-        const int r = idx / D4, c = idx % D4;
-        const bool ok = row0 + r < row_end;
-        const long long off = ok ? (long long)(row0 + r) * D + 4 * c : 0;
-        cp_async16(Ks + r * KROW + c, kb + off, ok ? 16 : 0);
-        cp_async16(Vs + r * D4 + c, vb + off, ok ? 16 : 0);
+        const int row = idx / D4, c = idx % D4;
+        const bool ok = row0 + row < row_end;
+        const long long off = ok ? (long long)(row0 + row) * D + 4 * c : 0;
+        cp_async16(Ks + row * KROW + c, kb + off, ok ? 16 : 0);
+        cp_async16(Vs + row * D4 + c, vb + off, ok ? 16 : 0);
     }
 }
 
@@ -211,8 +211,7 @@ decode_split_kernel(const float* __restrict__ q, const float* __restrict__ k, co
     for (int idx = tid; idx < gb * D4; idx += NT) {
         const int i = idx / D4, c = idx % D4;
         float4 x = __ldg(reinterpret_cast<const float4*>(q + ((long long)b * H + h0 + i) * D) + c);
-        x.x *= qscale; x.y *= qscale; x.z *= qscale; x.w *= qscale;
-        Qs[i * D4 + c] = x;
+        Qs[i * D4 + c] = make_float4(x.x * qscale, x.y * qscale, x.z * qscale, x.w * qscale);
     }
 
     // Online-softmax state of this warp's heads: running max m (log2 units), the lane's partial

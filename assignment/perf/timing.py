@@ -6,7 +6,7 @@ What makes a number a grade can rest on (DESIGN.md, "Timing that a grade can res
     address), so no call finds its inputs in cache or can reuse work done for an earlier call. The
     flush READS twice the L2's size: writing it instead would leave L2 full of dirty lines whose
     write-back to DRAM then runs during, and is charged to, the timed call (measured on an H100:
-    3-12 us on a 25-105 us decode kernel, grader/benchmarks/t6_decode_h100.txt);
+    3-12 us on a 25-105 us decode kernel);
   * candidates interleaved round-robin in one process (rotating who goes first), so clock and
     thermal drift hit all of them alike; scores are ratios of medians;
   * CUDA events around the call, read after a device-wide synchronize;
@@ -329,7 +329,7 @@ def _tensors(inputs) -> list:
 
 
 # ~1 ms at 2 GHz: longer than any wrapper's host work (0.2 ms was not: on an H100 the t6 wrapper's checks
-# outlasted it and a 25 us decode read 50-140 us, grader/benchmarks/t6_decode_h100.txt).
+# outlasted it and a 25 us decode read 50-140 us).
 LAUNCH_OVERHEAD_SLEEP_CYCLES = 2_000_000
 
 

@@ -1,0 +1,111 @@
+"""`make release`: the student bundle holds what a student runs and nothing of the instructor's, fails cleanly as
+shipped, and passes with the reference solutions copied in (grader/release.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from assignment.registry import load_registry
+from grader import release
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.kit
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, Path]:
+    return release.build(REPO_ROOT, tmp_path_factory.mktemp("dist"), pdf=False, log=lambda _: None)
+
+
+def copy_of(bundle: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / "student"
+    shutil.copytree(bundle, dest)
+    return dest
+
+
+def test_the_bundle_has_the_student_layout_and_passes_the_manifest_check(built):
+    bundle, archive = built
+    assert sorted(p.name for p in bundle.iterdir()) == sorted(
+        ["starter", "assignment", "tests", "README.md", "Makefile", "pyproject.toml", "handout.html", ".gitignore",
+         "MANIFEST.json"])
+    registry = load_registry(bundle / "assignment" / "tasks.toml")
+    assert registry.edition == "student" and all(len(t.hidden) == 0 for t in registry.tasks)
+    for name in registry.student_files:
+        assert (bundle / "starter" / name).read_bytes() == (REPO_ROOT / "starter" / name).read_bytes()
+    assert not (bundle / "tests" / "kit").exists() and not (bundle / "assignment" / "text").exists()
+    assert release.check_bundle(bundle) == []
+    manifest = json.loads((bundle / "MANIFEST.json").read_text())
+    files = {p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()} - {"MANIFEST.json"}
+    assert set(manifest["files"]) == files
+    with zipfile.ZipFile(archive) as z:
+        assert {n.removeprefix("student/") for n in z.namelist()} == files | {"MANIFEST.json"}
+    readme = (bundle / "README.md").read_text()
+    assert "make test T=t1" in readme and "make submit" in readme and "starter/" in readme
+    assert "make starter" not in (bundle / "Makefile").read_text()
+
+
+def test_no_target_a_student_runs_rewrites_their_files(built):
+    bundle, _ = built
+    listed = subprocess.run(["make", "-C", str(bundle), "-pRrq", "PY=true"], capture_output=True, text=True).stdout
+    targets = {line.split(":")[0] for line in listed.splitlines() if line and not line.startswith(("#", "\t", "."))
+               and ":" in line and "=" not in line.split(":")[0]}
+    assert {"test", "bench", "report", "submit", "feedback"} <= targets
+    assert not targets & {"starter", "check-starter", "release", "grade", "selfcheck"}
+
+
+@pytest.mark.parametrize("plant, expected", [
+    (lambda b: (b / "solutions").mkdir() or (b / "solutions" / "t1_attention.py").write_text("x = 1\n"),
+     "not part of a student bundle"),
+    (lambda b: (b / "tests" / "kit").mkdir() or (b / "tests" / "kit" / "test_x.py").write_text(""), "instructor-only"),
+    (lambda b: (b / "starter" / "notes.py").write_text((REPO_ROOT / "solutions" / "t1_attention.py").read_text()),
+     "solution marker"),
+    (lambda b: (b / "README.md").write_text(load_registry().task("t3").timing[0].reasoning), "rubric reasoning"),
+    (lambda b: (b / "assignment" / "extra.toml").write_text(
+        (REPO_ROOT / "assignment" / "tasks.toml").read_text().split("[task.hidden]")[1][:400]), "hidden shapes"),
+    (lambda b: (b / "assignment" / "tasks.toml").write_text((REPO_ROOT / "assignment" / "tasks.toml").read_text()),
+     "student edition"),
+    (lambda b: (b / "starter" / "t2_softmax.cu").write_text((REPO_ROOT / "solutions" / "t2_softmax.cu").read_text()
+                                                            .replace("BEGIN SOLUTION", "").replace("END SOLUTION", "")),
+     "(solution code)"),
+    (lambda b: (b / "handout.html").write_text("compare with solutions/t4_flash_attention.cu"), "solutions/"),
+])
+def test_the_manifest_check_refuses_what_must_not_ship(built, tmp_path, plant, expected):
+    bundle = copy_of(built[0], tmp_path)
+    plant(bundle)
+    problems = release.check_bundle(bundle)
+    assert any(expected in p for p in problems), problems
+
+
+def _bundle_make_test(bundle: Path, report: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("IMPL", "PYTHONPATH")}
+    return subprocess.run(
+        ["make", "-C", str(bundle), "test", f"PY={sys.executable}",
+         f"PYTEST_ARGS=-q -p no:cacheprovider --json-report --json-report-file={report}"],
+        capture_output=True, text=True, env=env, timeout=900)
+
+
+def test_the_bundle_fails_cleanly_as_shipped_and_passes_with_the_solutions(built, tmp_path):
+    bundle = copy_of(built[0], tmp_path)
+    shipped = _bundle_make_test(bundle, tmp_path / "starter.json")
+    assert shipped.returncode != 0, shipped.stdout[-2000:]
+    report = json.loads((tmp_path / "starter.json").read_text())
+    broken = [c for c in report["collectors"] if c["outcome"] != "passed"]
+    assert not broken, f"collection errors in the bundle: {broken[:2]}"
+    failed = [t for t in report["tests"] if t["outcome"] in ("failed", "error")]
+    assert failed, "the starter passed tests it cannot pass"
+    for test in failed:
+        text = json.dumps(test)
+        assert "NotImplementedError" in text or "TODO(t" in text, f"{test['nodeid']} fails without its TODO message"
+    for name in load_registry().student_files:
+        shutil.copy2(REPO_ROOT / "solutions" / name, bundle / "starter" / name)
+    solved = _bundle_make_test(bundle, tmp_path / "solved.json")
+    assert solved.returncode == 0, solved.stdout[-3000:]
+    summary = json.loads((tmp_path / "solved.json").read_text())["summary"]
+    assert summary.get("passed", 0) > 0 and not summary.get("failed") and not summary.get("error")
