@@ -237,6 +237,8 @@ class Registry:
     submit_files: tuple[str, ...] = ()
     max_file_bytes: int = 5 * 1024 * 1024
     edition: str = "instructor"
+    # The prompt whose generated text the student's report shows (seed 000's report question).
+    report_prompt: str = ""
 
     def task(self, task_id: str) -> Task:
         for task in self.tasks:
@@ -507,6 +509,7 @@ def parse_registry(data: dict, path: Path) -> Registry:
         submit_files=_parse_submit_files(course.get("submit_files", []), path, student_files),
         max_file_bytes=int(_require(course, "max_file_bytes", int, path, None, "course.")),
         edition=edition,
+        report_prompt=str(course.get("report_prompt", "")),
     )
 
 
