@@ -66,3 +66,22 @@ def test_the_table_names_the_gpu_the_course_grades_on():
     standing = targets.new_standing(task, task.timing[0])
     assert "the course grades on NVIDIA H100 80GB HBM3" in targets.format_standings([standing])
     assert targets.format_standings([]) == ""
+
+
+def test_every_kernel_rule_has_a_bench_case_with_its_baseline_and_the_student():
+    class Anything:  # stands in for a kernels object: the case only binds its methods
+        def __getattr__(self, name):
+            return lambda *a, **k: None
+
+    for task in load_registry().available:
+        for rule in task.timing:
+            case = targets.rule_case(task, rule, Anything(), None)
+            if targets.is_model_rule(rule):
+                assert case is None
+                continue
+            assert "student" in case.candidates and "reference" not in case.candidates, (task.id, rule.name)
+            if rule.student.baseline != "copy":
+                assert rule.student.baseline in case.candidates, (task.id, rule.name)
+            assert next(iter(case.candidates)) != "student"  # the first candidate checks the others
+            with_reference = targets.rule_case(task, rule, Anything(), Anything())
+            assert "reference" in with_reference.candidates
