@@ -354,7 +354,7 @@ def test_skipped_work_is_caught_on_a_gpu():
 
 @pytest.mark.kit
 def test_attention_work_counts_only_visible_pairs():
-    from assignment.perf.bench import attention_pairs, attention_work
+    from assignment.perf.cases import attention_pairs, attention_work
 
     assert attention_pairs(4, 4, causal=False) == 16
     assert attention_pairs(4, 4, causal=True) == 1 + 2 + 3 + 4
