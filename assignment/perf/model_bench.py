@@ -305,12 +305,15 @@ def _contenders(base) -> tuple[dict[str, Contender], dict[str, str]]:
     """The four paths over ``base``'s weights, and why any that cannot be set up is left out."""
     from assignment.model.attention import t6_cache_class
     from assignment.model.presets import sharing_weights
+    from assignment.perf.cases import reference_kernels
 
     contenders: dict[str, Contender] = {}
     missing: dict[str, str] = {}
     contenders["naive"] = Contender("naive", "naive (no cache)", make=lambda max_len: (
         lambda prompt, n, **kw: timed_generation(NaivePath(base, max_len), prompt, n, **kw)))
     for name, impl in (("student", None), ("reference", "solutions")):
+        if name == "reference" and reference_kernels() is None:
+            continue  # a student bundle: no reference solutions, and nothing to say about it
         try:
             contenders[name] = _cached_contender(name, sharing_weights(base, "t6"), t6_cache_class(impl))
         except Exception as exc:  # noqa: BLE001 -- a missing file, a TODO, a build error: the others still run
