@@ -86,6 +86,7 @@ T6_PATHS = ("naive", "student", "reference", "transformers")
 TAIL_LINES = 30
 DEFAULT_PROMPT = "The history of"
 PLOT_CAPTIONS = {"_time.png": "time against sequence length", "_tflops.png": "TFLOP/s against sequence length",
+                 "_speedup.png": "your speedup over each baseline against sequence length",
                  "_roofline.png": "roofline: arithmetic intensity against TFLOP/s",
                  "t6_model_tbt.png": "time between tokens against context, every path",
                  "t6_model_roofline.png": "decode step against the memory roofline"}

@@ -108,6 +108,27 @@ def plot(data: dict, out: Path) -> list[Path]:
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(path)
+    # Speedup: the student's time over each baseline's, against L (seed 000 reports these speedups).
+    baselines = [n for n in names if n not in ("student", "reference")]
+    if "student" in names and baselines:
+        fig, axes = plt.subplots(1, len(dims), figsize=(6 * len(dims), 4.5), squeeze=False)
+        for ax, d in zip(axes[0], dims):
+            for name in baselines:
+                pts = [(p["L"], p["results"][name]["ms"] / p["results"]["student"]["ms"]) for p in data["points"]
+                       if p["d"] == d and "ms" in p["results"].get(name, {}) and "ms" in p["results"].get("student", {})]
+                ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=f"over {name}")
+            ax.axhline(1.0, color="black", linewidth=0.8)
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("sequence length L")
+            ax.set_ylabel("your speedup (baseline time / yours)")
+            ax.set_title(f"{task} {'causal ' if data['causal'] else ''}speedup, d = {d}, {data['gpu'].get('name')}")
+            ax.grid(True, alpha=0.3)
+            ax.legend()
+        path = out / f"{stem}_speedup.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
     # Roofline: intensity = flops / ideal bytes (what a perfect FlashAttention moves).
     fig, ax = plt.subplots(figsize=(7, 5))
     peak, bw = data["fp32_peak_tflops"], data["copy_gbps"] / 1e3  # TB/s
