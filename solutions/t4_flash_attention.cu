@@ -18,7 +18,8 @@
 //   the running row max m and running row sum l (online softmax):
 //     m_new = max(m, rowmax(S));  alpha = exp(m - m_new)
 //     P = exp(S - m_new);  l = alpha * l + rowsum(P);  O = alpha * O + P V
-//   and at the end O /= l, LSE = m + log(l).
+//   and at the end O /= l, LSE = m + log(l). This kernel keeps S, m and the exponentials in base-2
+//   units (Q is pre-scaled by scale * log2(e): exp becomes exp2), so its LSE is m * ln(2) + ln(l).
 //
 // Grouped-query attention: K and V may have fewer heads than Q (H_kv, H % H_kv == 0). The
 // H / H_kv query heads of a group read the same K and V head, h -> h / (H / H_kv), straight from
@@ -475,7 +476,7 @@ flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const
         cp_async_commit();
     }
 
-    // BEGIN SOLUTION t4: final normalisation O /= l and LSE = m + log(l) (natural log), then store
+    // BEGIN SOLUTION t4: final normalisation O /= l and LSE = m * ln(2) + ln(l) (m in log2 units), then store
     // PLAN: lt = row_sum<CG>(l[i]) (sum over the CG lanes of the row) - every lane must take part in the shuffles.
     // PLAN: for rows row = q0 + rg + RG*i < Lq: O[row][col] = acc[i][e] / lt (0 if lt == 0, a row that saw no key),
     // PLAN: same columns as in P V (float4 stores when vec); lane cg == 0 writes

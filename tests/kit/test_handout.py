@@ -223,3 +223,22 @@ def test_the_instructor_handout_keeps_the_reasoning(tmp_path, registry):
     assert "Why these thresholds" in html and str(escape(rule.reasoning[:60])) in html
     with pytest.raises(ValueError, match="audience"):
         render.render_html(audience="everyone")
+
+
+def test_t4_states_one_lse_formula_the_base2_one_the_kernel_needs(registry):
+    """Q comes in pre-scaled by scale*log2(e), so m is in base-2 units: LSE = m ln 2 + ln l, never m + log l."""
+    t4 = registry.task("t4")
+    starter = (REPO_ROOT / "starter" / "t4_flash_attention.cu").read_text()
+    text = (TEXT_DIR / "t4.md").read_text()
+    assert "m * ln(2) + ln(l)" in t4.hint and "LSE = m + log(l)" not in t4.hint
+    todo_titles = [line for line in starter.splitlines() if "TODO(t4):" in line and "LSE" in line]
+    assert todo_titles and all("m * ln(2) + ln(l)" in line for line in todo_titles), todo_titles
+    assert r"\mathrm{LSE} = m \ln 2 + \ln \ell" in text and r"\mathrm{LSE} = m + \log \ell$ (" not in text
+    assert "use `expf` throughout" not in text and "You may use `expf`" not in text
+
+
+def test_figures_quoted_in_the_task_texts_are_right():
+    t1, t5 = (TEXT_DIR / "t1.md").read_text(), (TEXT_DIR / "t5.md").read_text()
+    assert "7 bits of mantissa" in t1 and "8 bits of mantissa" not in t1
+    assert "pre-filled with a sentinel" not in t1  # t1's functions allocate their own outputs
+    assert "by 7% on an H100 (from 0.554×" in t5 and round(1 - 0.515 / 0.554, 2) == 0.07
