@@ -328,7 +328,7 @@ def _display(path: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check-all", nargs="*", metavar="DIR", default=None,
-                        help="compile every .cu under DIR (default: solutions/ and starter/)")
+                        help="compile every .cu under DIR (default: solutions/, starter/ and the kit's assignment/model/)")
     parser.add_argument("--arch", action="append", help=f"architecture(s) to check (default: {' '.join(CHECK_ARCHS)})")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--no-cache", action="store_true", help="recompile even when a cached build exists")
@@ -336,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check_all is None:
         parser.print_help()
         return 2
-    dirs = [Path(d) for d in args.check_all] or [d for d in (REPO_ROOT / "solutions", REPO_ROOT / "starter") if d.is_dir()]
+    dirs = [Path(d) for d in args.check_all] or [d for d in (REPO_ROOT / "solutions", REPO_ROOT / "starter",
+                                                             REPO_ROOT / "assignment" / "model") if d.is_dir()]
     try:
         return check_all(dirs, tuple(args.arch or CHECK_ARCHS), args.jobs, use_cache=not args.no_cache)
     except CudaToolkitError as exc:

@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import attention
+from . import attention, fused_ops
 from .config import ModelConfig, rope_type_of
 
 
@@ -130,10 +130,9 @@ class Attention(nn.Module):
                 kv_len: int, attend) -> torch.Tensor:
         B, T, _ = x.shape                                                           # x: (B, T, hidden)
         H, H_kv, d = self.n_heads, self.n_kv_heads, self.head_dim
-        if self.qkv_weight is not None:  # one matrix-vector product and one rotation for q and k together
-            qkv = F.linear(x, self.qkv_weight, self.qkv_bias).view(B, T, H + 2 * H_kv, d).transpose(1, 2)
-            qk = apply_rope(qkv[:, :H + H_kv], cos, sin)                              # (B, H + H_kv, T, d)
-            q, k, v = qk[:, :H].contiguous(), qk[:, H:].contiguous(), qkv[:, H + H_kv:].contiguous()
+        if self.qkv_weight is not None:  # one matrix-vector product, one kernel to rotate and split q, k and v
+            qkv = F.linear(x, self.qkv_weight, self.qkv_bias).view(B, T, H + 2 * H_kv, d)
+            q, k, v = fused_ops.rope_split(qkv, cos, sin, H, H_kv, apply_rope)        # (B, H or H_kv, T, d)
         else:
             q = self.q_proj(x).view(B, T, H, d).transpose(1, 2)                        # (B, H, T, d)
             k = self.k_proj(x).view(B, T, H_kv, d).transpose(1, 2)                     # (B, H_kv, T, d)
@@ -162,8 +161,7 @@ class FeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up_weight is not None:
-            gate, up = F.linear(x, self.gate_up_weight, self.gate_up_bias).chunk(2, dim=-1)
-            return self.down_proj(F.silu(gate) * up)
+            return self.down_proj(fused_ops.silu_mul(F.linear(x, self.gate_up_weight, self.gate_up_bias)))
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -281,12 +279,17 @@ class Transformer(nn.Module):
         else:       # the angles of each token's own position, gathered on the device
             cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]                # (T, d)
         attend = attention.get(self.attention_impl, self.config.head_dim, self.device)
+        # Block.forward, layer after layer, with each residual add done in the kernel of the norm that follows it.
         x = self.embed_tokens(tokens)                                                    # (B, T, hidden)
-        for layer in self.layers:
-            x = layer(x, cos, sin, input_pos, kv_len, attend)
+        x, h = fused_ops.add_rms_norm(x, None, self.layers[0].input_layernorm)
+        for i, layer in enumerate(self.layers):
+            attended = layer.self_attn(h, cos, sin, input_pos, kv_len, attend)
+            x, h = fused_ops.add_rms_norm(x, attended, layer.post_attention_layernorm)
+            following = self.layers[i + 1].input_layernorm if i + 1 < len(self.layers) else self.norm
+            x, h = fused_ops.add_rms_norm(x, layer.mlp(h), following)
         if last_only:
-            x = x[:, -1:]
-        return self.lm_head(self.norm(x)).float()                                        # (B, T or 1, V)
+            h = h[:, -1:]
+        return self.lm_head(h).float()                                                   # (B, T or 1, V)
 
     def _check_positions(self, input_pos: torch.Tensor | None, B: int, T: int) -> tuple[int, int]:
         """(first position, keys visible to the last token); one host sync per call, not per layer."""

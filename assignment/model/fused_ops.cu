@@ -1,0 +1,120 @@
+// fused_ops.cu: three elementwise steps of the model's forward pass, each one kernel instead of two to four
+// (kit code, not a task). A decode step of a 1B model is about twenty small kernels per layer around four
+// matrix-vector products; at batch 1 each small kernel costs its launch and a few microseconds whatever its
+// size, so fusing them is most of what stands between the step and the memory roofline (t6).
+//
+//   add_rms_norm   x += delta (in place), y = x * rsqrt(mean(x^2) + eps) * w      one block per row
+//   rope_split     (B, T, H + 2 H_kv, d) from the fused q/k/v projection -> q (B, H, T, d), k and v
+//                  (B, H_kv, T, d), q and k rotated: out_i = x_i cos_i + x_(i + d/2 mod d) sin_i (signed sin)
+//   silu_mul       (rows, 2 n) gate|up -> (rows, n): silu(gate) * up
+//
+// fp32 only; the Python side (fused_ops.py) checks shapes, dtypes and alignment and falls back to PyTorch.
+// Every launch takes the caller's stream, so the kernels are captured in a CUDA graph like any other.
+#include <cuda_runtime.h>
+
+#define FUSED_API extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+constexpr int NORM_THREADS = 256;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+// One block per row of n floats (n % 4 == 0, rows 16-byte aligned). delta may be null: y = rmsnorm(x).
+__global__ void __launch_bounds__(NORM_THREADS)
+add_rms_norm_kernel(float* __restrict__ x, const float* __restrict__ delta, const float* __restrict__ w,
+                    float* __restrict__ y, int n, float eps) {
+    const long long row = blockIdx.x;
+    float4* xr = reinterpret_cast<float4*>(x + row * n);
+    const float4* dr = delta ? reinterpret_cast<const float4*>(delta + row * n) : nullptr;
+    const float4* wr = reinterpret_cast<const float4*>(w);
+    float4* yr = reinterpret_cast<float4*>(y + row * n);
+    const int n4 = n / 4;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < n4; i += NORM_THREADS) {
+        float4 a = xr[i];
+        if (dr) {
+            const float4 b = dr[i];
+            a.x += b.x; a.y += b.y; a.z += b.z; a.w += b.w;
+            xr[i] = a;
+        }
+        ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+    }
+    __shared__ float partial[NORM_THREADS / 32];
+    ss = warp_sum(ss);
+    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    float total = 0.f;
+#pragma unroll
+    for (int i = 0; i < NORM_THREADS / 32; ++i) total += partial[i];
+    const float inv = rsqrtf(total / (float)n + eps);
+    for (int i = threadIdx.x; i < n4; i += NORM_THREADS) {  // the thread's own x elements: no sync needed
+        const float4 a = xr[i], g = wr[i];
+        yr[i] = make_float4(a.x * inv * g.x, a.y * inv * g.y, a.z * inv * g.z, a.w * inv * g.w);
+    }
+}
+
+// One thread per output element of q, k and v (B * T * (H + 2 H_kv) * d of them).
+__global__ void rope_split_kernel(const float* __restrict__ qkv, const float* __restrict__ cos_t,
+                                  const float* __restrict__ sin_t, float* __restrict__ q, float* __restrict__ k,
+                                  float* __restrict__ v, int B, int T, int H, int H_kv, int d) {
+    const int heads = H + 2 * H_kv;
+    const long long total = (long long)B * T * heads * d;
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= total) return;
+    const int i = (int)(idx % d);
+    const int head = (int)((idx / d) % heads);
+    const int t = (int)((idx / ((long long)d * heads)) % T);
+    const int b = (int)(idx / ((long long)d * heads * T));
+    const float* src = qkv + idx - i;  // the row of this (b, t, head)
+    float value = src[i];
+    if (head < H + H_kv) {
+        const float partner = src[(i + d / 2) % d];
+        value = value * cos_t[(long long)t * d + i] + partner * sin_t[(long long)t * d + i];
+    }
+    if (head < H) {
+        q[(((long long)b * H + head) * T + t) * d + i] = value;
+    } else if (head < H + H_kv) {
+        k[(((long long)b * H_kv + head - H) * T + t) * d + i] = value;
+    } else {
+        v[(((long long)b * H_kv + head - H - H_kv) * T + t) * d + i] = value;
+    }
+}
+
+__global__ void silu_mul_kernel(const float* __restrict__ gate_up, float* __restrict__ out, long long rows, int n) {
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= rows * n) return;
+    const long long row = idx / n;
+    const int col = (int)(idx % n);
+    const float g = gate_up[row * 2 * n + col], u = gate_up[row * 2 * n + n + col];
+    out[idx] = g / (1.f + expf(-g)) * u;
+}
+
+unsigned blocks_for(long long total, int threads) { return (unsigned)((total + threads - 1) / threads); }
+
+}  // namespace
+
+FUSED_API int fused_add_rms_norm(float* x, const float* delta, const float* w, float* y, int rows, int n,
+                                 float eps, cudaStream_t stream) {
+    if (rows <= 0) return 0;
+    add_rms_norm_kernel<<<rows, NORM_THREADS, 0, stream>>>(x, delta, w, y, n, eps);
+    return (int)cudaGetLastError();
+}
+
+FUSED_API int fused_rope_split(const float* qkv, const float* cos_t, const float* sin_t, float* q, float* k,
+                               float* v, int B, int T, int H, int H_kv, int d, cudaStream_t stream) {
+    const long long total = (long long)B * T * (H + 2 * H_kv) * d;
+    if (total <= 0) return 0;
+    rope_split_kernel<<<blocks_for(total, 256), 256, 0, stream>>>(qkv, cos_t, sin_t, q, k, v, B, T, H, H_kv, d);
+    return (int)cudaGetLastError();
+}
+
+FUSED_API int fused_silu_mul(const float* gate_up, float* out, long long rows, int n, cudaStream_t stream) {
+    if (rows <= 0 || n <= 0) return 0;
+    silu_mul_kernel<<<blocks_for(rows * n, 256), 256, 0, stream>>>(gate_up, out, rows, n);
+    return (int)cudaGetLastError();
+}
