@@ -3,6 +3,7 @@
     x, y = add_rms_norm(x, delta, norm)           # x + delta (in place when fused), and RMSNorm of it
     q, k, v = rope_split(qkv, cos, sin, H, H_kv)  # the fused projection's output split into heads, q and k rotated
     h = silu_mul(gate_up)                         # silu(gate) * up of the fused gate/up projection
+    y = linear(x, weight, bias)                   # F.linear; one token (one row of x): the kit's GEMV
 
 The CUDA kernels run for contiguous, 16-byte-aligned fp32 tensors on a GPU when the file builds here (the
 kit's nvcc cache, built once per process; ``KIT_FUSED_OPS=0`` turns them off for an A/B timing). Anything
@@ -38,7 +39,8 @@ def library() -> ctypes.CDLL | None:
                 lib.fused_add_rms_norm.argtypes = [ptr, ptr, ptr, ptr, i32, i32, f32, ptr]
                 lib.fused_rope_split.argtypes = [ptr] * 6 + [i32] * 5 + [ptr]
                 lib.fused_silu_mul.argtypes = [ptr, ptr, ctypes.c_longlong, i32, ptr]
-                for fn in (lib.fused_add_rms_norm, lib.fused_rope_split, lib.fused_silu_mul):
+                lib.fused_gemv.argtypes = [ptr, ptr, ptr, ptr, i32, i32, ptr]
+                for fn in (lib.fused_add_rms_norm, lib.fused_rope_split, lib.fused_silu_mul, lib.fused_gemv):
                     fn.restype = i32
                 _state["lib"] = lib
         except Exception as exc:  # noqa: BLE001 -- a missing toolkit, a sandbox without the source: PyTorch instead
@@ -108,3 +110,16 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
         return out
     gate, up = gate_up.chunk(2, dim=-1)
     return F.silu(gate) * up
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear(x, weight, bias); for a single row of x (a decode step at batch 1) the kit's GEMV kernel."""
+    N, K = weight.shape
+    tensors = (x, weight) if bias is None else (x, weight, bias)
+    if x.shape[-1] != K or x.numel() != K or K % 4 != 0 or not _usable(*tensors):
+        return F.linear(x, weight, bias)
+    y = torch.empty(*x.shape[:-1], N, device=x.device)
+    with torch.cuda.device(x.device):
+        _check(library().fused_gemv(weight.data_ptr(), x.data_ptr(), None if bias is None else bias.data_ptr(),
+                                    y.data_ptr(), N, K, _stream(x)), "gemv")
+    return y

@@ -131,7 +131,7 @@ class Attention(nn.Module):
         B, T, _ = x.shape                                                           # x: (B, T, hidden)
         H, H_kv, d = self.n_heads, self.n_kv_heads, self.head_dim
         if self.qkv_weight is not None:  # one matrix-vector product, one kernel to rotate and split q, k and v
-            qkv = F.linear(x, self.qkv_weight, self.qkv_bias).view(B, T, H + 2 * H_kv, d)
+            qkv = fused_ops.linear(x, self.qkv_weight, self.qkv_bias).view(B, T, H + 2 * H_kv, d)
             q, k, v = fused_ops.rope_split(qkv, cos, sin, H, H_kv, apply_rope)        # (B, H or H_kv, T, d)
         else:
             q = self.q_proj(x).view(B, T, H, d).transpose(1, 2)                        # (B, H, T, d)
@@ -140,12 +140,17 @@ class Attention(nn.Module):
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if input_pos is not None and attention.attends_on_cache(self.attention_name):
             out = self.kv_cache.attend(q, k, v, input_pos, self.scale, kv_len)         # (B, H, T, d), t6
-            return self.o_proj(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+            return self.project_out(out)
         if input_pos is not None:
             k, v = self.kv_cache.update(input_pos, k, v)                               # (B, H_kv, L_max, d)
             k, v = k[:, :, :kv_len], v[:, :, :kv_len]                                  # (B, H_kv, kv_len, d)
         out = attend(q, k, v, self.scale)                                              # (B, H, T, d)
-        return self.o_proj(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+        return self.project_out(out)
+
+    def project_out(self, out: torch.Tensor) -> torch.Tensor:
+        """(B, H, T, d) -> o_proj of the heads side by side, (B, T, hidden)."""
+        B, H, T, d = out.shape
+        return fused_ops.linear(out.transpose(1, 2).reshape(B, T, H * d), self.o_proj.weight, self.o_proj.bias)
 
 
 class FeedForward(nn.Module):
@@ -161,7 +166,8 @@ class FeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up_weight is not None:
-            return self.down_proj(fused_ops.silu_mul(F.linear(x, self.gate_up_weight, self.gate_up_bias)))
+            hidden = fused_ops.silu_mul(fused_ops.linear(x, self.gate_up_weight, self.gate_up_bias))
+            return fused_ops.linear(hidden, self.down_proj.weight, self.down_proj.bias)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -289,7 +295,7 @@ class Transformer(nn.Module):
             x, h = fused_ops.add_rms_norm(x, layer.mlp(h), following)
         if last_only:
             h = h[:, -1:]
-        return self.lm_head(h).float()                                                   # (B, T or 1, V)
+        return fused_ops.linear(h, self.lm_head.weight).float()                         # (B, T or 1, V)
 
     def _check_positions(self, input_pos: torch.Tensor | None, B: int, T: int) -> tuple[int, int]:
         """(first position, keys visible to the last token); one host sync per call, not per layer."""

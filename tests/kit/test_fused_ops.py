@@ -38,6 +38,8 @@ def test_without_a_gpu_the_ops_are_their_pytorch_definitions():
         assert torch.equal(summed, x + delta) and torch.equal(normed, norm(x + delta))
         gate_up = torch.randn(4, 10)
         assert torch.equal(fused_ops.silu_mul(gate_up), F.silu(gate_up[:, :5]) * gate_up[:, 5:])
+        w, row = torch.randn(7, 64), torch.randn(1, 64)
+        assert torch.equal(fused_ops.linear(row, w), F.linear(row, w))
 
 
 @gpu
@@ -95,3 +97,20 @@ def test_the_model_with_fused_ops_gives_the_logits_of_the_pytorch_ops(unfused):
         fused = model(tokens)
         plain = unfused(model, tokens)
     assert _rel(fused, plain) < 1e-5
+
+
+@gpu
+@pytest.mark.parametrize("N, K, bias", [(3072, 2048, False), (2048, 8192, True), (1001, 36, True), (5, 2052, False)])
+def test_gemv_for_one_token_matches_f_linear_and_is_repeatable(N, K, bias):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.manual_seed(4)
+    w = torch.randn(N, K, device="cuda") / K ** 0.5
+    b = torch.randn(N, device="cuda") if bias else None
+    x = torch.randn(1, 1, K, device="cuda")
+    with torch.no_grad():
+        got, want = fused_ops.linear(x, w, b), F.linear(x.double(), w.double(), None if b is None else b.double())
+        assert got.shape == (1, 1, N) and _rel(got.double(), want) < 1e-5
+        assert torch.equal(fused_ops.linear(x, w, b), got), "the same call twice must give the same bits"
+        two_rows = torch.randn(2, K, device="cuda")
+        assert torch.equal(fused_ops.linear(two_rows, w, b), F.linear(two_rows, w, b))  # more rows: cuBLAS
+
