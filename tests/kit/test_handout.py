@@ -242,3 +242,12 @@ def test_figures_quoted_in_the_task_texts_are_right():
     assert "7 bits of mantissa" in t1 and "8 bits of mantissa" not in t1
     assert "pre-filled with a sentinel" not in t1  # t1's functions allocate their own outputs
     assert "by 7% on an H100 (from 0.554×" in t5 and round(1 - 0.515 / 0.554, 2) == 0.07
+
+
+def test_figure_labels_use_real_subscripts_as_the_text_does(html):
+    figures = re.findall(r"<figure.*?</figure>", html, re.DOTALL)
+    assert figures
+    for figure in figures:
+        text = re.sub(r"<[^>]+>", " ", figure)
+        ascii_subscript = re.search(r"\b([A-Z]|Õ)_[a-z]{1,2}\b", text)
+        assert not ascii_subscript, f"a figure label writes {ascii_subscript.group(0)!r} in ASCII"
