@@ -83,6 +83,7 @@ def chromium_command(browser: str, html: Path, pdf: Path, profile_dir: Path) -> 
         "--disable-sync",
         f"--user-data-dir={profile_dir}",  # fresh profile: no locks left by another Chromium
         "--no-pdf-header-footer",
+        "--generate-pdf-document-outline",  # bookmarks from the headings
         f"--print-to-pdf={pdf}",
         html.resolve().as_uri(),
     ]

@@ -204,6 +204,7 @@ def test_pdf_has_a_page_per_task(handout_html, tmp_path):
     pdf = html_to_pdf(handout_html, tmp_path / "handout.pdf", browser=browser)
     assert pdf.read_bytes().startswith(b"%PDF")
     assert count_pages(pdf) >= 7  # each task section starts a new page
+    assert b"/Outlines" in pdf.read_bytes(), "the PDF has no bookmarks (Chromium's document outline)"
     assert time.monotonic() - started < 60
 
 
