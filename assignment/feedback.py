@@ -18,10 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -30,6 +28,7 @@ from typing import Any
 
 import tomllib
 
+from assignment.atomic import write_atomic
 from assignment.registry import load_registry
 
 FORM_PATH = Path(__file__).with_name("feedback.toml")
@@ -244,19 +243,10 @@ def load_answers(path: Path, form: Form) -> dict:
 
 
 def save_answers(path: Path, form: Form, answers: dict) -> None:
-    """Write atomically: a temporary file in the same folder, then a rename over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write atomically (assignment.atomic): a reader never sees half an answer file."""
     payload = {"schema_version": form.schema_version, "answers": answers,
                "updated": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(payload, f, indent=2, ensure_ascii=False)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
 
 
 # --------------------------------------------------------------------------- the terminal form

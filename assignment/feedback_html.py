@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import jinja2
 
+from assignment.atomic import write_atomic
 from assignment.feedback import SCALE, FeedbackError, Form, load_form
 
 TEMPLATE = Path(__file__).with_name("feedback_form.html.j2")
@@ -59,20 +58,6 @@ def render(form: Form | None = None) -> str:
                                                   scale=range(SCALE[0], SCALE[1] + 1))
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """A temporary file in the same folder, then a rename: a reader never sees half a page."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)   # mkstemp makes it private; the page is meant to be opened and shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the page (default: %(default)s)")
@@ -82,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     except FeedbackError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    write_atomically(args.out, html)
+    write_atomic(args.out, html)
     print(f"wrote {args.out}: open it in a browser (file://{args.out.resolve()}), answer, and save feedback.json")
     return 0
 

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import os
-import re
 import secrets
 from functools import lru_cache
 
@@ -22,6 +21,7 @@ import pytest
 
 from assignment.impl import default_impl, student_dir
 from assignment.registry import RegistryError, check_markers, load_registry
+from assignment.starter import STUB_MESSAGE
 
 
 def _cuda_available() -> bool:
@@ -96,9 +96,6 @@ def devices() -> list[str]:
     return ["cpu", "cuda"] if _cuda_available() else ["cpu"]
 
 
-# A TODO stub's message: NotImplementedError("t4: ...") from a starter's Python region or from the check that
-# refuses to launch a CUDA file with KIT_TODO(t4) left.
-_TODO_MESSAGE = re.compile(r"^(t[0-9]+): ")
 TODO = "todo"
 
 
@@ -108,7 +105,7 @@ def _todo_failure(call) -> tuple[str, str] | None:
     if excinfo is None or not excinfo.errisinstance(NotImplementedError):
         return None
     message = str(excinfo.value).strip().splitlines()[0] if str(excinfo.value).strip() else ""
-    match = _TODO_MESSAGE.match(message)
+    match = STUB_MESSAGE.match(message)  # a starter stub's message, or the refusal to launch a KIT_TODO
     return (match.group(1), message) if match else None
 
 

@@ -35,7 +35,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -45,10 +44,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from assignment.atomic import write_atomic
 from assignment.impl import REPO_ROOT, ImplError, student_dir
 from assignment.perf.cases import TASKS as BENCH_TASKS
 from assignment.registry import Registry, Task, load_registry
-from assignment.starter import todo_lines
+from assignment.starter import todo_counts
 
 ASSIGNMENT_DIR = Path(__file__).resolve().parent
 MD_TEMPLATE = ASSIGNMENT_DIR / "report.md.j2"
@@ -182,19 +182,11 @@ def todo_left(task_id: str, registry: Registry, impl: Path) -> str | None:
             path = impl / name
             if not path.is_file():
                 return f"{task_id} not implemented ({name} is missing from {impl})"
-            if has_todo(needed, path.read_text(encoding="utf-8", errors="replace"), name):
+            if needed in todo_counts(path.read_text(encoding="utf-8", errors="replace"), name):
                 if needed == task_id:
                     return f"{task_id} not implemented (TODO regions left)"
                 return f"{task_id} needs {needed}, and {needed} not implemented (TODO regions left)"
     return None
-
-
-def has_todo(task_id: str, text: str, filename: str) -> bool:
-    """A starter stub of ``task_id`` left in a student file: ``raise NotImplementedError("tN: ...")`` in Python,
-    ``KIT_TODO(tN)`` in CUDA (assignment.starter writes both)."""
-    if filename.endswith(".py"):
-        return re.search(rf"""raise\s+NotImplementedError\(\s*['"]{task_id}:""", text) is not None
-    return task_id in todo_lines(text)
 
 
 # --------------------------------------------------------------------------- running a step
@@ -321,22 +313,6 @@ def step_key(step: Step, registry: Registry, impl: Path, kit: str, gpu_name: str
     payload = {"version": CACHE_VERSION, "step": step.name, "argv": list(step.argv), "gpu": gpu_name or "no GPU",
                "kit": kit, "student_files": files}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
-
-
-def write_atomic(path: Path, content: str | bytes) -> None:
-    """A temporary file in the same folder, then a rename: a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(content.encode("utf-8") if isinstance(content, str) else content)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # mkstemp's 0600 would keep the report from whoever else reads it
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def load_cached(path: Path, key: str) -> StepResult | None:

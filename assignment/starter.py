@@ -23,6 +23,7 @@ the kit's own file (assignment/cuda/regions.py). Everything outside the regions
 from __future__ import annotations
 
 import argparse
+import ast
 import difflib
 import re
 import sys
@@ -136,6 +137,36 @@ def todo_lines(text: str) -> dict[str, list[int]]:
 def todo_tasks(text: str) -> set[str]:
     """Task ids that still have a ``KIT_TODO(tN)`` in non-comment CUDA code."""
     return set(todo_lines(text))
+
+
+# The message of a Python stub, NotImplementedError("t1: ... (TODO(t1) in t1_attention.py)"); the kit's checks
+# that refuse to launch a CUDA file with KIT_TODO left raise the same form.
+STUB_MESSAGE = re.compile(r"^(t[0-9]+): ")
+
+
+def python_todo_counts(text: str) -> dict[str, int]:
+    """Task id -> the ``raise NotImplementedError("tN: ...")`` stubs still in a Python file ({} if it does not
+    parse)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return {}
+    found: dict[str, int] = {}
+    for node in ast.walk(tree):
+        call = node.exc if isinstance(node, ast.Raise) else None
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "NotImplementedError" \
+                and call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
+            match = STUB_MESSAGE.match(call.args[0].value)
+            if match:
+                found[match[1]] = found.get(match[1], 0) + 1
+    return found
+
+
+def todo_counts(text: str, filename: str) -> dict[str, int]:
+    """Task id -> the starter stubs still in a student file: Python raises, CUDA ``KIT_TODO(tN);`` calls."""
+    if filename.endswith(".py"):
+        return python_todo_counts(text)
+    return {task: len(lines) for task, lines in todo_lines(text).items()}
 
 
 def _solution_files(solutions: Path) -> list[Path]:

@@ -29,11 +29,9 @@ and the file is compiled as it is. Builds go through ``assignment.cuda.compiler`
 from __future__ import annotations
 
 import argparse
-import ast
 import hashlib
 import json
 import os
-import re
 import sys
 import tempfile
 import zipfile
@@ -43,10 +41,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from assignment import feedback, policy
+from assignment.atomic import replacing
 from assignment.cuda import compiler, regions
 from assignment.impl import REPO_ROOT, ImplError, student_dir
 from assignment.registry import Registry, load_registry
-from assignment.starter import todo_lines
+from assignment.starter import todo_counts
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -57,7 +56,6 @@ KIT_SOURCES = REPO_ROOT / "solutions"  # the kit's own CUDA files (an instructor
 MANIFEST_NAME = "MANIFEST.json"
 DEFAULT_OUT_NAME = "submission.zip"
 COMPILE_ERROR_LINES = 3  # nvcc's first errors are the useful ones; the rest often cascade
-_PY_STUB_MESSAGE = re.compile(r"^(t[0-9]+):")
 
 
 @dataclass
@@ -128,28 +126,6 @@ def _read_capped(packed: PackedFile, limit: int, checks: Checks) -> bool:
 # --------------------------------------------------------------------------- TODO regions left
 
 
-def python_todos(text: str) -> dict[str, int]:
-    """Task id -> the starter's ``raise NotImplementedError("tN: ...")`` stubs still in the file."""
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return {}  # the task rules report the syntax error
-    found: dict[str, int] = {}
-    for node in ast.walk(tree):
-        call = node.exc if isinstance(node, ast.Raise) else None
-        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "NotImplementedError" \
-                and call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
-            match = _PY_STUB_MESSAGE.match(call.args[0].value)
-            if match:
-                found[match[1]] = found.get(match[1], 0) + 1
-    return found
-
-
-def cuda_todos(text: str) -> dict[str, int]:
-    """Task id -> the ``KIT_TODO(tN);`` stubs still in the file's code."""
-    return {task: len(lines) for task, lines in todo_lines(text).items()}
-
-
 # --------------------------------------------------------------------------- Python files
 
 
@@ -184,7 +160,7 @@ class Build:
 def cuda_builds(packed: PackedFile, text: str, checks: Checks) -> tuple[list[Build], str]:
     """What to compile for one CUDA file, and how it was checked; a region the grader refuses is an error."""
     kit_file = KIT_SOURCES / packed.name
-    todo = cuda_todos(text)
+    todo = todo_counts(text, packed.name)
     if kit_file.is_file():
         kit_text = kit_file.read_text(encoding="utf-8")
         builds = []
@@ -309,10 +285,10 @@ def run_checks(impl: Path, root: Path, registry: Registry) -> Checks:
             continue
         text = packed.data.decode("utf-8", errors="replace")
         if packed.name.endswith(".py"):
-            packed.todo = python_todos(text)
+            packed.todo = todo_counts(text, packed.name)
             check_python(packed, text, registry, checks)
         elif packed.name.endswith(".cu"):
-            packed.todo = cuda_todos(text)
+            packed.todo = todo_counts(text, packed.name)
             cuda_files.append((packed, text))
         else:
             packed.check = "ok"
@@ -377,12 +353,8 @@ def kit_version() -> str | None:
 
 def write_zip(out: Path, files: list[PackedFile], meta: dict) -> None:
     """Write ``out`` whole or not at all: a temporary file beside it, then a rename over it."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
     stamp = datetime.now().timetuple()[:6]
-    try:
+    with replacing(out) as tmp:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
             entries = [(MANIFEST_NAME, (json.dumps(meta, indent=2) + "\n").encode())]
             entries += [(f.name, f.data) for f in files if f.data is not None]
@@ -391,9 +363,6 @@ def write_zip(out: Path, files: list[PackedFile], meta: dict) -> None:
                 info.external_attr = 0o644 << 16  # a plain file
                 info.compress_type = zipfile.ZIP_DEFLATED
                 archive.writestr(info, data)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------- printing

@@ -23,7 +23,6 @@ import argparse
 import base64
 import io
 import json
-import os
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from assignment.atomic import write_atomic
 from assignment.feedback import SCALE, FeedbackError, Form, Question, load_form
 from assignment.registry import Registry, load_registry
 from grader.submission import SubmissionError, _candidates, _Folder, _Zip
@@ -301,18 +301,6 @@ def page_sections(form: Form, registry: Registry, responses: list[Response], que
     return sections
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    """A temporary name in the same folder, then a rename (as grader/report.py writes; the umask's permissions)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def summarise(submissions_dir: Path, out: Path, grades_dir: Path | None = None,
               form: Form | None = None, registry: Registry | None = None) -> tuple[dict, list[str]]:
     """Read, aggregate, plot and write; returns summary.json's content and the warnings."""
@@ -364,15 +352,15 @@ def summarise(submissions_dir: Path, out: Path, grades_dir: Path | None = None,
         "figures": [f"figures/{name}" for name in figures], "warnings": len(warnings),
     }
     for name, png in figures.items():
-        _atomic_write(out / "figures" / name, png)
+        write_atomic(out / "figures" / name, png)
     images = {name: "data:image/png;base64," + base64.b64encode(png).decode("ascii") for name, png in figures.items()}
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]))
     html = env.get_template("feedback_summary.html.j2").render(
         registry=registry, summary=summary, sections=page_sections(form, registry, responses, questions, images),
         tasks=tasks, has_grades=grades is not None, difficulty_image=images.get("difficulty_vs_score.png"),
         source=submissions_dir.name, generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
-    _atomic_write(out / "summary.html", html.encode("utf-8"))
-    _atomic_write(out / "summary.json", (json.dumps(summary, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+    write_atomic(out / "summary.html", html.encode("utf-8"))
+    write_atomic(out / "summary.json", (json.dumps(summary, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
     return summary, warnings
 
 

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import jinja2
 
+from assignment.atomic import replacing
 from assignment.registry import Registry, RegistryError, load_registry, student_edition
 from assignment.starter import _BEGIN, _END, _PLAN, _STUB
 
@@ -263,18 +264,17 @@ def build(repo: Path, out: Path, pdf: bool = True, log=print) -> tuple[Path, Pat
         problems = check_bundle(staging, repo)
         if problems:
             raise ReleaseError("the bundle fails the manifest check:\n  " + "\n  ".join(problems))
-        zip_partial = out / "student.zip.partial"
-        with zipfile.ZipFile(zip_partial, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-            for path in sorted(p for p in staging.rglob("*") if p.is_file()):
-                archive.write(path, f"student/{path.relative_to(staging).as_posix()}")
-        final = out / "student"
-        if final.exists():
-            old = out / ".student-old"
-            shutil.rmtree(old, ignore_errors=True)
-            final.rename(old)
-            shutil.rmtree(old, ignore_errors=True)
-        staging.rename(final)
-        zip_partial.replace(out / "student.zip")
+        with replacing(out / "student.zip") as zip_tmp:
+            with zipfile.ZipFile(zip_tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+                for path in sorted(p for p in staging.rglob("*") if p.is_file()):
+                    archive.write(path, f"student/{path.relative_to(staging).as_posix()}")
+            final = out / "student"
+            if final.exists():
+                old = out / ".student-old"
+                shutil.rmtree(old, ignore_errors=True)
+                final.rename(old)
+                shutil.rmtree(old, ignore_errors=True)
+            staging.rename(final)
         return final, out / "student.zip"
     finally:
         shutil.rmtree(staging, ignore_errors=True)

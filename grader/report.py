@@ -12,11 +12,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from assignment.atomic import write_atomic
 from assignment.registry import Registry
 from grader.scoring import SubmissionScore
 
@@ -30,13 +30,6 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 def csv_cell(value: str) -> str:
     """A CSV cell a spreadsheet shows as text, never runs as a formula."""
     return "'" + value if value.startswith(_FORMULA_START) else value
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def summary_lines(result: SubmissionScore) -> list[str]:
@@ -131,15 +124,15 @@ def write_all(result: SubmissionScore, registry: Registry, out: Path) -> dict[st
     out = Path(out)
     paths = {"results": out / "results.json", "csv": out / "grades.csv", "html": out / "report.html",
              "grading": out / "grading.json"}
-    _atomic_write(paths["results"], json.dumps(gradescope_results(result), indent=2))
+    write_atomic(paths["results"], json.dumps(gradescope_results(result), indent=2))
     header, row = csv_row(result, registry)
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(header)
     writer.writerow(row)
-    _atomic_write(paths["csv"], buffer.getvalue())
+    write_atomic(paths["csv"], buffer.getvalue())
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]))
     html = env.get_template("report.html.j2").render(result=result, registry=registry)
-    _atomic_write(paths["html"], html)
-    _atomic_write(paths["grading"], json.dumps(instructor_record(result), indent=2, default=str))
+    write_atomic(paths["html"], html)
+    write_atomic(paths["grading"], json.dumps(instructor_record(result), indent=2, default=str))
     return paths
