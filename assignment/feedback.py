@@ -225,21 +225,35 @@ def _question(item: dict, where: str, task_ids: tuple[str, ...]) -> Question:
 # --------------------------------------------------------------------------- the answer file
 
 
+def parse_answers(data: bytes, form: Form) -> dict:
+    """The answers in the bytes of an answer file (not checked against the questions: ``form.problems``);
+    FeedbackError says why the file cannot be used at all."""
+    try:
+        payload = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise FeedbackError(f"not a readable answer file: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise FeedbackError(f"not a readable answer file: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise FeedbackError("not a readable answer file: not valid JSON (nested too deeply)") from None
+    if not isinstance(payload, dict) or not isinstance(payload.get("answers"), dict):
+        raise FeedbackError('expected an object with "answers"')
+    if payload.get("schema_version") != form.schema_version:
+        raise FeedbackError(f"answers to form version {payload.get('schema_version')!r}; the form is version "
+                            f"{form.schema_version}")
+    return dict(payload["answers"])
+
+
 def load_answers(path: Path, form: Form) -> dict:
     """The answers saved in ``path`` ({} when there is no file yet); FeedbackError if it cannot be used."""
     if not path.exists():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FeedbackError(f"{path}: not a readable answer file ({exc}); fix or move it, it was left as it is") \
-            from None
-    if not isinstance(data, dict) or not isinstance(data.get("answers"), dict):
-        raise FeedbackError(f"{path}: expected an object with \"answers\"; it was left as it is")
-    if data.get("schema_version") != form.schema_version:
-        raise FeedbackError(f"{path}: answers to form version {data.get('schema_version')!r}, the form is version "
-                            f"{form.schema_version}; move it aside to start again")
-    return dict(data["answers"])
+        return parse_answers(path.read_bytes(), form)
+    except OSError as exc:
+        raise FeedbackError(f"{path}: not a readable answer file ({exc}); it was left as it is") from None
+    except FeedbackError as exc:
+        raise FeedbackError(f"{path}: {exc}; fix or move it aside, it was left as it is") from None
 
 
 def save_answers(path: Path, form: Form, answers: dict) -> None:

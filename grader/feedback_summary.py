@@ -32,7 +32,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from assignment.atomic import write_atomic
-from assignment.feedback import SCALE, FeedbackError, Form, Question, load_form
+from assignment.feedback import SCALE, FeedbackError, Form, Question, load_form, parse_answers
 from assignment.registry import Registry, load_registry
 from grader.submission import SubmissionError, _candidates, _Folder, _Zip
 
@@ -117,20 +117,9 @@ def _read_from(student: str, path: Path, reader: _Folder | _Zip, form: Form) -> 
 def parse_response(student: str, source: str, data: bytes, form: Form) -> Response:
     """Validate the bytes of an answer file as assignment/feedback.py's load_answers and --check do."""
     try:
-        payload = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        return Response(student, "malformed", source, [f"not UTF-8 text ({exc.reason} at byte {exc.start})"])
-    except json.JSONDecodeError as exc:
-        return Response(student, "malformed", source, [f"not valid JSON ({exc})"])
-    except RecursionError:
-        return Response(student, "malformed", source, ["not valid JSON (nested too deeply)"])
-    if not isinstance(payload, dict) or not isinstance(payload.get("answers"), dict):
-        return Response(student, "malformed", source, ['expected an object with "answers"'])
-    version = payload.get("schema_version")
-    if version != form.schema_version:
-        return Response(student, "malformed", source,
-                        [f"answers to form version {version!r}; the form is version {form.schema_version}"])
-    answers = payload["answers"]
+        answers = parse_answers(data, form)
+    except FeedbackError as exc:
+        return Response(student, "malformed", source, [str(exc)])
     valid = {q.id: answers[q.id] for q in form.questions
              if answers.get(q.id) is not None and q.check(answers[q.id]) is None}
     # form.problems names each unanswered question on a line of its own; here they fit on one.
