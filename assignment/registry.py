@@ -77,12 +77,11 @@ class StudentTarget:
             return self.reference / at
         return (1.0 if self.naive is None else self.naive) * at
 
-    def describe(self, speed: float) -> str:
-        if self.baseline == "copy":
-            return f"{100 * speed:.0f}% of the device copy bandwidth"
-        if self.baseline == "naive path":
-            return f"{speed:.3g}x faster than the naive path"
-        return f"{speed:.2f}x {self.baseline}'s speed"
+    def as_rule_value(self, metric: str, speed: float) -> float:
+        """The value the rule would measure for a student at ``speed``: the inverse of ``needed``."""
+        if metric == "time_vs_reference":
+            return self.reference / speed
+        return speed / (1.0 if self.naive is None else self.naive)
 
 
 @dataclass(frozen=True)
@@ -115,13 +114,9 @@ class TimingRule:
 
     def student_points_for(self, speed: float) -> float:
         """Points a student's locally measured speed against the baseline points to (an estimate of the grade)."""
-        if self.student is None or speed is None or not math.isfinite(speed):
+        if self.student is None or speed is None or not math.isfinite(speed) or speed <= 0:
             return 0.0
-        earned = 0.0
-        for threshold in self.thresholds:
-            if speed >= self.student.needed(self.metric, threshold.at):
-                earned = max(earned, threshold.points)
-        return earned
+        return self.points_for(self.student.as_rule_value(self.metric, speed))
 
 
 @dataclass(frozen=True)
