@@ -179,9 +179,13 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = FeedForward(config)
 
-    def forward(self, x, cos, sin, input_pos, kv_len, attend) -> torch.Tensor:
-        h = x + self.self_attn(self.input_layernorm(x), cos, sin, input_pos, kv_len, attend)
-        return h + self.mlp(self.post_attention_layernorm(h))
+    def forward(self, x, normed, cos, sin, input_pos, kv_len, attend, next_norm) -> tuple[torch.Tensor, torch.Tensor]:
+        """x + attention(norm(x)), then + mlp(norm(...)): the residual stream after the block, and ``next_norm`` of
+        it (the next block's input norm, or the final one). ``normed`` is this block's input norm of x, already
+        computed: each residual add runs in the kernel of the norm that follows it (fused_ops.add_rms_norm)."""
+        attended = self.self_attn(normed, cos, sin, input_pos, kv_len, attend)
+        x, normed = fused_ops.add_rms_norm(x, attended, self.post_attention_layernorm)
+        return fused_ops.add_rms_norm(x, self.mlp(normed), next_norm)
 
 
 # --------------------------------------------------------------------------- the model
@@ -285,14 +289,11 @@ class Transformer(nn.Module):
         else:       # the angles of each token's own position, gathered on the device
             cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]                # (T, d)
         attend = attention.get(self.attention_impl, self.config.head_dim, self.device)
-        # Block.forward, layer after layer, with each residual add done in the kernel of the norm that follows it.
         x = self.embed_tokens(tokens)                                                    # (B, T, hidden)
-        x, h = fused_ops.add_rms_norm(x, None, self.layers[0].input_layernorm)
-        for i, layer in enumerate(self.layers):
-            attended = layer.self_attn(h, cos, sin, input_pos, kv_len, attend)
-            x, h = fused_ops.add_rms_norm(x, attended, layer.post_attention_layernorm)
-            following = self.layers[i + 1].input_layernorm if i + 1 < len(self.layers) else self.norm
-            x, h = fused_ops.add_rms_norm(x, layer.mlp(h), following)
+        x, h = fused_ops.add_rms_norm(x, None, self.layers[0].input_layernorm)           # h: x normalised
+        next_norms = [layer.input_layernorm for layer in self.layers[1:]] + [self.norm]
+        for layer, next_norm in zip(self.layers, next_norms):
+            x, h = layer(x, h, cos, sin, input_pos, kv_len, attend, next_norm)
         if last_only:
             h = h[:, -1:]
         return fused_ops.linear(h, self.lm_head.weight).float()                         # (B, T or 1, V)
