@@ -39,7 +39,7 @@ from pathlib import Path
 import jinja2
 
 from assignment.atomic import replacing
-from assignment.registry import Registry, RegistryError, load_registry, student_edition
+from assignment.registry import Registry, RegistryError, hidden_table_lines, load_registry, student_edition
 from assignment.starter import _BEGIN, _END, _PLAN, _STUB
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -176,13 +176,9 @@ def secrets(repo: Path) -> list[Secret]:
             if inside and not _PLAN.match(line) and not _STUB.match(line) and len(code) >= MIN_LEAK_CHARS \
                     and code not in starter_text:
                 found.append(Secret(code, f"solutions/{rel}:{number} (solution code)"))
-    skipping = False
-    for number, line in enumerate(registry_text.splitlines(), start=1):
+    for number, line in hidden_table_lines(registry_text):
         stripped = line.strip()
-        if stripped.startswith("["):
-            skipping = stripped == "[task.hidden]"
-            continue
-        if skipping and stripped and not stripped.startswith("#") and len(stripped) >= 12:
+        if stripped and not stripped.startswith("#") and len(stripped) >= 12:
             found.append(Secret(stripped.rstrip(","), f"assignment/tasks.toml:{number} (hidden shapes)"))
     registry = load_registry(repo / "assignment" / "tasks.toml")
     for task in registry.tasks:
