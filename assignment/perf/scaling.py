@@ -86,21 +86,25 @@ def plot(data: dict, out: Path) -> list[Path]:
     names = sorted({n for p in data["points"] for n, v in p["results"].items() if "ms" in v})
     dims = sorted({p["d"] for p in data["points"]})
     heads = f"H = {HEADS}, H_kv = {data.get('kv_heads', HEADS)}"
-    for metric, ylabel, fname in (("ms", f"time (ms), B·L = {TOKENS} tokens, {heads}", "time"),
-                                  ("tflops", "TFLOP/s", "tflops")):
+    causal = "causal " if data["causal"] else ""
+
+    def measured(name: str, d: int) -> list[dict]:
+        return [p for p in data["points"] if p["d"] == d and "ms" in p["results"].get(name, {})]
+
+    def per_d_figure(fname: str, what: str, ylabel: str, series, log_y: bool = False, at_one: bool = False) -> None:
+        """One panel per head dim d, one line per (label, xs, ys) that ``series(d)`` yields, against L."""
         fig, axes = plt.subplots(1, len(dims), figsize=(6 * len(dims), 4.5), squeeze=False)
         for ax, d in zip(axes[0], dims):
-            for name in names:
-                xs = [p["L"] for p in data["points"] if p["d"] == d and "ms" in p["results"].get(name, {})]
-                ys = [p["results"][name][metric] for p in data["points"] if p["d"] == d
-                      and "ms" in p["results"].get(name, {})]
-                ax.plot(xs, ys, marker="o", label=name)
+            for label, xs, ys in series(d):
+                ax.plot(xs, ys, marker="o", label=label)
+            if at_one:
+                ax.axhline(1.0, color="black", linewidth=0.8)
             ax.set_xscale("log", base=2)
-            if metric == "ms":
+            if log_y:
                 ax.set_yscale("log")
             ax.set_xlabel("sequence length L")
             ax.set_ylabel(ylabel)
-            ax.set_title(f"{task} {'causal ' if data['causal'] else ''}attention, d = {d}, {data['gpu'].get('name')}")
+            ax.set_title(f"{task} {causal}{what}, d = {d}, {data['gpu'].get('name')}")
             ax.grid(True, alpha=0.3)
             ax.legend()
         path = out / f"{stem}_{fname}.png"
@@ -108,27 +112,21 @@ def plot(data: dict, out: Path) -> list[Path]:
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(path)
+
+    for metric, ylabel, fname in (("ms", f"time (ms), B·L = {TOKENS} tokens, {heads}", "time"),
+                                  ("tflops", "TFLOP/s", "tflops")):
+        per_d_figure(fname, "attention", ylabel, lambda d, metric=metric: (
+            (name, [p["L"] for p in measured(name, d)], [p["results"][name][metric] for p in measured(name, d)])
+            for name in names), log_y=metric == "ms")
     # Speedup: the student's time over each baseline's, against L (seed 000 reports these speedups).
     baselines = [n for n in names if n not in ("student", "reference")]
     if "student" in names and baselines:
-        fig, axes = plt.subplots(1, len(dims), figsize=(6 * len(dims), 4.5), squeeze=False)
-        for ax, d in zip(axes[0], dims):
+        def speedups(d):
             for name in baselines:
-                pts = [(p["L"], p["results"][name]["ms"] / p["results"]["student"]["ms"]) for p in data["points"]
-                       if p["d"] == d and "ms" in p["results"].get(name, {}) and "ms" in p["results"].get("student", {})]
-                ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=f"over {name}")
-            ax.axhline(1.0, color="black", linewidth=0.8)
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("sequence length L")
-            ax.set_ylabel("your speedup (baseline time / yours)")
-            ax.set_title(f"{task} {'causal ' if data['causal'] else ''}speedup, d = {d}, {data['gpu'].get('name')}")
-            ax.grid(True, alpha=0.3)
-            ax.legend()
-        path = out / f"{stem}_speedup.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+                both = [p for p in measured(name, d) if "ms" in p["results"].get("student", {})]
+                yield (f"over {name}", [p["L"] for p in both],
+                       [p["results"][name]["ms"] / p["results"]["student"]["ms"] for p in both])
+        per_d_figure("speedup", "speedup", "your speedup (baseline time / yours)", speedups, at_one=True)
     # Roofline: intensity = flops / ideal bytes (what a perfect FlashAttention moves).
     fig, ax = plt.subplots(figsize=(7, 5))
     peak, bw = data["fp32_peak_tflops"], data["copy_gbps"] / 1e3  # TB/s
