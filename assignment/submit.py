@@ -216,24 +216,13 @@ def compile_one(build: Build, arch: str, workdir: Path) -> str:
 
 
 def compile_errors(exc: compiler.CudaCompileError, build: Build, arch: str) -> str:
-    student_lines = build.student_text.splitlines()
-    errors = [d for d in exc.diagnostics if "error" in d.severity] or exc.diagnostics
     what = f"your {build.label} regions in the kit's file" if build.origin is not None else "the file"
-    parts = [f"{build.name}: nvcc rejects {what} ({arch}):"]
-    for diag in errors[:COMPILE_ERROR_LINES]:
-        line = diag.line if Path(diag.file).name == build.name else None
-        if line is not None and build.origin is not None:
-            line = build.origin[line - 1] if 0 < line <= len(build.origin) else None
-        if line is None:
-            parts.append(f"  {Path(diag.file).name}: {diag.severity} in the kit's code around your regions: "
-                         f"{diag.message}")
-            continue
-        parts.append(f"  {build.name}:{line}: {diag.severity}: {diag.message}")
-        if 0 < line <= len(student_lines):
-            parts.append(f"    {line:5d} | {student_lines[line - 1].rstrip()}")
-    if len(errors) > COMPILE_ERROR_LINES:
-        parts.append(f"  ... and {len(errors) - COMPILE_ERROR_LINES} more")
-    if not errors:
+    lines, count = regions.student_diagnostics(exc.diagnostics, build.student_text, build.name, build.origin,
+                                               COMPILE_ERROR_LINES)
+    parts = [f"{build.name}: nvcc rejects {what} ({arch}):", *("  " + line for line in lines)]
+    if count > COMPILE_ERROR_LINES:
+        parts.append(f"  ... and {count - COMPILE_ERROR_LINES} more")
+    if not exc.diagnostics:
         parts += ["  " + line for line in (exc.output or str(exc)).strip().splitlines()[:COMPILE_ERROR_LINES]]
     return "\n".join(parts)
 

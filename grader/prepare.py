@@ -122,19 +122,9 @@ def _prepare_cuda(prepared: PreparedTask, name: str, source: Path, workdir: Path
 
 def compile_feedback(exc: "compiler.CudaCompileError", spliced: "regions.Spliced", student_text: str,
                      name: str, limit: int = 5) -> str:
-    """nvcc's errors in the student's own lines; the kit's code is named but never quoted."""
-    student_lines = student_text.splitlines()
-    errors = [d for d in exc.diagnostics if "error" in d.severity] or exc.diagnostics
-    parts = [f"{name} does not compile (nvcc, {len(errors)} error{'s' if len(errors) != 1 else ''}):"]
-    for diag in errors[:limit]:
-        origin = spliced.origin[diag.line - 1] if 0 < diag.line <= len(spliced.origin) else None
-        if origin:
-            parts.append(f"{name}:{origin}: {diag.severity}: {diag.message}")
-            if 0 < origin <= len(student_lines):
-                parts.append(f"    {origin:5d} | {student_lines[origin - 1].rstrip()}")
-        else:
-            parts.append(f"{name}: {diag.severity} in the kit's code around your TODO regions: {diag.message} "
-                         "(your code declares or uses a name the kit's code conflicts with?)")
+    """nvcc's errors in the student's own lines (regions.student_diagnostics); the kit's code is never quoted."""
+    lines, count = regions.student_diagnostics(exc.diagnostics, student_text, name, spliced.origin, limit)
+    parts = [f"{name} does not compile (nvcc, {count} error{'s' if count != 1 else ''}):", *lines]
     if not exc.diagnostics:
         parts.append(str(exc).splitlines()[0].split(": ", 1)[-1] if "took longer" in str(exc) else
                      "(nvcc gave no diagnostics the grader could read)")

@@ -30,6 +30,7 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass, field
+from pathlib import PurePath
 
 from assignment.starter import END_TODO, strip_solutions
 
@@ -316,3 +317,27 @@ def line_ranges(numbers: list[int]) -> str:
         else:
             ranges.append(str(n))
     return ", ".join(ranges)
+
+
+def student_diagnostics(diagnostics: list, student_text: str, name: str,
+                        origin: list[int | None] | tuple[int | None, ...] | None = None,
+                        limit: int = 5) -> tuple[list[str], int]:
+    """nvcc's errors (``compiler.CudaCompileError.diagnostics``) on the student's own lines of ``name``, the
+    line quoted; an error in the kit's code is named but never quoted. ``origin`` maps a line of the compiled
+    (spliced) file to the student's (None: the kit's); without it the student's file was compiled as it is.
+    Returns the lines for the first ``limit`` errors and the number of errors."""
+    student_lines = student_text.splitlines()
+    errors = [d for d in diagnostics if "error" in d.severity] or list(diagnostics)
+    lines: list[str] = []
+    for diag in errors[:limit]:
+        line = diag.line if PurePath(diag.file).name == name else None
+        if line is not None and origin is not None:
+            line = origin[line - 1] if 0 < line <= len(origin) else None
+        if line is None:
+            lines.append(f"{name}: {diag.severity} in the kit's code around your TODO regions: {diag.message} "
+                         "(your code declares or uses a name the kit's code conflicts with?)")
+            continue
+        lines.append(f"{name}:{line}: {diag.severity}: {diag.message}")
+        if 0 < line <= len(student_lines):
+            lines.append(f"    {line:5d} | {student_lines[line - 1].rstrip()}")
+    return lines, len(errors)
