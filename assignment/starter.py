@@ -125,6 +125,15 @@ def strip_solutions(text: str, filename: str, registry: Registry | None = None) 
     return "".join(out), regions
 
 
+def solution_lines(text: str, filename: str) -> list[tuple[int, str]]:
+    """(1-based number, line) of the solution code in ``text``: what the starter drops (region bodies without
+    their PLAN and STUB lines)."""
+    _, regions = strip_solutions(text, filename)
+    lines = text.splitlines()
+    return [(n, lines[n - 1]) for r in regions for n in range(r.begin_line + 1, r.end_line)
+            if not _PLAN.match(lines[n - 1]) and not _STUB.match(lines[n - 1])]
+
+
 def todo_lines(text: str) -> dict[str, list[int]]:
     """Task id -> the 1-based lines that still call ``KIT_TODO(tN)`` in non-comment CUDA code."""
     found: dict[str, list[int]] = {}

@@ -40,7 +40,7 @@ import jinja2
 
 from assignment.atomic import replacing
 from assignment.registry import Registry, RegistryError, hidden_table_lines, load_registry, student_edition
-from assignment.starter import _BEGIN, _END, _PLAN, _STUB
+from assignment.starter import solution_lines
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = Path(__file__).resolve().parent / "templates" / "bundle"
@@ -164,17 +164,9 @@ def secrets(repo: Path) -> list[Secret]:
             continue
         rel = path.relative_to(solutions).as_posix()
         starter_text = (starter / rel).read_text(encoding="utf-8") if (starter / rel).is_file() else ""
-        inside = False
-        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
-            if _BEGIN.match(line):
-                inside = True
-                continue
-            if _END.match(line):
-                inside = False
-                continue
+        for number, line in solution_lines(path.read_text(encoding="utf-8", errors="replace"), f"solutions/{rel}"):
             code = line.strip()
-            if inside and not _PLAN.match(line) and not _STUB.match(line) and len(code) >= MIN_LEAK_CHARS \
-                    and code not in starter_text:
+            if len(code) >= MIN_LEAK_CHARS and code not in starter_text:
                 found.append(Secret(code, f"solutions/{rel}:{number} (solution code)"))
     for number, line in hidden_table_lines(registry_text):
         stripped = line.strip()
@@ -237,7 +229,7 @@ def check_bundle(bundle: Path, repo: Path = REPO_ROOT) -> list[str]:
             problems.append(f"{name}: names a file of the reference solutions (solutions/)")
         if name not in MARKER_SYNTAX_FILES:
             for number, line in enumerate(text.splitlines(), start=1):
-                if _BEGIN.match(line) or _END.match(line) or "BEGIN SOLUTION" in line:
+                if "BEGIN SOLUTION" in line or "END SOLUTION" in line:
                     problems.append(f"{name}:{number}: a solution marker")
         if re.search(r"^\s*reasoning\s*=", text, re.MULTILINE) and name.endswith(".toml"):
             problems.append(f"{name}: has a reasoning field")
