@@ -25,6 +25,7 @@ ASSIGNMENT_DIR = Path(__file__).resolve().parent
 REGISTRY_PATH = ASSIGNMENT_DIR / "tasks.toml"
 TASK_ID_PATTERN = re.compile(r"^t[1-9][0-9]*$")
 DEVICES = ("any", "gpu")
+SCAFFOLDING = ("guided", "open")
 METRICS = ("time_vs_reference", "speedup_vs_naive")
 
 
@@ -96,6 +97,10 @@ class TimingRule:
     # runs the thresholds were set with; the grader's preflight refuses a GPU far slower than this.
     reference_ms: dict[str, float] = field(default_factory=dict)
     student: StudentTarget | None = None
+    # The open scaffolding level's thresholds and their reasoning (``open``, ``open_reasoning``); when the task is
+    # open they are also ``thresholds`` and the front of ``reasoning``.
+    open_thresholds: tuple[Threshold, ...] = ()
+    open_reasoning: str = ""
 
     @property
     def max_points(self) -> float:
@@ -199,6 +204,14 @@ class Task:
     timing: tuple[TimingRule, ...] = ()
     rules: PythonRules = field(default_factory=PythonRules)
     grading: Grading = field(default_factory=Grading)
+    # "guided": the starter's TODO regions with their plans; "open": the student designs the kernel body (the
+    # solution's OPEN blocks; assignment/starter.py), and the timing rules use their `open` thresholds.
+    scaffolding: str = "guided"
+    # What a student can do after the task (the handout lists them; required for available tasks).
+    objectives: tuple[str, ...] = ()
+    # The instructor's estimate of a student's hours, (low, high); the handout shows the beta testers' median
+    # instead once the feedback form has enough answers (handout/hours.py).
+    estimated_hours: tuple[float, float] | None = None
 
     def hidden_shapes(self, seed: int) -> tuple[dict[str, Any], ...]:
         """The hidden suite's shapes for one grading (fixed ones first, then those drawn from ``seed``)."""
@@ -219,6 +232,48 @@ class Task:
             raise KeyError(f"registry: task {self.id} has no tolerance for {dtype_name}") from None
 
 
+# The theory part's kinds of numeric question (assignment/theory/questions.py words and draws each one).
+THEORY_KINDS = ("hbm", "smem", "roofline", "online_softmax", "split_kv")
+
+
+@dataclass(frozen=True)
+class TheoryKind:
+    """One kind of numeric theory question: its points (shared equally by its ``count`` instances and their
+    answers) and the relative tolerance of an answer, |answer - key| <= rtol * |key| (0: exact)."""
+    name: str
+    title: str
+    points: float
+    count: int
+    rtol: float
+
+
+@dataclass(frozen=True)
+class RubricItem:
+    points: float
+    criterion: str
+
+
+@dataclass(frozen=True)
+class Theory:
+    """``[theory]``: questions drawn per student (``make theory``), graded by ``grader/theory.py``."""
+    salt: str                       # drawn into every student's numbers with the id: a new salt, new numbers
+    answers_file: str               # what `make theory` writes and `make submit` packs (in course.submit_files)
+    kinds: tuple[TheoryKind, ...]
+    proof_title: str
+    proof_points: float
+    rubric: tuple[RubricItem, ...] = ()  # the written proof's, instructor-only: () in the student edition
+
+    @property
+    def points(self) -> float:
+        return sum(kind.points for kind in self.kinds) + self.proof_points
+
+    def kind(self, name: str) -> TheoryKind:
+        for kind in self.kinds:
+            if kind.name == name:
+                return kind
+        raise KeyError(f"no theory question kind {name!r} (the registry has {', '.join(k.name for k in self.kinds)})")
+
+
 @dataclass(frozen=True)
 class Registry:
     path: Path
@@ -234,6 +289,10 @@ class Registry:
     edition: str = "instructor"
     # The prompt whose generated text the student's report shows (seed 000's report question).
     report_prompt: str = ""
+    # The course's academic-integrity and AI-use policy, Markdown, printed verbatim in the handout.
+    integrity_policy: str = ""
+    # The theory part (None: the course has none); its points count in total_points with the tasks'.
+    theory: Theory | None = None
 
     def task(self, task_id: str) -> Task:
         for task in self.tasks:
@@ -275,7 +334,40 @@ def _require(table: dict, key: str, kind: type | tuple, path: Path, task: str | 
     return value
 
 
-def _parse_timing(raw: Any, path: Path, task_id: str, edition: str = "instructor") -> tuple[TimingRule, ...]:
+def _parse_thresholds(raw: Any, path: Path, task_id: str, prefix: str) -> tuple[Threshold, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise RegistryError(path, task_id, prefix + "thresholds", "must list at least one threshold")
+    thresholds = []
+    for j, th in enumerate(raw):
+        tprefix = f"{prefix}thresholds[{j}]."
+        at = float(_require(th, "at", float, path, task_id, tprefix))
+        pts = float(_require(th, "points", float, path, task_id, tprefix))
+        if at <= 0 or pts < 0:
+            raise RegistryError(path, task_id, tprefix[:-1], "needs at > 0 and points >= 0")
+        thresholds.append(Threshold(at, pts))
+    return tuple(thresholds)
+
+
+def _parse_open_rubric(item: dict, thresholds: tuple[Threshold, ...], path: Path, task_id: str, prefix: str,
+                       edition: str) -> tuple[tuple[Threshold, ...], str] | None:
+    """A rule's ``open = { thresholds = [...] }`` and ``open_reasoning``: the partial-credit levels for the open
+    scaffolding level, calibrated on simpler honest kernels. Same maximum as the guided thresholds."""
+    raw = item.get("open")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise RegistryError(path, task_id, prefix + "open", "must be a table { thresholds = [...] }")
+    opened = _parse_thresholds(raw.get("thresholds"), path, task_id, prefix + "open.")
+    if not math.isclose(max(t.points for t in opened), max(t.points for t in thresholds)):
+        raise RegistryError(path, task_id, prefix + "open.thresholds", "must award the same maximum as the guided ones")
+    reasoning = str(item.get("open_reasoning", ""))
+    if edition != "student" and len(reasoning.strip()) < 20:
+        raise RegistryError(path, task_id, prefix + "open_reasoning", "must say which kernels the levels were measured on")
+    return opened, reasoning
+
+
+def _parse_timing(raw: Any, path: Path, task_id: str, edition: str = "instructor",
+                  scaffolding: str = "guided") -> tuple[TimingRule, ...]:
     if not isinstance(raw, list):
         raise RegistryError(path, task_id, "timing", "must be an array of tables ([[task.timing]])")
     rules = []
@@ -284,23 +376,19 @@ def _parse_timing(raw: Any, path: Path, task_id: str, edition: str = "instructor
         metric = _require(item, "metric", str, path, task_id, prefix)
         if metric not in METRICS:
             raise RegistryError(path, task_id, prefix + "metric", f"must be one of {METRICS}, got {metric!r}")
-        thresholds_raw = _require(item, "thresholds", list, path, task_id, prefix)
-        if not thresholds_raw:
-            raise RegistryError(path, task_id, prefix + "thresholds", "must list at least one threshold")
-        thresholds = []
-        for j, th in enumerate(thresholds_raw):
-            tprefix = f"{prefix}thresholds[{j}]."
-            at = float(_require(th, "at", float, path, task_id, tprefix))
-            pts = float(_require(th, "points", float, path, task_id, tprefix))
-            if at <= 0 or pts < 0:
-                raise RegistryError(path, task_id, tprefix[:-1], "needs at > 0 and points >= 0")
-            thresholds.append(Threshold(at, pts))
+        thresholds = _parse_thresholds(_require(item, "thresholds", list, path, task_id, prefix), path, task_id, prefix)
         if edition == "student":  # the bundle's copy: the reasoning stays with the instructor
             reasoning = str(item.get("reasoning", ""))
         else:
             reasoning = _require(item, "reasoning", str, path, task_id, prefix)
             if len(reasoning.strip()) < 20:
                 raise RegistryError(path, task_id, prefix + "reasoning", "must say where the numbers come from")
+        opened = _parse_open_rubric(item, thresholds, path, task_id, prefix, edition)
+        if scaffolding == "open":
+            if opened is None:
+                raise RegistryError(path, task_id, prefix + "open", "is missing: an open task's timing rules need "
+                                    "partial-credit levels measured on simpler kernels (open = { thresholds, reasoning })")
+            thresholds, reasoning = opened[0], (opened[1] + " " + reasoning).strip()
         student_target = _parse_student_target(item.get("student"), metric, path, task_id, prefix)
         rules.append(
             TimingRule(
@@ -312,6 +400,8 @@ def _parse_timing(raw: Any, path: Path, task_id: str, edition: str = "instructor
                 reasoning=reasoning,
                 reference_ms=_parse_reference_ms(item.get("reference_ms", {}), path, task_id, prefix),
                 student=student_target,
+                open_thresholds=opened[0] if opened else (),
+                open_reasoning=opened[1] if opened else "",
             )
         )
     return tuple(rules)
@@ -401,6 +491,28 @@ def _parse_rules(raw: Any, path: Path, task_id: str) -> PythonRules:
     return PythonRules(tuple(raw.get("imports", [])), tuple(raw.get("forbidden", [])))
 
 
+def _parse_objectives(raw: Any, path: Path, task_id: str, available: bool) -> tuple[str, ...]:
+    if raw is None:
+        raw = []
+    if not isinstance(raw, list) or not all(isinstance(o, str) and o.strip() for o in raw):
+        raise RegistryError(path, task_id, "objectives", "must be a list of non-empty strings")
+    if available and not raw:
+        raise RegistryError(path, task_id, "objectives", "is missing (available tasks list their learning objectives)")
+    return tuple(" ".join(o.split()) for o in raw)
+
+
+def _parse_estimated_hours(raw: Any, path: Path, task_id: str, available: bool) -> tuple[float, float] | None:
+    if raw is None:
+        if available:
+            raise RegistryError(path, task_id, "estimated_hours", "is missing (available tasks need a time estimate)")
+        return None
+    ok = isinstance(raw, list) and len(raw) == 2 and all(
+        isinstance(h, (int, float)) and not isinstance(h, bool) for h in raw)
+    if not ok or not 0 < raw[0] <= raw[1]:
+        raise RegistryError(path, task_id, "estimated_hours", f"must be [low, high] hours with 0 < low <= high, got {raw!r}")
+    return float(raw[0]), float(raw[1])
+
+
 def _parse_grading(raw: Any, path: Path, task_id: str, edition: str = "instructor") -> Grading:
     if not raw:
         return Grading()
@@ -443,7 +555,10 @@ def parse_registry(data: dict, path: Path) -> Registry:
         )
         if points.correctness < 0 or points.performance < 0:
             raise RegistryError(path, task_id, "points", "must not be negative")
-        timing = _parse_timing(raw.get("timing", []), path, task_id, edition)
+        scaffolding = raw.get("scaffolding", "guided")
+        if scaffolding not in SCAFFOLDING:
+            raise RegistryError(path, task_id, "scaffolding", f"must be one of {SCAFFOLDING}, got {scaffolding!r}")
+        timing = _parse_timing(raw.get("timing", []), path, task_id, edition, scaffolding)
         timing_points = sum(rule.max_points for rule in timing)
         available = _require(raw, "available", bool, path, task_id)
         if available and any(rule.student is None for rule in timing):
@@ -482,6 +597,9 @@ def parse_registry(data: dict, path: Path) -> Registry:
                 timing=timing,
                 rules=_parse_rules(raw.get("rules", {}), path, task_id),
                 grading=_parse_grading(raw.get("grading", {}), path, task_id, edition),
+                scaffolding=scaffolding,
+                objectives=_parse_objectives(raw.get("objectives"), path, task_id, available),
+                estimated_hours=_parse_estimated_hours(raw.get("estimated_hours"), path, task_id, available),
             )
         )
     numbers = sorted(t.number for t in tasks)
@@ -489,10 +607,13 @@ def parse_registry(data: dict, path: Path) -> Registry:
         raise RegistryError(path, None, "task", f"task ids must be t1..t{len(numbers)} without gaps, got {numbers}")
     student_files = {name for t in tasks for name in t.files}
     total = float(_require(course, "total_points", float, path, None, "course."))
+    submit_files = _parse_submit_files(course.get("submit_files", []), path, student_files)
+    theory = _parse_theory(data["theory"], path, edition, submit_files) if "theory" in data else None
     summed = sum(t.points.total for t in tasks)
-    if not math.isclose(total, summed):
+    if not math.isclose(total, summed + (theory.points if theory else 0.0)):
+        with_theory = f" and the theory's to {theory.points:g} ({summed + theory.points:g} in all)" if theory else ""
         raise RegistryError(
-            path, None, "course.total_points", f"is {total:g} but the tasks' points add up to {summed:g}"
+            path, None, "course.total_points", f"is {total:g} but the tasks' points add up to {summed:g}{with_theory}"
         )
     return Registry(
         path=path,
@@ -501,11 +622,71 @@ def parse_registry(data: dict, path: Path) -> Registry:
         total_points=total,
         public_seed=int(course.get("public_seed", 0)),
         tasks=tuple(tasks),
-        submit_files=_parse_submit_files(course.get("submit_files", []), path, student_files),
+        submit_files=submit_files,
         max_file_bytes=int(_require(course, "max_file_bytes", int, path, None, "course.")),
         edition=edition,
         report_prompt=str(course.get("report_prompt", "")),
+        integrity_policy=_parse_policy(course.get("integrity_policy", ""), path),
+        theory=theory,
     )
+
+
+def _parse_theory(raw: Any, path: Path, edition: str, submit_files: tuple[str, ...]) -> Theory:
+    if not isinstance(raw, dict):
+        raise RegistryError(path, None, "theory", "must be a table ([theory])")
+    salt = _require(raw, "salt", str, path, None, "theory.")
+    if len(salt.strip()) < 4:
+        raise RegistryError(path, None, "theory.salt", "must be a string of 4 characters or more")
+    answers_file = _require(raw, "answers_file", str, path, None, "theory.")
+    if answers_file not in submit_files:
+        raise RegistryError(path, None, "theory.answers_file",
+                            f"{answers_file!r} must be in course.submit_files, or `make submit` would not pack it")
+    questions = _require(raw, "questions", dict, path, None, "theory.")
+    kinds = []
+    for name, spec in questions.items():
+        where = f"theory.questions.{name}."
+        if name not in THEORY_KINDS:
+            raise RegistryError(path, None, where[:-1], f"is not a kind of question: one of {THEORY_KINDS}")
+        if not isinstance(spec, dict):
+            raise RegistryError(path, None, where[:-1], "must be a table { title, points, count, rtol }")
+        unknown = set(spec) - {"title", "points", "count", "rtol"}
+        if unknown:
+            raise RegistryError(path, None, where[:-1], f"unknown field {sorted(unknown)[0]!r}")
+        count = spec.get("count", 1)
+        kind = TheoryKind(name, _require(spec, "title", str, path, None, where),
+                          float(_require(spec, "points", float, path, None, where)),
+                          count if isinstance(count, int) and not isinstance(count, bool) else 0,
+                          float(_require(spec, "rtol", float, path, None, where)))
+        if kind.points <= 0 or kind.count < 1 or not 0 <= kind.rtol < 0.5:
+            raise RegistryError(path, None, where[:-1], "needs points > 0, count >= 1 (an integer) and 0 <= rtol < 0.5")
+        kinds.append(kind)
+    if not kinds:
+        raise RegistryError(path, None, "theory.questions", "must name at least one kind of question")
+    proof = _require(raw, "proof", dict, path, None, "theory.")
+    proof_points = float(_require(proof, "points", float, path, None, "theory.proof."))
+    if proof_points < 0:
+        raise RegistryError(path, None, "theory.proof.points", "must not be negative")
+    rubric = []
+    if edition != "student":  # the bundle's copy has no rubric: it stays with the instructor
+        items = _require(_require(raw, "rubric", dict, path, None, "theory."), "items", list, path, None,
+                         "theory.rubric.")
+        for i, item in enumerate(items):
+            where = f"theory.rubric.items[{i}]."
+            if not isinstance(item, dict):
+                raise RegistryError(path, None, where[:-1], "must be a table { points, criterion }")
+            rubric.append(RubricItem(float(_require(item, "points", float, path, None, where)),
+                                     _require(item, "criterion", str, path, None, where).strip()))
+        if not math.isclose(sum(item.points for item in rubric), proof_points):
+            raise RegistryError(path, None, "theory.rubric.items",
+                                f"award {sum(i.points for i in rubric):g} points but the proof is worth {proof_points:g}")
+    return Theory(salt, answers_file, tuple(kinds), _require(proof, "title", str, path, None, "theory.proof."),
+                  proof_points, tuple(rubric))
+
+
+def _parse_policy(raw: Any, path: Path) -> str:
+    if not isinstance(raw, str):
+        raise RegistryError(path, None, "course.integrity_policy", "must be a string (Markdown)")
+    return raw.strip()
 
 
 def _parse_submit_files(raw: Any, path: Path, student_files: set[str]) -> tuple[str, ...]:
@@ -541,13 +722,18 @@ def _load_default() -> Registry:
     return _load(REGISTRY_PATH)
 
 
-def hidden_table_lines(text: str) -> list[tuple[int, str]]:
-    """(1-based number, line) of every line inside a ``[task.hidden]`` table of the registry's TOML text (its
-    header excluded): what stays with the instructor."""
+# Tables whose every line stays with the instructor: the hidden suites' edge cases and draw ranges, and the
+# rubric of the theory part's written proof.
+INSTRUCTOR_TABLES = ("[task.hidden]", "[theory.rubric]")
+
+
+def hidden_table_lines(text: str, headers: tuple[str, ...] = ("[task.hidden]",)) -> list[tuple[int, str]]:
+    """(1-based number, line) of every line inside a ``[task.hidden]`` table (or one of ``headers``) of the
+    registry's TOML text (its header excluded): what stays with the instructor."""
     found, inside = [], False
     for number, line in enumerate(text.splitlines(keepends=True), start=1):
         if line.strip().startswith("["):
-            inside = line.strip() == "[task.hidden]"
+            inside = line.strip() in headers
         elif inside:
             found.append((number, line))
     return found
@@ -555,22 +741,32 @@ def hidden_table_lines(text: str) -> list[tuple[int, str]]:
 
 def student_edition(text: str) -> str:
     """The registry's TOML text as a student bundle ships it: no ``[task.hidden]`` tables (the hidden edge cases
-    and the ranges the grader draws from), no ``reasoning`` (the instructor's notes on the rubric; the student
-    targets stay), no comments, and ``edition = "student"`` so that the loader does not ask for the reasoning."""
+    and the ranges the grader draws from), no ``[theory.rubric]`` (how the written proof is marked), no ``reasoning``
+    (the instructor's notes on the rubric; the student targets stay), no comments, and ``edition = "student"`` so that the loader does not ask for the reasoning.
+    The lines of a multi-line string (a hint, the integrity policy) are text, kept as they are: a Markdown
+    heading in one is not a comment."""
     kept: list[str] = ["# The assignment registry, student edition (generated by `make release`; do not edit).\n"]
-    hidden = {number for number, _ in hidden_table_lines(text)}
+    hidden = {number for number, _ in hidden_table_lines(text, INSTRUCTOR_TABLES)}
+    in_string = False
     for number, line in enumerate(text.splitlines(keepends=True), start=1):
         stripped = line.strip()
-        if number in hidden or stripped == "[task.hidden]" or stripped.startswith("#"):
+        if in_string:
+            kept.append(line)
+            in_string = line.count('"""') % 2 == 0
             continue
-        if re.match(r"reasoning\s*=", stripped):
-            if not re.fullmatch(r'reasoning\s*=\s*"(?:[^"\\]|\\.)*"', stripped):
+        if number in hidden or stripped in INSTRUCTOR_TABLES or stripped.startswith("#"):
+            continue
+        if re.match(r"(?:open_)?reasoning\s*=", stripped):
+            if not re.fullmatch(r'(?:open_)?reasoning\s*=\s*"(?:[^"\\]|\\.)*"', stripped):
                 raise ValueError(f"a reasoning that is not a one-line string: {stripped[:60]}...")
             continue
+        if line == "\n" and kept[-1] == "\n":
+            continue  # the dropped lines leave one blank line, not a run of them
         kept.append(line)
+        in_string = line.count('"""') % 2 == 1
         if stripped == "[course]":
             kept.append('edition = "student"\n')
-    return re.sub(r"\n{3,}", "\n\n", "".join(kept))
+    return "".join(kept)
 
 
 def check_markers(marker_names: set[str], registry: Registry, where: str) -> None:

@@ -16,8 +16,25 @@ taking the code between ``// TODO(t1): ...`` and that line and splicing it into
 the kit's own file (assignment/cuda/regions.py). Everything outside the regions
 (signatures, docstrings, launch configurations) is copied unchanged.
 
+Scaffolding levels. The registry picks one per task (``scaffolding``): ``guided`` (the regions above,
+with their plans) or ``open``. For ``open`` a solution file marks, around the guided regions of a
+kernel body, what the student designs alone:
+
+    // BEGIN OPEN t3: the GEMM kernel body: tiling, shared-memory layout, the k loop
+    // GOAL: a line of the goal or a constraint, kept in the open starter
+    ...the reference's code, guided regions of t3 inside...
+    // END OPEN
+
+At the open level the whole block becomes one stub that keeps only the GOAL lines, and the task's
+regions outside every OPEN block are given (their code stays, their markers and plans go); text
+between ``BEGIN GUIDED t3`` and ``END GUIDED`` (the reference's design notes) is dropped. At the
+guided level the OPEN, GOAL and GUIDED marker lines disappear. ``apply_levels`` does this first, so everything that
+reads regions (the starter, the grader's splice, the handout, the release check) sees one level.
+An OPEN block holds regions of its own task only, and never another OPEN block.
+
     python -m assignment.starter            # write starter/
     python -m assignment.starter --check    # exit 1 when starter/ is out of date
+    python -m assignment.starter --level open --starter /tmp/open   # every task that has OPEN blocks, open
 """
 
 from __future__ import annotations
@@ -39,6 +56,12 @@ _END = re.compile(r"^\s*(?P<c>#|//)\s*END SOLUTION\b.*$")
 _PLAN = re.compile(r"^\s*(?:#|//)\s*PLAN:")
 _STUB = re.compile(r"^(?P<indent>\s*)(?:#|//)\s*STUB:\s?(?P<code>.*)$")
 _TODO_CALL = re.compile(r"\bKIT_TODO\(\s*(t[0-9]+)\s*\)")
+_BEGIN_OPEN = re.compile(r"^(?P<indent>\s*)(?P<c>#|//)\s*BEGIN OPEN\b\s*(?P<task>\S*?)\s*(?::\s*(?P<desc>.*?))?\s*$")
+_END_OPEN = re.compile(r"^\s*(?P<c>#|//)\s*END OPEN\b.*$")
+_BEGIN_GUIDED = re.compile(r"^\s*(?P<c>#|//)\s*BEGIN GUIDED\b\s*(?P<task>\S*?)\s*(?::.*)?$")
+_END_GUIDED = re.compile(r"^\s*(?P<c>#|//)\s*END GUIDED\b.*$")
+_GOAL = re.compile(r"^(?P<indent>\s*)(?P<c>#|//)\s*GOAL:(?P<text>.*)$")
+LEVELS = ("guided", "open")
 IGNORED_NAMES = {"__pycache__", ".pytest_cache"}
 END_TODO = "END TODO({task})"  # closes a CUDA stub: the region the grader splices
 
@@ -62,8 +85,123 @@ def _fail_statement(comment: str, task: str, description: str, filename: str) ->
     return f"KIT_TODO({task});"
 
 
-def strip_solutions(text: str, filename: str, registry: Registry | None = None) -> tuple[str, list[Region]]:
-    """Return the starter text for one solution file and the regions found."""
+def task_levels(registry: Registry | None = None) -> dict[str, str]:
+    """Task id -> its scaffolding level, from ``registry`` (the default registry when None)."""
+    registry = registry or load_registry()
+    return {task.id: task.scaffolding for task in registry.tasks}
+
+
+def open_tasks(text: str) -> set[str]:
+    """Task ids with an OPEN block in a solution file's text."""
+    return {m["task"] for m in map(_BEGIN_OPEN.match, text.splitlines()) if m}
+
+
+def apply_levels(text: str, filename: str, levels: dict[str, str] | None = None) -> str:
+    """The solution text at each task's scaffolding level (``levels``: task id -> "guided" | "open"; the default
+    registry's when None): only BEGIN SOLUTION regions remain. A text without OPEN blocks comes back unchanged,
+    so the result is a fixed point (``render_starter`` refuses a task set to open whose files have no OPEN block).
+    """
+    lines = text.splitlines(keepends=True)
+    if not any(_BEGIN_OPEN.match(line) for line in lines):
+        return text
+    levels = levels if levels is not None else task_levels()
+    out: list[str] = []
+    block: tuple[int, str, str, str] | None = None  # line, task, description, indent of the open OPEN block
+    goals: list[str] = []
+    stubs: list[str] = []
+    body: list[str] = []
+    in_region: str | None = None  # task of the BEGIN SOLUTION region being read, when inside one
+    guided: tuple[int, str] | None = None  # line and task of the open GUIDED block
+    for number, line in enumerate(lines, start=1):
+        where = f"{filename}:{number}"
+        if not line.endswith("\n"):
+            line += "\n"
+        begin_guided, end_guided = _BEGIN_GUIDED.match(line), _END_GUIDED.match(line)
+        if begin_guided:
+            if guided is not None or block is not None or in_region is not None:
+                raise MarkerError(f"{where}: BEGIN GUIDED goes outside every other block and region")
+            guided = (number, begin_guided["task"])
+            continue
+        if end_guided:
+            if guided is None:
+                raise MarkerError(f"{where}: END GUIDED without a matching BEGIN GUIDED")
+            guided = None
+            continue
+        if guided is not None and levels.get(guided[1]) == "open":
+            continue  # text for the guided level only (e.g. the reference's design notes)
+        begin_open, end_open = _BEGIN_OPEN.match(line), _END_OPEN.match(line)
+        begin, end = _BEGIN.match(line), _END.match(line)
+        if begin_open:
+            if block is not None:
+                raise MarkerError(f"{where}: BEGIN OPEN inside the OPEN block opened at {filename}:{block[0]}")
+            if in_region is not None:
+                raise MarkerError(f"{where}: BEGIN OPEN inside a BEGIN SOLUTION region (an OPEN block goes around them)")
+            task = begin_open["task"]
+            if not re.fullmatch(r"t[1-9][0-9]*", task or ""):
+                raise MarkerError(f"{where}: BEGIN OPEN needs a task id such as t3, got {task!r}")
+            desc = (begin_open["desc"] or "").strip() or f"the {task} kernel"
+            block, goals, stubs, body = (number, task, desc, begin_open["indent"]), [], [], []
+            continue
+        if end_open:
+            if block is None:
+                raise MarkerError(f"{where}: END OPEN without a matching BEGIN OPEN")
+            if in_region is not None:
+                raise MarkerError(f"{where}: END OPEN inside a BEGIN SOLUTION region")
+            _, task, desc, indent = block
+            c = end_open["c"]
+            if levels.get(task) == "open":
+                out.append(f"{indent}{c} BEGIN SOLUTION {task}: {desc}\n")
+                out.extend(goals)
+                out.extend(stubs)
+                out.extend(body)
+                out.append(f"{indent}{c} END SOLUTION\n")
+            else:
+                out.extend(body)
+            block = None
+            continue
+        if begin:
+            in_region = begin["task"]
+            if block is not None and in_region != block[1]:
+                raise MarkerError(f"{where}: a {in_region} region inside the OPEN block of {block[1]} (an OPEN block "
+                                  "holds regions of its own task only)")
+        elif end:
+            in_region, was = None, in_region
+            if block is None and levels.get(was) == "open":
+                continue  # a given region at the open level: its code stays, its markers go
+        if block is not None:
+            goal = _GOAL.match(line)
+            if goal:
+                goals.append(f"{goal['indent']}{goal['c']} PLAN:{goal['text']}\n")
+            elif levels.get(block[1]) == "open":
+                # the inner regions dissolve into the block; their plans and stubs go (STUB lines written directly
+                # in the OPEN block, outside any region, are the block's own)
+                if begin or end or _PLAN.match(line):
+                    continue
+                if _STUB.match(line):
+                    if in_region is None:
+                        stubs.append(line)
+                    continue
+                body.append(line)
+            else:
+                body.append(line)
+            continue
+        if in_region is not None and levels.get(in_region) == "open":
+            if begin or _PLAN.match(line) or _STUB.match(line):
+                continue  # a given region at the open level
+        out.append(line)
+    if block is not None:
+        raise MarkerError(f"{filename}:{block[0]}: BEGIN OPEN {block[1]} is never closed (END OPEN missing)")
+    if guided is not None:
+        raise MarkerError(f"{filename}:{guided[0]}: BEGIN GUIDED {guided[1]} is never closed (END GUIDED missing)")
+    return "".join(out)
+
+
+def strip_solutions(text: str, filename: str, registry: Registry | None = None,
+                    levels: dict[str, str] | None = None) -> tuple[str, list[Region]]:
+    """Return the starter text for one solution file and the regions found, at each task's scaffolding level
+    (``levels``; else ``registry``'s; else the default registry's)."""
+    text = apply_levels(text, filename, levels if levels is not None else
+                        (task_levels(registry) if registry is not None else None))
     suffix = Path(filename).suffix
     comment = COMMENT_FOR_SUFFIX.get(suffix)
     out: list[str] = []
@@ -125,10 +263,11 @@ def strip_solutions(text: str, filename: str, registry: Registry | None = None) 
     return "".join(out), regions
 
 
-def solution_lines(text: str, filename: str) -> list[tuple[int, str]]:
-    """(1-based number, line) of the solution code in ``text``: what the starter drops (region bodies without
-    their PLAN and STUB lines)."""
-    _, regions = strip_solutions(text, filename)
+def solution_lines(text: str, filename: str, levels: dict[str, str] | None = None) -> list[tuple[int, str]]:
+    """(1-based number, line) of the solution code in ``text`` at each task's scaffolding level: what the starter
+    drops (region bodies without their PLAN and STUB lines). Numbers count lines of the levelled text."""
+    text = apply_levels(text, filename, levels)
+    _, regions = strip_solutions(text, filename, levels={})
     lines = text.splitlines()
     return [(n, lines[n - 1]) for r in regions for n in range(r.begin_line + 1, r.end_line)
             if not _PLAN.match(lines[n - 1]) and not _STUB.match(lines[n - 1])]
@@ -188,17 +327,42 @@ def _solution_files(solutions: Path) -> list[Path]:
     return files
 
 
-def render_starter(solutions: Path, registry: Registry | None = None) -> dict[str, str | bytes]:
-    """Map of relative path -> starter content for every file in ``solutions``."""
+def render_starter(solutions: Path, registry: Registry | None = None,
+                   levels: dict[str, str] | None = None) -> dict[str, str | bytes]:
+    """Map of relative path -> starter content for every file in ``solutions``, at each task's scaffolding level
+    (``levels``, else the registry's)."""
+    levels = levels if levels is not None else task_levels(registry)
     result: dict[str, str | bytes] = {}
+    opened: set[str] = set()
     for path in _solution_files(solutions):
         rel = path.relative_to(solutions).as_posix()
         if path.suffix in COMMENT_FOR_SUFFIX:
-            text, _ = strip_solutions(path.read_text(encoding="utf-8"), f"solutions/{rel}", registry)
-            result[rel] = text
+            text = path.read_text(encoding="utf-8")
+            opened |= open_tasks(text)
+            result[rel], _ = strip_solutions(text, f"solutions/{rel}", registry, levels)
         else:
             result[rel] = path.read_bytes()
+    stranded = sorted(t for t, level in levels.items() if level == "open" and t not in opened)
+    if stranded:
+        raise MarkerError(f"{', '.join(stranded)}: set to the open scaffolding level, but no solution file has a "
+                          "BEGIN OPEN block for it (mark what the student designs, or keep it guided)")
     return result
+
+
+def levels_for(level: str | None, registry: Registry | None = None, solutions: Path | None = None) -> dict[str, str]:
+    """The levels to generate: the registry's (``level`` None), or ``level`` for every task that supports it
+    (open: the tasks with OPEN blocks in ``solutions``)."""
+    levels = task_levels(registry)
+    if level is None:
+        return levels
+    if level not in LEVELS:
+        raise MarkerError(f"unknown scaffolding level {level!r} (choose from {', '.join(LEVELS)})")
+    supported = set()
+    if level == "open":
+        for path in _solution_files(solutions or REPO_ROOT / "solutions"):
+            if path.suffix in COMMENT_FOR_SUFFIX:
+                supported |= open_tasks(path.read_text(encoding="utf-8"))
+    return {t: (level if level == "guided" or t in supported else current) for t, current in levels.items()}
 
 
 class StarterError(RuntimeError):
@@ -212,11 +376,12 @@ def _require_solutions(solutions: Path) -> None:
                            "and nothing rewrites it)")
 
 
-def write_starter(solutions: Path, starter: Path, registry: Registry | None = None) -> list[str]:
+def write_starter(solutions: Path, starter: Path, registry: Registry | None = None,
+                  levels: dict[str, str] | None = None) -> list[str]:
     """Write the starter file of every solution file. Only those paths are written: a file in ``starter`` that
     is not generated from ``solutions`` is left where it is (``check_starter`` names it), never deleted."""
     _require_solutions(solutions)
-    expected = render_starter(solutions, registry)
+    expected = render_starter(solutions, registry, levels)
     starter.mkdir(parents=True, exist_ok=True)
     for rel, content in expected.items():
         target = starter / rel
@@ -228,9 +393,10 @@ def write_starter(solutions: Path, starter: Path, registry: Registry | None = No
     return sorted(expected)
 
 
-def check_starter(solutions: Path, starter: Path, registry: Registry | None = None) -> list[str]:
+def check_starter(solutions: Path, starter: Path, registry: Registry | None = None,
+                  levels: dict[str, str] | None = None) -> list[str]:
     """Differences between ``starter`` and what the generator would write."""
-    expected = render_starter(solutions, registry)
+    expected = render_starter(solutions, registry, levels)
     actual = {}
     if starter.is_dir():
         for path in _solution_files(starter):
@@ -262,14 +428,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 when starter/ is out of sync")
     parser.add_argument("--solutions", type=Path, default=REPO_ROOT / "solutions")
     parser.add_argument("--starter", type=Path, default=REPO_ROOT / "starter")
+    parser.add_argument("--level", choices=LEVELS, default=None,
+                        help="generate this scaffolding level for every task that has it (default: the registry's "
+                             "choice per task, which is what starter/ holds)")
     args = parser.parse_args(argv)
     registry = load_registry()
     try:
+        if args.level is not None and args.starter.resolve() == (REPO_ROOT / "starter").resolve():
+            print("error: starter/ holds the levels the registry chooses (scaffolding = ... per task); write another "
+                  "level elsewhere, e.g. --starter build/starter-open", file=sys.stderr)
+            return 2
+        levels = levels_for(args.level, registry, args.solutions) if args.solutions.is_dir() else None
         if args.check:
             if not args.solutions.is_dir():
                 print(f"no {args.solutions.name}/ here (a student bundle): nothing to check starter/ against")
                 return 0
-            problems = check_starter(args.solutions, args.starter, registry)
+            problems = check_starter(args.solutions, args.starter, registry, levels)
             if problems:
                 print("starter/ is out of sync with solutions/:", file=sys.stderr)
                 for problem in problems:
@@ -278,12 +452,12 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             print("starter/ is in sync with solutions/")
             return 0
-        written = write_starter(args.solutions, args.starter, registry)
+        written = write_starter(args.solutions, args.starter, registry, levels)
     except (MarkerError, StarterError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {len(written)} files to {args.starter}: {', '.join(written)}")
-    extra = [problem for problem in check_starter(args.solutions, args.starter, registry) if "not generated" in problem]
+    extra = [problem for problem in check_starter(args.solutions, args.starter, registry, levels) if "not generated" in problem]
     for problem in extra:
         print(f"left alone: {problem}", file=sys.stderr)
     return 0

@@ -22,7 +22,7 @@ endif
 PYTEST_TASK := $(if $(T),-m $(T),)
 HAVE_NVCC := $(shell command -v nvcc 2>/dev/null)
 
-.PHONY: student-help test-public bench profile sanitize check-cuda generate feedback feedback-form report submit
+.PHONY: student-help test-public bench profile sanitize check-cuda generate feedback feedback-form report theory submit
 
 student-help:
 	@echo "  make test [T=t1]          public tests (all tasks, or one)"
@@ -35,6 +35,7 @@ student-help:
 	@echo "  make report               REPORT.md and REPORT.html from your own runs (reuses results that are still valid)"
 	@echo "  make feedback             the beta-tester feedback form in the terminal (feedback.json; resumes)"
 	@echo "  make feedback-form        the same form as a web page: build/feedback/feedback.html"
+	@echo "  make theory ID=<your id>  your theory questions; writes theory_answers.toml (keeps your answers)"
 	@echo "  make submit               check your files and pack submission.zip"
 
 $(VENV)/.kit-installed: pyproject.toml assignment/bootstrap.sh
@@ -74,6 +75,10 @@ feedback-form: $(SETUP)
 
 report: $(SETUP)
 	$(PY) -m assignment.report $(if $(T),--task $(T),) $(if $(REFRESH),--refresh,)
+
+# Your theory questions, and theory_answers.toml to answer them in (the id: ID=, else STUDENT_ID, else the file's).
+theory: $(SETUP)
+	$(PY) -m assignment.theory $(if $(ID),--id "$(ID)",) --markdown build/theory/questions.md
 
 submit: $(SETUP)
 	$(PY) -m assignment.submit

@@ -4,8 +4,9 @@
 
 The zip holds, at its top level (where the grader looks first), the registry's student files from the
 implementation folder (``--impl``; default as for the tests: ``IMPL``, else ``starter/`` in a bundle), the
-registry's ``submit_files`` (REPORT.md, REPORT.html, feedback.json) found in the bundle's root (``--root``;
-default the folder holding ``assignment/``, where ``make feedback`` writes feedback.json), and
+registry's ``submit_files`` (REPORT.md, REPORT.html, feedback.json, theory_answers.toml) found in the bundle's
+root (``--root``; default the folder holding ``assignment/``, where ``make feedback`` writes feedback.json and
+``make theory`` theory_answers.toml), and
 ``MANIFEST.json``: each file's name, size and SHA-256, the kit's version, the registry's hash, the time and
 the TODO regions left per task.
 
@@ -16,7 +17,8 @@ Nothing is written until the files pass the checks the grader applies before it 
   (``assignment.policy``), a CUDA file whose TODO regions the grader cannot splice into its own file or
   whose spliced build nvcc rejects;
 * warnings (the zip is still written): TODO regions left, per task (partial work may be submitted),
-  a missing REPORT.md, REPORT.html or feedback.json, an unfinished feedback.json, no nvcc to compile with.
+  a missing REPORT.md, REPORT.html or feedback.json, an unfinished feedback.json, theory answers missing or
+  unreadable (``theory_answers.toml``, read as the grader reads it), no nvcc to compile with.
 
 CUDA files are checked as the grader builds them: for each task that owns the file, the student's regions
 of that task spliced into the kit's file (``assignment.cuda.regions.splice``), built unless that task still
@@ -46,6 +48,7 @@ from assignment.cuda import compiler, regions
 from assignment.impl import REPO_ROOT, ImplError, student_dir
 from assignment.registry import Registry, load_registry
 from assignment.starter import todo_counts
+from assignment.theory import answers as theory_answers
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -284,6 +287,7 @@ def run_checks(impl: Path, root: Path, registry: Registry) -> Checks:
     check_cuda(cuda_files, checks)
     checks.warnings[:0] = todo_warnings(checks.files, registry)
     feedback_warning(checks)
+    theory_warning(checks, registry)
     return checks
 
 
@@ -312,6 +316,27 @@ def feedback_warning(checks: Checks) -> None:
         packed.check = "ok: incomplete"
         checks.warnings.append(f"feedback.json: {len(problems)} answer(s) missing or invalid "
                                f"(`make feedback` resumes it), e.g. {problems[0]}")
+
+
+def theory_warning(checks: Checks, registry: Registry) -> None:
+    """The theory answers are packed as they are, with a warning when some would not be graded (missing, empty,
+    not a number, a file that is not valid TOML); a missing file gets the command that writes it."""
+    theory = registry.theory
+    packed = next((f for f in checks.files if theory and f.name == theory.answers_file), None)
+    if packed is None:
+        return
+    if packed.data is None:
+        if packed.check == "not found":
+            checks.warnings.append(f"{packed.name}: the theory part ({theory.points:g} points) has no answers yet: "
+                                   "`make theory ID=<your id>` prints your questions and writes the file")
+        return
+    problems = theory_answers.file_problems(packed.data.decode("utf-8", errors="replace"), theory)
+    if problems:
+        packed.check = "ok: incomplete"
+        shown = "\n".join(f"  {problem}" for problem in problems[:5])
+        more = f"\n  ... and {len(problems) - 5} more" if len(problems) > 5 else ""
+        checks.warnings.append(f"{packed.name}: {len(problems)} theory answer(s) would not be graded as they are "
+                               f"(`python -m assignment.theory --check` lists them all):\n{shown}{more}")
 
 
 # --------------------------------------------------------------------------- the zip

@@ -278,6 +278,11 @@ def run_timing_rule(rule, candidates: dict, make_inputs, *, check=None, flops=No
             "reps": results["student"].reps,
             "gpu": info.get("name", "?"),
         }
+        # The student's throughput where the rule knows its work (t3/t4/t5: TFLOP/s; t2/t6: GB/s): the class
+        # leaderboard shows it (grader/class_outputs.py).
+        for unit in ("tflops", "gbps"):
+            if getattr(results["student"], unit) is not None:
+                record["timing"][f"student_{unit}"] = getattr(results["student"], unit)
         if rule.metric == "time_vs_reference" and value < REVIEW_BELOW_REFERENCE:
             record["timing"]["review"] = (f"the student's kernel took {value:.2f}x the reference's time, far "
                                           "beyond the reference: worth a look")

@@ -38,6 +38,12 @@ class GradeConfig:
     # tests of the layer behind it (the sandbox must hold even for a file the rules would reject).
     python_rules: bool = True
     extra_env: dict[str, str] = field(default_factory=dict)
+    # The theory answers (grader/theory.py): None grades them when every task is graded (no `tasks`), so a
+    # targeted regrade of one task leaves them out; True or False decides.
+    theory: bool | None = None
+    # The submission's student id, which picks its theory questions (the batch grader's roster knows it);
+    # None takes the student_id written in the answers file.
+    student_id: str | None = None
 
     @property
     def submission_cache_root(self) -> Path:

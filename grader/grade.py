@@ -2,8 +2,8 @@
 
 The phases, one module each: preflight (is this host fit to grade?), collect (copy the student's
 files out of the submission, safely), prepare (check, splice and build each task's files), run (each
-task's hidden suite in its own checker process; student Python in a sandboxed worker), score, and
-report (Gradescope results.json, grades.csv and report.html for the student; grading.json for the
+task's hidden suite in its own checker process; student Python in a sandboxed worker), score (the theory
+answers too, grader/theory.py, when every task is graded), and report (Gradescope results.json, grades.csv and report.html for the student; grading.json for the
 instructor: isolation level, seed, host, review flags, each task's log). Exits 0 even when the
 submission scores zero; 2 when the submission cannot be read; 3 when the host fails the preflight.
 """
@@ -30,6 +30,7 @@ from grader.report import summary_lines, write_all
 from grader.runner import TaskRun, gpu_available, run_task
 from grader.scoring import SubmissionScore, score_task
 from grader.submission import SubmissionError, collect
+from grader.theory import grade_theory
 
 
 class PreflightError(RuntimeError):
@@ -44,6 +45,11 @@ def has_cpu_checks(task) -> bool:
     """A GPU task with Python files (t6's cache) has checks that run without a GPU: on such a host they run and
     the GPU checks are reported as not run (the preflight refuses such a host for real grading)."""
     return any(name.endswith(".py") for name in task.files)
+
+
+def grades_theory(config: GradeConfig, registry: Registry) -> bool:
+    """The theory answers are graded with every task (or when asked), not in a regrade of some tasks."""
+    return registry.theory is not None and (config.theory if config.theory is not None else not config.tasks)
 
 
 def check_host(config: GradeConfig, registry: Registry) -> Preflight:
@@ -65,12 +71,14 @@ def grade_submission(source: Path, out: Path, config: GradeConfig | None = None,
     has_gpu = gpu_available()
     start = time.monotonic()
     out = Path(out)
+    theory_files = (registry.theory.answers_file,) if grades_theory(config, registry) else ()
     with tempfile.TemporaryDirectory(prefix="kit-grade-") as tmp:
         workdir = Path(tmp)
         try:
-            collected = collect(Path(source), workdir, registry)
+            collected = collect(Path(source), workdir, registry, extra_files=theory_files)
         except SubmissionError as exc:
-            return _unreadable(Path(source), str(exc), tasks, registry, out, seed, host)
+            theory = grade_theory(None, registry, config.student_id, absent=str(exc)) if theory_files else None
+            return _unreadable(Path(source), str(exc), tasks, registry, out, seed, host, theory)
         # Check, splice and build every task first, the nvcc runs side by side; then run the checkers
         # one after the other (timed checks must not share the GPU).
         with ThreadPoolExecutor(max_workers=max(1, min(len(tasks), os.cpu_count() or 1))) as pool:
@@ -93,23 +101,24 @@ def grade_submission(source: Path, out: Path, config: GradeConfig | None = None,
                                                               str(config.cache_root)))
                 run = run_task(prepared, workdir, config, seed, worker)
             scores.append(score_task(task, run))
+    theory = grade_theory(collected.extra.get(theory_files[0]), registry, config.student_id) if theory_files else None
     grading = {
         "isolation": host.facts.get("isolation", host.isolation), "seed": seed, "host": platform.node(),
         "preflight": host.facts, "preflight_notes": host.notes, "python": sys.version.split()[0],
         "submission_files": collected.found,
     }
-    result = SubmissionScore(collected.name, scores, collected.notes, time.monotonic() - start, grading)
+    result = SubmissionScore(collected.name, scores, collected.notes, time.monotonic() - start, grading, theory)
     write_all(result, registry, out)
     return result
 
 
 def _unreadable(source: Path, why: str, tasks, registry: Registry, out: Path, seed: int,
-                host: Preflight) -> SubmissionScore:
+                host: Preflight, theory=None) -> SubmissionScore:
     """A submission that cannot be read still gets results (zero, with the reason) in every format."""
     scores = [score_task(task, TaskRun(task.id, "unreadable", why)) for task in tasks]
     grading = {"isolation": host.facts.get("isolation", host.isolation), "seed": seed, "host": platform.node(),
                "unreadable": why}
-    result = SubmissionScore(source.stem if source.suffix else source.name, scores, [why], 0.0, grading)
+    result = SubmissionScore(source.stem if source.suffix else source.name, scores, [why], 0.0, grading, theory)
     write_all(result, registry, out)
     return result
 
@@ -127,13 +136,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-preflight", action="store_true",
                         help="grade even on a host that fails the preflight (checks that cannot run are not counted)")
     parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every time limit (a slower host)")
+    parser.add_argument("--student-id", help="the submission's student id, which picks its theory questions "
+                        "(default: the student_id in its theory answers file)")
+    parser.add_argument("--theory", action=argparse.BooleanOptionalAction, default=None,
+                        help="grade the theory answers (default: when every task is graded, not with --task)")
     args = parser.parse_args(argv)
     registry = load_registry()
     for task_id in args.task:
         registry.task(task_id)  # unknown ids fail here, naming the registry
     config = replace(GradeConfig(), tasks=tuple(args.task), seed=args.seed, isolation=args.isolation,
                      allow_weak_isolation=args.allow_weak_isolation, preflight=not args.skip_preflight,
-                     timeout_scale=args.timeout_scale)
+                     timeout_scale=args.timeout_scale, theory=args.theory, student_id=args.student_id)
     try:
         result = grade_submission(args.submission, args.out, config, registry)
     except PreflightError as exc:

@@ -7,7 +7,8 @@ The bundle is what a student runs and nothing else:
 
     starter/          the student files (generated from solutions/, TODO regions)
     assignment/       the package the tests and the student's code run on, with the registry's student edition
-                      (no hidden shapes, no rubric reasoning); the handout texts stay here, rendered below
+                      (no hidden shapes, no rubric reasoning, no proof rubric); the handout texts stay here,
+                      rendered below; assignment/theory/ draws the theory questions (their key is grader/theory.py's)
     tests/            the public tests (not tests/kit/)
     handout.html/.pdf the handout for students (the rubric as students can measure it)
     README.md         for the student: two commands to set up, then the loop
@@ -174,11 +175,13 @@ def secrets(repo: Path) -> list[Secret]:
             found.append(Secret(stripped.rstrip(","), f"assignment/tasks.toml:{number} (hidden shapes)"))
     registry = load_registry(repo / "assignment" / "tasks.toml")
     for task in registry.tasks:
-        reasons = [rule.reasoning for rule in task.timing] + [task.grading.reasoning]
+        reasons = [r for rule in task.timing for r in (rule.reasoning, rule.open_reasoning)] + [task.grading.reasoning]
         for reason in filter(None, reasons):
             for sentence in re.split(r"(?<=[.;:])\s+", reason):
                 if len(sentence) >= 40:
                     found.append(Secret(sentence, f"{task.id}'s rubric reasoning"))
+    for item in registry.theory.rubric if registry.theory else ():
+        found.append(Secret(item.criterion, "the theory proof's rubric"))
     return found
 
 
@@ -209,7 +212,7 @@ def check_bundle(bundle: Path, repo: Path = REPO_ROOT) -> list[str]:
     for task in registry.tasks:
         if len(task.hidden):
             problems.append(f"assignment/tasks.toml: {task.id} has hidden shapes")
-        if any(rule.reasoning for rule in task.timing) or task.grading.reasoning:
+        if any(rule.reasoning or rule.open_reasoning for rule in task.timing) or task.grading.reasoning:
             problems.append(f"assignment/tasks.toml: {task.id} has the rubric's reasoning")
     for filename in registry.student_files:
         shipped_file, ours = bundle / "starter" / filename, repo / "starter" / filename
@@ -231,7 +234,7 @@ def check_bundle(bundle: Path, repo: Path = REPO_ROOT) -> list[str]:
             for number, line in enumerate(text.splitlines(), start=1):
                 if "BEGIN SOLUTION" in line or "END SOLUTION" in line:
                     problems.append(f"{name}:{number}: a solution marker")
-        if re.search(r"^\s*reasoning\s*=", text, re.MULTILINE) and name.endswith(".toml"):
+        if re.search(r"^\s*(?:open_)?reasoning\s*=", text, re.MULTILINE) and name.endswith(".toml"):
             problems.append(f"{name}: has a reasoning field")
         for secret in known:
             if secret.text in text:

@@ -16,11 +16,15 @@ verbatim, everything else is scrubbed of paths and capped.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from assignment.checks import CHECK_KINDS
 from assignment.registry import Registry, Task
 from grader.checker_plugin import scrub
 from grader.runner import TaskRun, TestOutcome
+
+if TYPE_CHECKING:  # grader.theory builds on ScoredTest here
+    from grader.theory import TheoryScore
 
 OUTPUT_CHARS = 1500
 KIND_TEXT = CHECK_KINDS | {
@@ -151,14 +155,16 @@ class SubmissionScore:
     notes: list[str]
     duration_s: float
     grading: dict = field(default_factory=dict)  # instructor-only facts: isolation, seed, host
+    theory: TheoryScore | None = None  # None when the theory answers were not graded (a regrade of some tasks)
 
     @property
     def score(self) -> float:
-        return sum(t.score for t in self.tasks)
+        return sum(t.score for t in self.tasks) + (self.theory.score if self.theory else 0.0)
 
     def max_score(self, registry: Registry) -> float:
-        return sum(t.max_score for t in self.tasks)
+        return sum(t.max_score for t in self.tasks) + (self.theory.max_score if self.theory else 0.0)
 
     @property
     def review(self) -> list[str]:
-        return [f"{t.task.id}: {line}" for t in self.tasks for line in t.instructor if line.startswith("review")]
+        lines = [f"{t.task.id}: {line}" for t in self.tasks for line in t.instructor if line.startswith("review")]
+        return lines + [f"theory: {line}" for line in (self.theory.review if self.theory else [])]

@@ -13,7 +13,7 @@ import os
 import stat
 import zipfile
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from assignment.registry import Registry
@@ -33,6 +33,8 @@ class CollectedSubmission:
     found: dict[str, str]  # student file -> where it came from in the submission
     missing: list[str]
     notes: list[str]
+    # Files the grader reads itself (the theory answers), never put where student code runs: name -> bytes.
+    extra: dict[str, bytes] = field(default_factory=dict)
 
 
 def _candidates(names: list[str], wanted: str) -> list[str]:
@@ -95,7 +97,30 @@ class _Zip:
             raise OSError(f"it is corrupt in the archive ({exc})") from None
 
 
-def collect(source: Path, workdir: Path, registry: Registry) -> CollectedSubmission:
+def _read_one(reader: _Folder | _Zip, filename: str, limit: int, notes: list[str]) -> tuple[str, bytes] | None:
+    """(where, bytes) of the shallowest copy of ``filename``, or None (a note says why when it is there)."""
+    hits = _candidates(reader.names, filename)
+    if not hits:
+        return None
+    chosen = hits[0]
+    if len(hits) > 1:
+        notes.append(f"{filename}: several copies found, graded {chosen}")
+    if reader.is_link(chosen):
+        notes.append(f"{filename}: {chosen} is a symbolic link and was not followed; submit the file itself")
+        return None
+    try:
+        data = reader.read(chosen, limit)
+    except OSError as exc:
+        notes.append(f"{filename}: {chosen} could not be read: {exc.strerror or exc}")
+        return None
+    if len(data) > limit:
+        notes.append(f"{filename}: {chosen} is larger than {limit} bytes and was not graded")
+        return None
+    return chosen, data
+
+
+def collect(source: Path, workdir: Path, registry: Registry, extra_files: tuple[str, ...] = ()) -> CollectedSubmission:
+    """The registry's student files, copied into ``workdir/student``; ``extra_files`` read into memory only."""
     source = Path(source)
     student_dir = workdir / "student"
     student_dir.mkdir(parents=True, exist_ok=True)
@@ -112,24 +137,15 @@ def collect(source: Path, workdir: Path, registry: Registry) -> CollectedSubmiss
     if len(reader.names) > MAX_ENTRIES:
         notes.append(f"the submission holds more than {MAX_ENTRIES} files; only the first were searched")
     for filename in registry.student_files:
-        hits = _candidates(reader.names, filename)
-        if not hits:
-            continue
-        chosen = hits[0]
-        if len(hits) > 1:
-            notes.append(f"{filename}: several copies found, graded {chosen}")
-        if reader.is_link(chosen):
-            notes.append(f"{filename}: {chosen} is a symbolic link and was not followed; submit the file itself")
-            continue
-        try:
-            data = reader.read(chosen, registry.max_file_bytes)
-        except OSError as exc:
-            notes.append(f"{filename}: {chosen} could not be read: {exc.strerror or exc}")
-            continue
-        if len(data) > registry.max_file_bytes:
-            notes.append(f"{filename}: {chosen} is larger than {registry.max_file_bytes} bytes and was not graded")
-            continue
-        (student_dir / filename).write_bytes(data)
-        found[filename] = chosen
+        taken = _read_one(reader, filename, registry.max_file_bytes, notes)
+        if taken:
+            found[filename] = taken[0]
+            (student_dir / filename).write_bytes(taken[1])
+    extra = {}
+    for filename in extra_files:
+        taken = _read_one(reader, filename, registry.max_file_bytes, notes)
+        if taken:
+            extra[filename] = taken[1]
     missing = [f for f in registry.student_files if f not in found]
-    return CollectedSubmission(source.stem if source.is_file() else source.name, student_dir, found, missing, notes)
+    return CollectedSubmission(source.stem if source.is_file() else source.name, student_dir, found, missing, notes,
+                               extra)

@@ -44,7 +44,26 @@ def formula_to_mathml(latex: str, display: bool, source: str) -> str:
     if unknown:
         raise MathError(f"{source}: unknown LaTeX command {unknown.group(0)[1:-1]} in formula ${latex}$")
     # A bare '&' (e.g. from an alignment outside an environment) would be invalid HTML.
-    return mathml.replace("<mi>&</mi>", "<mi>&amp;</mi>")
+    return _prefix_minus(mathml.replace("<mi>&</mi>", "<mi>&amp;</mi>"))
+
+
+_MINUS = "<mo>&#x02212;</mo>"
+_AFTER_OPERATOR = re.compile(r"(<mrow>|<mo(?: [^>]*)?>(?P<op>[^<]*)</mo>)\s*$")
+_CLOSING = ("&#x00029;", "&#x0005D;", "&#x0007D;", "&#x0007C;", ")", "]", "}", "|")
+
+
+def _prefix_minus(mathml: str) -> str:
+    """A minus that opens a group or follows another operator (``= -\\infty``, ``(-1``) is a sign, not a
+    subtraction: mark it ``form="prefix"`` so the browser does not space it like a binary minus. latex2mathml
+    leaves the form to the position in the row, which is only right when the minus comes first."""
+    parts = mathml.split(_MINUS)
+    out = [parts[0]]
+    for part in parts[1:]:
+        before = _AFTER_OPERATOR.search(out[-1])
+        sign = before is not None and (before["op"] is None or before["op"] not in _CLOSING)
+        out.append('<mo form="prefix">&#x02212;</mo>' if sign else _MINUS)
+        out.append(part)
+    return "".join(out)
 
 
 def protect_math(text: str, source: str) -> tuple[str, list[str]]:

@@ -1,7 +1,8 @@
 """Print the handout HTML to PDF with a headless Chromium.
 
 A real browser renders MathML and print CSS (A4, page breaks) the way students
-will see them, so the PDF is the HTML, printed. Chromium is found through the
+will see them, so the PDF is the HTML, printed; a page whose contents have page slots is printed twice, the
+second time with the page numbers the first printing gave (handout/toc_pages.py). Chromium is found through the
 CHROMIUM environment variable or PATH; as root on a Debian/Ubuntu host with
 apt-get it is installed once (Debian's `chromium` package) and we say so.
 """
@@ -15,11 +16,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+from handout.toc_pages import fill_toc_pages, named_destinations, toc_targets
+
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 PRINT_TIMEOUT_S = 120
 INSTALL_TIMEOUT_S = 600
 # A PDF of the handout is hundreds of KB; anything this small is an error page.
 MIN_PDF_BYTES = 5_000
+# Printings that fill the contents' page numbers: the numbers take no room, so the second confirms the first.
+TOC_PRINTINGS = 3
 
 
 class PdfError(RuntimeError):
@@ -101,10 +106,8 @@ def check_pdf(pdf: Path) -> None:
         raise PdfError(f"{pdf} is only {size} bytes; the page probably failed to load")
 
 
-def html_to_pdf(html: Path, pdf: Path, browser: str | None = None, log=print) -> Path:
-    """Print ``html`` to ``pdf``; raise PdfError with the reason when it fails."""
-    browser = browser or find_or_install_chromium(log)
-    pdf.parent.mkdir(parents=True, exist_ok=True)
+def print_once(browser: str, html: Path, pdf: Path) -> None:
+    """One Chromium printing of ``html`` to ``pdf``; PdfError when it fails."""
     pdf.unlink(missing_ok=True)  # a stale PDF must not pass the checks below
     with tempfile.TemporaryDirectory(prefix="handout-chromium-") as profile:
         command = chromium_command(browser, html, pdf.resolve(), Path(profile))
@@ -116,6 +119,32 @@ def html_to_pdf(html: Path, pdf: Path, browser: str | None = None, log=print) ->
         tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-5:])
         raise PdfError(f"{browser} exited with status {result.returncode} printing {html}:\n{tail}")
     check_pdf(pdf)
+
+
+def html_to_pdf(html: Path, pdf: Path, browser: str | None = None, log=print) -> Path:
+    """Print ``html`` to ``pdf``; raise PdfError with the reason when it fails. When the page's contents have
+    page slots, print again with the page numbers the printing before gave, until they stay put."""
+    browser = browser or find_or_install_chromium(log)
+    pdf.parent.mkdir(parents=True, exist_ok=True)
+    print_once(browser, html, pdf)
+    page = html.read_text(encoding="utf-8")
+    targets = set(toc_targets(page))
+    if not targets:
+        return pdf
+    pages = {name: number for name, number in named_destinations(pdf).items() if name in targets}
+    if not pages:
+        log("handout: no page numbers for the contents (the PDF's named destinations could not be read)")
+        return pdf
+    with tempfile.TemporaryDirectory(prefix="handout-toc-") as folder:
+        numbered = Path(folder) / html.name
+        for _ in range(TOC_PRINTINGS - 1):
+            numbered.write_text(fill_toc_pages(page, pages), encoding="utf-8")
+            print_once(browser, numbered, pdf)
+            printed = {name: number for name, number in named_destinations(pdf).items() if name in targets}
+            if printed == pages:
+                return pdf
+            pages = printed
+    log("handout: warning: the contents' page numbers kept moving; some may be off by a page")
     return pdf
 
 

@@ -1,6 +1,10 @@
 """Render the handout: build/handout/handout.html (self-contained) and handout.pdf.
 
-    python -m handout.render [--out build/handout] [--no-pdf]
+    python -m handout.render [--out build/handout] [--no-pdf] [--audience instructor]
+                             [--hours build/feedback-summary]
+
+``--hours`` takes the feedback summary (``make feedback-summary``'s summary.json, or its folder): tasks with
+enough beta-tester answers then show the testers' hours instead of the instructor's estimate.
 
 The PDF needs a Chromium (see handout/pdf.py). Without one the HTML is still
 written; the command then exits 1 unless --no-pdf or HANDOUT_PDF=optional says
@@ -18,8 +22,12 @@ from pathlib import Path
 import jinja2
 
 from assignment.registry import Registry, Task, TimingRule, load_registry
+from handout import hours
 from handout.api import REPO_ROOT, FileApi, task_api
+from handout.facts import kit_facts
+from handout.mathml import markdown_to_html
 from handout.pdf import PdfError, html_to_pdf
+from handout.rules import FileRules, task_rules
 from handout.texts import TEXT_DIR, add_filters, format_number, render_text, task_text_html
 
 HANDOUT_DIR = Path(__file__).resolve().parent
@@ -33,9 +41,14 @@ TOLERANCE_MEANING = {
 }
 
 
+# A chapter placed ``before=AFTER_TASKS`` comes after the last task (the back matter).
+AFTER_TASKS = "after-tasks"
+
+
 @dataclass(frozen=True)
 class Chapter:
-    """A text of no task (assignment/text/<text>), its own section just before task ``before``."""
+    """A text of no task (assignment/text/<text>), its own section just before task ``before`` (or after the
+    last task: ``AFTER_TASKS``)."""
 
     anchor: str
     title: str
@@ -44,8 +57,13 @@ class Chapter:
 
 
 CHAPTERS = (
+    Chapter("prerequisites", "Before you start: prerequisites, GPU and tools", "prerequisites.md", before="t1"),
     Chapter("getting-started", "Getting started", "intro.md", before="t1"),
     Chapter("model", "The model", "model.md", before="t6"),
+    Chapter("theory", "Theory questions", "theory.md", before=AFTER_TASKS),
+    Chapter("submitting", "Deliverables and submission", "submitting.md", before=AFTER_TASKS),
+    Chapter("debugging", "Debugging guide", "debugging.md", before=AFTER_TASKS),
+    Chapter("references", "References", "references.md", before=AFTER_TASKS),
 )
 
 
@@ -63,6 +81,8 @@ class TaskView:
     text_html: str | None
     files: list[FileApi]
     commands: list[tuple[str, str]]  # (command, what it does)
+    rules: list[FileRules]
+    estimate: hours.TimeEstimate | None
 
 
 def test_commands(task: Task) -> list[tuple[str, str]]:
@@ -90,21 +110,25 @@ def describe_student_target(rule: TimingRule, at: float) -> str:
     return "≥ " + describe(rule.student.baseline, rule.student.needed(rule.metric, at))
 
 
-def task_views(registry: Registry, root: Path = REPO_ROOT, text_dir: Path = TEXT_DIR) -> list[TaskView]:
+def task_views(registry: Registry, root: Path = REPO_ROOT, text_dir: Path = TEXT_DIR,
+               estimates: dict[str, hours.TimeEstimate] | None = None) -> list[TaskView]:
+    estimates = hours.time_estimates(registry) if estimates is None else estimates
     return [
-        TaskView(task, task_text_html(task, registry, text_dir), task_api(task, registry, root), test_commands(task))
+        TaskView(task, task_text_html(task, registry, text_dir), task_api(task, registry, root), test_commands(task),
+                 task_rules(task), estimates.get(task.id))
         for task in registry.tasks
     ]
 
 
 def chapter_views(registry: Registry, text_dir: Path = TEXT_DIR,
                   chapters: tuple[Chapter, ...] = CHAPTERS) -> dict[str, list[ChapterView]]:
-    """Task id -> the chapters shown just before it; a chapter whose text does not exist yet is left out."""
+    """Task id (or AFTER_TASKS) -> the chapters shown just before it; a chapter whose text does not exist yet is
+    left out."""
     before: dict[str, list[ChapterView]] = {}
     for chapter in chapters:
-        if chapter.before not in registry.ids:
+        if chapter.before not in (*registry.ids, AFTER_TASKS):
             raise ValueError(f"handout chapter {chapter.text!r}: before={chapter.before!r} is not a task id "
-                             f"({', '.join(registry.ids)})")
+                             f"({', '.join(registry.ids)}) or AFTER_TASKS")
         path = text_dir / chapter.text
         if path.is_file():
             before.setdefault(chapter.before, []).append(ChapterView(chapter, render_text(path, registry)))
@@ -120,7 +144,8 @@ def template_environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.globals.update(describe_threshold=describe_threshold, describe_student_target=describe_student_target,
-                       tolerance_meaning=TOLERANCE_MEANING)
+                       tolerance_meaning=TOLERANCE_MEANING, describe_hours=hours.describe,
+                       describe_total_hours=hours.describe_total, AFTER_TASKS=AFTER_TASKS)
     return add_filters(env)
 
 
@@ -128,16 +153,24 @@ AUDIENCES = ("student", "instructor")
 
 
 def render_html(registry: Registry | None = None, root: Path = REPO_ROOT, text_dir: Path = TEXT_DIR,
-                audience: str = "student") -> str:
-    """The handout; ``audience="instructor"`` adds the rubric's reasoning (where every threshold comes from)."""
+                audience: str = "student", feedback_hours: dict[str, dict] | None = None) -> str:
+    """The handout; ``audience="instructor"`` adds the rubric's reasoning (where every threshold comes from).
+    ``feedback_hours`` is the feedback summary's questions (``hours.read_summary``): the testers' hours replace
+    the instructor's estimates where there are enough of them."""
     if audience not in AUDIENCES:
         raise ValueError(f"audience must be one of {AUDIENCES}, got {audience!r}")
     registry = registry or load_registry()
+    estimates = hours.time_estimates(registry, feedback_hours)
+    policy = registry.integrity_policy
     return template_environment().get_template("handout.html.j2").render(
         registry=registry,
         audience=audience,
         chapters_before=chapter_views(registry, text_dir),
-        views=task_views(registry, root, text_dir),
+        views=task_views(registry, root, text_dir, estimates),
+        total_hours=hours.total(estimates, registry),
+        hours_from_feedback=any(e.from_feedback for e in estimates.values()),
+        policy_html=markdown_to_html(policy, f"{registry.path} [course] integrity_policy", "integrity-") if policy else "",
+        kit=kit_facts(registry),
         css=(HANDOUT_DIR / "style.css").read_text(encoding="utf-8"),
     )
 
@@ -162,9 +195,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-pdf", action="store_true", help="write only the HTML")
     parser.add_argument("--audience", choices=AUDIENCES, default="student",
                         help="student (what the bundle ships) or instructor (adds the rubric's reasoning)")
+    parser.add_argument("--hours", type=Path, default=None,
+                        help="the feedback summary (summary.json of make feedback-summary, or its folder): "
+                             "beta testers' hours per task instead of the instructor's estimates")
     args = parser.parse_args(argv)
 
-    html_path = write_html(args.out, audience=args.audience)
+    try:
+        feedback_hours = hours.read_summary(args.hours) if args.hours else None
+    except hours.HoursError as exc:
+        print(f"handout: error: {exc}", file=sys.stderr)
+        return 2
+    html_path = write_html(args.out, audience=args.audience, feedback_hours=feedback_hours)
     print(f"handout: wrote {html_path}")
     if args.no_pdf:
         print("handout: PDF skipped (--no-pdf)")

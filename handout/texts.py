@@ -4,12 +4,12 @@ Texts may quote registry numbers through Jinja (``{{ task.points.total | num }}`
 ``{{ registry.task('t4').tolerance.float32.atol | num }}``) so that a number
 lives only in the registry, and the model's facts through ``model``
 (``{{ model.kernel_head_dims | join(", ") }}``, see ``ModelFacts``) so that they
-live only in assignment/model/. Undefined names fail loudly (StrictUndefined).
+live only in assignment/model/, and the toolchain's through ``kit`` (``{{ kit.check_archs | join(", ") }}``,
+see handout/facts.py). Undefined names fail loudly (StrictUndefined).
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import math
 from dataclasses import dataclass
@@ -20,6 +20,7 @@ import jinja2
 from assignment.model import DEFAULT_CHECKPOINT
 from assignment.model.config import SUPPORTED_ARCHITECTURES, ModelConfig
 from assignment.registry import Registry, Task
+from handout.facts import kit_facts, literal_constants
 from handout.mathml import markdown_to_html
 
 TEXT_DIR = Path(__file__).resolve().parent.parent / "assignment" / "text"
@@ -66,19 +67,6 @@ class ModelFacts:
     kit_tiny_parameters: int | None     # counted from its model.safetensors header
 
 
-def literal_constants(path: Path, names: tuple[str, ...]) -> dict:
-    """Module-level ``NAME = <literal>`` assignments of a Python file, read without importing it."""
-    found = {}
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
-        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
-        if isinstance(target, ast.Name) and target.id in names:
-            found[target.id] = ast.literal_eval(node.value)
-    missing = [name for name in names if name not in found]
-    if missing:
-        raise TextError(f"{path}: no module-level literal {', '.join(missing)} (the handout quotes it)")
-    return found
-
-
 def model_facts(attention_source: Path = ATTENTION_SOURCE, checkpoint: Path | None = None) -> ModelFacts:
     constants = literal_constants(attention_source, ("IMPLEMENTATIONS", "KERNEL_HEAD_DIMS"))
     checkpoint = checkpoint or KIT_TINY
@@ -106,7 +94,8 @@ def render_text(path: Path, registry: Registry, task: Task | None = None) -> str
     """HTML of one text file; ``task`` is None for texts that belong to no task."""
     source = path.read_text(encoding="utf-8")
     try:
-        markdown_source = _TEXT_ENV.from_string(source).render(task=task, registry=registry, model=model_facts())
+        markdown_source = _TEXT_ENV.from_string(source).render(task=task, registry=registry, model=model_facts(),
+                                                                 kit=kit_facts(registry))
     except jinja2.TemplateError as exc:
         line = getattr(exc, "lineno", None)
         where = f"{path}:{line}" if line else str(path)

@@ -51,7 +51,7 @@
 // Each C element is written by exactly one thread: no atomics, deterministic.
 #include "kit.cuh"
 
-#define T3_PAD 4  // floats of padding per shared row (see the bank note above)
+#define T3_PAD 4  // floats of padding per shared row: the transposing stores then hit 32 banks
 
 // Loader for one operand tile: ROWS rows (m for A, n for B) x BK values of k.
 // Global element (r, k) of the operand lives at p[r*ld + k] when KC (contiguous

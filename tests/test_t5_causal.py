@@ -50,6 +50,18 @@ def test_keys_a_query_cannot_see_are_never_read(seed):
     )
 
 
+def test_strongly_negative_scores(seed):
+    # Every score near -120 (and Lq > Lk, so some rows see no key): exp() underflows to 0 unless the running
+    # maximum is subtracted.
+    q, k, v = random_qkv(1, 2, 200, 150, 64, seed=seed, device="cuda")
+    q, k = q * 0.3 + 3.9, k * 0.3 - 3.9
+    out, lse = kernels.flash_attention(q, k, v, causal=True)
+    expected, expected_lse = reference_attention(q, k, v, causal=True)
+    hint = "Start the running maximum m at -inf, not 0: with every score near -120, exp2(s - 0) is 0 and l stays 0."
+    assert_close(out, expected, **TOL, name="causal O, scores near -120", layout="batch, head, query, dim", hint=hint)
+    assert_close(lse, expected_lse, **TOL, name="causal LSE, scores near -120", layout="batch, head, query", hint=hint)
+
+
 def test_repeatable_bitwise(seed):
     q, k, v = random_qkv(2, 3, 517, 333, 64, seed=seed, device="cuda")
     assert_repeatable(lambda: kernels.flash_attention(q, k, v, causal=True), 10,

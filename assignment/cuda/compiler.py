@@ -35,6 +35,8 @@ INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 KIT_HEADER = INCLUDE_DIR / "kit.cuh"
 NVCC_FLAGS = ("-O3", "-std=c++17", "-Xcompiler", "-fPIC", "-shared", "-lineinfo")
 CHECK_ARCHS = ("sm_80", "sm_90")
+# The CUDA toolkits (major versions) the kit is built and tested with; the handout quotes them.
+TOOLKIT_MAJORS = (12, 13)
 # Lazy module loading keeps context creation cheap when a library holds many kernels.
 os.environ.setdefault("CUDA_MODULE_LOADING", "LAZY")
 
@@ -78,7 +80,8 @@ def nvcc_path() -> str | None:
 def nvcc_version() -> str:
     nvcc = nvcc_path()
     if nvcc is None:
-        raise CudaToolkitError("nvcc not found on PATH: install the CUDA toolkit (12.x or 13.x) or add its bin/ to PATH")
+        versions = " or ".join(f"{major}.x" for major in TOOLKIT_MAJORS)
+        raise CudaToolkitError(f"nvcc not found on PATH: install the CUDA toolkit ({versions}) or add its bin/ to PATH")
     return subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout.strip()
 
 

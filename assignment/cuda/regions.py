@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
-from assignment.starter import END_TODO, strip_solutions
+from assignment.starter import END_TODO, apply_levels, strip_solutions
 
 _TODO = re.compile(r"^(?P<indent>\s*)//\s*TODO\((?P<task>t[0-9]+)\):\s*(?P<desc>.*?)\s*$")
 _END = re.compile(r"^\s*//\s*END TODO\((?P<task>t[0-9]+)\)\s*$")
@@ -99,7 +99,7 @@ def student_regions(text: str, filename: str = "the file") -> list[Region]:
     self-check grades the reference solutions through the same path.
     """
     if any(_BEGIN_SOLUTION.match(line) for line in text.splitlines()):
-        return solution_regions(text)
+        return solution_regions(text, filename=filename)
     regions: list[Region] = []
     lines = _lines(text)
     open_at: tuple[int, str, str] | None = None
@@ -123,10 +123,11 @@ def student_regions(text: str, filename: str = "the file") -> list[Region]:
     return regions
 
 
-def solution_regions(text: str) -> list[Region]:
-    """The ``BEGIN SOLUTION`` regions of the kit's (reference) file, in order."""
+def solution_regions(text: str, levels: dict[str, str] | None = None, filename: str = "the kit's file") -> list[Region]:
+    """The ``BEGIN SOLUTION`` regions of the kit's (reference) file, in order, at each task's scaffolding level
+    (``levels``; the registry's when None). Line numbers count lines of the levelled text."""
     regions: list[Region] = []
-    lines = _lines(text)
+    lines = _lines(apply_levels(text, filename, levels))
     open_at: tuple[int, str, str] | None = None
     for number, line in enumerate(lines, start=1):
         begin = _BEGIN_SOLUTION.match(line)
@@ -255,7 +256,9 @@ def splice(kit_text: str, student_text: str, tasks: tuple[str, ...] | list[str],
     Raises RegionError when the student's file does not have the kit's regions (same tasks, same
     order) or when a spliced region breaks a rule (the message lists each problem with its line).
     """
-    kit_regions = solution_regions(kit_text)
+    kit_text = apply_levels(kit_text, filename)
+    student_text = apply_levels(student_text, filename)  # a solution file graded as a submission (the self-check)
+    kit_regions = solution_regions(kit_text, filename=filename)
     mine = student_regions(student_text, filename)
     if [r.task for r in mine] != [r.task for r in kit_regions]:
         want = ", ".join(f"{r.task} '{r.description}'" for r in kit_regions)

@@ -12,18 +12,16 @@ from __future__ import annotations
 import json
 import math
 import re
-import shutil
-import subprocess
 import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
+from kit_browser import start_browser
 from markupsafe import escape as html_escape
 
 from assignment import feedback_html
 from assignment.feedback import SCALE, load_answers, load_form, save_answers
-from handout.pdf import find_chromium
 
 pytestmark = pytest.mark.kit
 
@@ -127,42 +125,9 @@ def test_the_page_is_written_atomically_and_says_where(tmp_path, capsys):
 # --------------------------------------------------------------------------- the page in a real browser
 
 
-def _major(command: list[str]) -> int | None:
-    try:
-        out = subprocess.run(command, check=False, capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    found = re.search(r"(\d+)\.\d+\.\d+", out)
-    return int(found.group(1)) if found else None
-
-
 @pytest.fixture(scope="module")
 def browser():
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        pytest.skip("selenium is not installed (.ci/run installs it: .venv/bin/python -m pip install selenium): "
-                    "the feedback page is not tested in a browser")
-    chromium = find_chromium()
-    if chromium is None:
-        pytest.skip("no Chromium found ($CHROMIUM, chromium, chromium-browser, google-chrome; Debian: apt-get "
-                    "install chromium): the feedback page is not tested in a browser")
-    driver_path = shutil.which("chromedriver")
-    if driver_path is None:
-        pytest.skip("no chromedriver found (Debian: apt-get install chromium-driver): the feedback page is not "
-                    "tested in a browser")
-    browser_major, driver_major = _major([chromium, "--version"]), _major([driver_path, "--version"])
-    if browser_major != driver_major:
-        pytest.skip(f"{chromium} is version {browser_major} but {driver_path} is version {driver_major}; they must "
-                    "match (Debian's chromium and chromium-driver do)")
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                "--window-size=1000,800"):
-        options.add_argument(arg)
-    options.add_experimental_option("prefs", {"download.prompt_for_download": False})
-    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    driver = start_browser("the feedback page")
     driver.set_script_timeout(10)
     yield driver
     driver.quit()

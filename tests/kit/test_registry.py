@@ -25,7 +25,7 @@ def write_variant(tmp_path: Path, old: str, new: str, count: int = 1) -> Path:
 def test_real_registry_is_valid_and_complete():
     registry = load_registry()
     assert registry.ids == ("t1", "t2", "t3", "t4", "t5", "t6", "t7")
-    assert sum(t.points.total for t in registry.tasks) == registry.total_points
+    assert sum(t.points.total for t in registry.tasks) + registry.theory.points == registry.total_points
     assert registry.task("t1").available
 
 
@@ -48,15 +48,15 @@ def test_gap_in_task_ids_is_rejected(tmp_path):
 
 
 def test_points_that_do_not_add_up(tmp_path):
-    path = write_variant(tmp_path, "total_points = 100", "total_points = 99")
-    with pytest.raises(RegistryError, match=r"course.total_points.*add up to 100"):
+    path = write_variant(tmp_path, "total_points = 120", "total_points = 99")
+    with pytest.raises(RegistryError, match=r"course.total_points.*add up to 100 and the theory's to 20 \(120 in all\)"):
         load_registry(path)
 
 
 def test_performance_points_must_match_the_timing_rubric(tmp_path):
     # t1 is available with performance = 0 and no rubric; give it performance points but no rubric.
     path = write_variant(tmp_path, "correctness = 10\nperformance = 0", "correctness = 10\nperformance = 5")
-    path.write_text(path.read_text().replace("total_points = 100", "total_points = 105"))
+    path.write_text(path.read_text().replace("total_points = 120", "total_points = 125"))
     with pytest.raises(RegistryError, match=r"task t1: field 'points.performance'.*must add up"):
         load_registry(path)
 
@@ -209,3 +209,55 @@ def test_student_targets_restate_the_rules_from_the_reference_figures():
             # the reference itself earns full points against its own target
             assert rule.student_points_for(rule.student.reference) == rule.max_points, (task.id, rule.name)
             assert rule.student.needed(rule.metric, full.at) > 0
+
+
+def test_every_available_task_has_learning_objectives_and_a_time_estimate(tmp_path):
+    for task in load_registry().available:
+        assert len(task.objectives) >= 3 and all(o.endswith(".") for o in task.objectives), task.id
+        low, high = task.estimated_hours
+        assert 0 < low <= high, task.id
+    objectives = load_registry().task("t2").objectives
+    text = REGISTRY_PATH.read_text()
+    start = text.index("objectives = [", text.index('id = "t2"'))
+    block = text[start:text.index("]\n", start) + 2]
+    with pytest.raises(RegistryError, match=r"task t2: field 'objectives': is missing"):
+        load_registry(write_variant(tmp_path, block, ""))
+    with pytest.raises(RegistryError, match=r"task t2: field 'objectives': must be a list of non-empty strings"):
+        load_registry(write_variant(tmp_path, block, 'objectives = ["", "x"]\n'))
+    assert objectives and all("  " not in o for o in objectives)
+    hours = 'estimated_hours = [4, 8]\n'
+    assert hours in text
+    with pytest.raises(RegistryError, match=r"task t1: field 'estimated_hours': must be \[low, high\]"):
+        load_registry(write_variant(tmp_path, hours, 'estimated_hours = [8, 4]\n'))
+    with pytest.raises(RegistryError, match=r"task t1: field 'estimated_hours': is missing"):
+        load_registry(write_variant(tmp_path, hours, ""))
+
+
+def test_the_integrity_policy_is_markdown_text_that_the_student_edition_keeps_whole(tmp_path):
+    from assignment.registry import student_edition
+
+    registry = load_registry()
+    assert "AI" in registry.integrity_policy and not registry.integrity_policy.startswith("\n")
+    # An instructor's own policy, with a Markdown heading and blank lines: the student edition keeps every line.
+    policy = 'integrity_policy = """\n## Our rules\n\n\n# Not a comment\nreasoning = not a key either\n"""\n'
+    old = REGISTRY_PATH.read_text()
+    start = old.index('integrity_policy = """')
+    end = old.index('"""\n', start + 25) + 4
+    path = write_variant(tmp_path, old[start:end], policy)
+    edited = load_registry(path)
+    assert edited.integrity_policy == "## Our rules\n\n\n# Not a comment\nreasoning = not a key either"
+    (tmp_path / "student.toml").write_text(student_edition(path.read_text()))
+    assert load_registry(tmp_path / "student.toml").integrity_policy == edited.integrity_policy
+    with pytest.raises(RegistryError, match=r"field 'course.integrity_policy': must be a string"):
+        load_registry(write_variant(tmp_path, old[start:end], "integrity_policy = 3\n"))
+
+
+def test_the_student_edition_keeps_the_objectives_hours_and_policy(tmp_path):
+    from assignment.registry import student_edition
+
+    instructor = load_registry()
+    (tmp_path / "tasks.toml").write_text(student_edition(REGISTRY_PATH.read_text()))
+    student = load_registry(tmp_path / "tasks.toml")
+    assert student.integrity_policy == instructor.integrity_policy
+    assert [(t.objectives, t.estimated_hours) for t in student.tasks] == \
+        [(t.objectives, t.estimated_hours) for t in instructor.tasks]

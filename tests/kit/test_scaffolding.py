@@ -1,0 +1,203 @@
+"""Scaffolding levels: guided and open starters from the same solution files, the grader's splice at either level,
+the open rubric, and the open-level fixtures the rubric was calibrated on."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from assignment.cuda import regions
+from assignment.registry import REGISTRY_PATH, RegistryError, load_registry, parse_registry
+from assignment.starter import (MarkerError, apply_levels, main, render_starter, solution_lines, strip_solutions,
+                                todo_counts)
+from grader import open_levels
+
+pytestmark = pytest.mark.kit
+REPO = Path(__file__).resolve().parents[2]
+
+SOURCE = """// header
+// BEGIN GUIDED t3
+// the reference's design notes
+// END GUIDED
+__device__ void helper(float* x) {
+  // BEGIN SOLUTION t3: the helper's body
+  // PLAN: double it
+  x[0] *= 2.0f;
+  // END SOLUTION
+}
+__global__ void kernel(float* x) {
+  // BEGIN OPEN t3: the whole kernel
+  // GOAL: write x[0] = 4 * x[0] once
+  float y = 0.0f;
+  // BEGIN SOLUTION t3: the kernel's step
+  // PLAN: call the helper twice
+  helper(x);
+  helper(x);
+  // END SOLUTION
+  y = x[0];
+  // END OPEN
+}
+"""
+
+
+def registry_with(**levels: str):
+    data = tomllib.loads(REGISTRY_PATH.read_text(encoding="utf-8"))
+    for raw in data["task"]:
+        if raw["id"] in levels:
+            raw["scaffolding"] = levels[raw["id"]]
+    return parse_registry(data, REGISTRY_PATH)
+
+
+def test_guided_level_drops_the_open_and_guided_markers_and_keeps_the_plans():
+    text, found = strip_solutions(SOURCE, "t3_gemm.cu", levels={"t3": "guided"})
+    assert "OPEN" not in text and "GOAL" not in text and "GUIDED" not in text
+    assert "the reference's design notes" in text, "guided text is kept at the guided level"
+    assert text.count("KIT_TODO(t3);") == 2 and "// PLAN: call the helper twice" in text
+    assert "float y = 0.0f;" in text and "y = x[0];" in text, "code of the OPEN block outside its regions is given"
+    assert [r.description for r in found] == ["the helper's body", "the kernel's step"]
+
+
+def test_open_level_makes_one_stub_per_open_block_and_gives_the_rest():
+    text, found = strip_solutions(SOURCE, "t3_gemm.cu", levels={"t3": "open"})
+    assert [r.description for r in found] == ["the whole kernel"]
+    assert text.count("KIT_TODO(t3);") == 1 and "// TODO(t3): the whole kernel" in text
+    assert "// PLAN: write x[0] = 4 * x[0] once" in text, "GOAL lines become the open stub's plan"
+    assert "call the helper twice" not in text and "float y" not in text, "the OPEN block's body must not leak"
+    assert "x[0] *= 2.0f;" in text and "the helper's body" not in text, "a region outside the OPEN block is given"
+    assert "design notes" not in text, "GUIDED text is dropped at the open level"
+
+
+def test_levelling_is_a_fixed_point_and_a_file_without_open_blocks_is_unchanged():
+    once = apply_levels(SOURCE, "t3_gemm.cu", {"t3": "open"})
+    assert apply_levels(once, "t3_gemm.cu", {"t3": "open"}) == once
+    plain = "// BEGIN SOLUTION t2: x\nint a;\n// END SOLUTION\n"
+    assert apply_levels(plain, "t2_softmax.cu", {"t2": "guided"}) == plain
+
+
+@pytest.mark.parametrize("source, message", [
+    ("// BEGIN OPEN t3: a\n// BEGIN OPEN t3: b\n// END OPEN\n// END OPEN\n", r"x\.cu:2: BEGIN OPEN inside the OPEN block"),
+    ("// BEGIN SOLUTION t3: a\n// BEGIN OPEN t3: b\n// END OPEN\n// END SOLUTION\n", r"x\.cu:2: BEGIN OPEN inside a BEGIN SOLUTION"),
+    ("// BEGIN OPEN t4: a\n// BEGIN SOLUTION t5: b\n// END SOLUTION\n// END OPEN\n", r"x\.cu:2: a t5 region inside the OPEN block of t4"),
+    ("// BEGIN OPEN t3: a\nint x;\n", r"x\.cu:1: BEGIN OPEN t3 is never closed"),
+    ("// BEGIN OPEN t3: a\n// END OPEN\n// END OPEN\n", r"x\.cu:3: END OPEN without a matching BEGIN OPEN"),
+    ("// BEGIN OPEN\n// END OPEN\n", r"x\.cu:1: BEGIN OPEN needs a task id"),
+    ("// BEGIN OPEN t3: a\n// END OPEN\n// BEGIN GUIDED t3\n", r"x\.cu:3: BEGIN GUIDED t3 is never closed"),
+])
+def test_malformed_open_markers_name_file_and_line(source, message):
+    with pytest.raises(MarkerError, match=message):
+        apply_levels(source, "x.cu", {"t3": "open", "t4": "open", "t5": "guided"})
+
+
+def test_registry_validates_the_level_and_the_open_rubric():
+    assert {t.id: t.scaffolding for t in load_registry().tasks}["t3"] in ("guided", "open")
+    with pytest.raises(RegistryError, match=r"t3.*scaffolding.*must be one of"):
+        registry_with(t3="closed")
+    with pytest.raises(RegistryError, match=r"t2.*timing\[0\]\.open.*is missing"):
+        registry_with(t2="open")
+    data = tomllib.loads(REGISTRY_PATH.read_text(encoding="utf-8"))
+    t3 = next(raw for raw in data["task"] if raw["id"] == "t3")
+    t3["timing"][0]["open"]["thresholds"] = [{"at": 1.5, "points": 4}]
+    with pytest.raises(RegistryError, match=r"open\.thresholds.*same maximum"):
+        parse_registry(data, REGISTRY_PATH)
+
+
+def test_an_open_task_scores_time_with_its_open_thresholds():
+    guided, opened = registry_with(t3="guided").task("t3"), registry_with(t3="open").task("t3")
+    assert guided.timing[0].thresholds != opened.timing[0].thresholds
+    assert opened.timing[0].max_points == guided.timing[0].max_points
+    # the calibration's kernels (grader/benchmarks/open_t3_h100.txt): full points for a register-blocked shared
+    # kernel without double buffering, something for the two simpler designs, nothing for a slower one
+    points = [opened.timing[0].points_for(r) for r in (1.097, 1.234, 5.80, 10.30, 20.0)]
+    assert points[0] == points[1] == opened.timing[0].max_points and points[1] > points[2] > points[3] > points[4] == 0
+    assert "open_levels --calibrate" in opened.timing[0].reasoning
+
+
+def test_a_task_set_open_without_open_blocks_is_refused():
+    with pytest.raises(MarkerError, match="t4: set to the open scaffolding level, but no solution file has a BEGIN OPEN"):
+        render_starter(REPO / "solutions", load_registry(), levels={"t4": "open"})
+
+
+def test_make_starter_will_not_overwrite_the_registrys_starter_with_another_level(capsys):
+    assert main(["--level", "open"]) == 2
+    assert "starter/ holds the levels the registry chooses" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def open_starter(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("open") / "starter"
+    assert main(["--level", "open", "--starter", str(folder)]) == 0
+    return folder
+
+
+def test_the_open_starter_has_one_region_for_t3_and_no_solution_code(open_starter):
+    text = (open_starter / "t3_gemm.cu").read_text()
+    assert todo_counts(text, "t3_gemm.cu") == {"t3": 1}
+    assert [r.task for r in regions.student_regions(text, "t3_gemm.cu")] == ["t3"]
+    levels = open_levels.open_levels(load_registry())
+    leaked = [line for _, line in solution_lines((REPO / "solutions/t3_gemm.cu").read_text(), "t3_gemm.cu", levels)
+              if len(line.strip()) >= 30 and line in text.splitlines()]
+    assert not leaked, f"solution lines of the open region are in the open starter: {leaked[:3]}"
+    assert "Design (read this first)" not in text, "the reference's design notes are guided-level text"
+    guided = (REPO / "starter/t3_gemm.cu").read_text()
+    assert todo_counts(guided, "t3_gemm.cu")["t3"] > 1 and "Design (read this first)" in guided
+
+
+def test_the_grader_splices_at_the_open_level(open_starter, monkeypatch):
+    levels = open_levels.open_levels(load_registry())
+    monkeypatch.setattr("assignment.starter.task_levels", lambda registry=None: dict(levels))
+    kit = (REPO / "solutions/t3_gemm.cu").read_text()
+    assert regions.splice(kit, kit, ("t3",), filename="t3_gemm.cu").text == apply_levels(kit, "t3_gemm.cu", levels)
+    spliced = regions.splice(kit, (open_starter / "t3_gemm.cu").read_text(), ("t3",), filename="t3_gemm.cu")
+    assert "KIT_TODO(t3);" in spliced.text and not spliced.ignored_outside
+    guided_student = (REPO / "starter/t3_gemm.cu").read_text()
+    with pytest.raises(regions.RegionError, match="TODO regions do not match the starter's"):
+        regions.splice(kit, guided_student, ("t3",), filename="t3_gemm.cu")
+
+
+def test_the_open_fixtures_are_valid_region_bodies_for_the_open_starter():
+    registry = load_registry()
+    levels = open_levels.open_levels(registry)
+    found = open_levels.fixtures(registry)
+    assert {f.name for f in found} >= {"no_double_buffer", "shared_register_blocking_scalar", "no_shared_memory",
+                                       "shared_no_register_blocking"}
+    for fixture in found:
+        text = open_levels.student_text(fixture.file, fixture.task, fixture.body, levels)
+        assert todo_counts(text, fixture.file) == {}, fixture.name
+        problems = regions.check_file(text, (fixture.task,), fixture.file)
+        assert not problems, f"{fixture.name}: {problems[:3]}"
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH: the open-level files cannot be compiled")
+def test_the_open_starter_and_fixtures_compile(open_starter, tmp_path):
+    registry = load_registry()
+    levels = open_levels.open_levels(registry)
+    sources = {"starter": (open_starter / "t3_gemm.cu").read_text()}
+    sources |= {f.name: open_levels.student_text(f.file, f.task, f.body, levels) for f in open_levels.fixtures(registry)}
+    for name, text in sources.items():
+        path = tmp_path / f"{name}.cu"
+        path.write_text(text)
+        result = subprocess.run(["nvcc", "-std=c++17", "-arch=sm_90", f"-I{REPO / 'assignment/cuda/include'}", "-c",
+                                 str(path), "-o", str(tmp_path / f"{name}.o")], capture_output=True, text=True)
+        assert result.returncode == 0, f"{name} does not compile:\n{result.stderr[-1500:]}"
+
+
+def test_the_handout_lists_the_open_todo_when_the_task_is_open():
+    from handout.api import file_api
+
+    registry = registry_with(t3="open")
+    open_todos = file_api("t3_gemm.cu", registry.task("t3"), registry).todos
+    guided_todos = file_api("t3_gemm.cu", load_registry().task("t3"), load_registry()).todos
+    assert len(open_todos) == 1 and len(guided_todos) > 1
+
+
+def test_the_handout_says_when_a_task_is_open(tmp_path):
+    from handout.render import render_html
+
+    html = render_html(registry_with(t3="open"))
+    section = html[html.index('id="t3"'):html.index('id="t4"')]
+    assert "set at the <strong>open</strong> level" in section and section.count("TODO(t3)") >= 1
+    assert "set at the <strong>open</strong> level" not in html[html.index('id="t2"'):html.index('id="t3"')]
