@@ -13,7 +13,7 @@ HAVE_HIDDEN := $(wildcard grader/hidden)
 TASKS     ?=
 GRADE_FLAGS ?=
 
-.PHONY: help test demo starter check-starter selfcheck grade preflight handout release feedback-summary corpus train-tiny clean
+.PHONY: help test demo starter check-starter selfcheck grade grade-all preflight handout release gradescope feedback-summary corpus train-tiny clean
 
 help:
 	@echo "Students:"
@@ -24,10 +24,15 @@ help:
 	@echo "  make check-starter        fail when starter/ is out of sync"
 	@echo "  make selfcheck            solutions score full marks, starter scores zero"
 	@echo "  make grade SUBMISSION=dir|zip OUT=dir [TASKS=\"t1 t2\"] [GRADE_FLAGS=--allow-weak-isolation]"
+	@echo "  make grade-all SUBMISSIONS=dir OUT=dir [GPUS=0,1] [JOBS=n] [ONLY=\"id1 id2\"] [SLURM=1] [TASKS=...] [GRADE_FLAGS=...]"
+	@echo "                           grade a class (one folder/.zip per student, or a Gradescope export), resumable;"
+	@echo "                           OUT/students/<id>/ per student, OUT/class/ gradebook, Gradescope CSV, summary (default OUT: build/class)"
 	@echo "  make preflight            is this host fit to grade (GPU, tools, sandbox, the reference's speed)?"
 	@echo "  make release              dist/student/ and dist/student.zip: the student bundle, checked (no solutions, hidden tests, reasoning)"
+	@echo "  make gradescope [VISIBILITY=after_due_date]  build/gradescope/autograder.zip: grades t1, t7 and the theory on Gradescope (no GPU); the GPU tasks show as pending"
 	@echo "  make feedback-summary SUBMISSIONS=dir [GRADES=dir]  the beta testers' feedback in one page (build/feedback-summary)"
-	@echo "  make handout [AUDIENCE=instructor]  build/handout/handout.html and .pdf (instructor: with the rubric's reasoning)"
+	@echo "  make handout [AUDIENCE=instructor] [HOURS=build/feedback-summary]  build/handout/handout.html and .pdf"
+	@echo "                           (instructor: with the rubric's reasoning; HOURS: the beta testers' hours per task)"
 	@echo "  make corpus               build/corpus: the shipped model's training text, from Debian packages"
 	@echo "  make train-tiny           retrain the shipped model (assignment/model/checkpoints/kit-tiny) on a GPU"
 
@@ -47,6 +52,13 @@ selfcheck: $(SETUP)
 grade: $(SETUP)
 	$(PY) -m grader.grade "$(SUBMISSION)" --out "$(OUT)" $(foreach t,$(TASKS),--task $(t)) $(GRADE_FLAGS)
 
+# A class: rerun the same command after an interruption to resume; ONLY regrades those students.
+CLASS_OUT = $(if $(filter file,$(origin OUT)),build/class,$(OUT))
+grade-all: $(SETUP)
+	@test -n "$(SUBMISSIONS)" || { echo 'make grade-all: give SUBMISSIONS=dir (one folder or .zip per student, or a Gradescope export)'; exit 2; }
+	$(PY) -m grader.batch "$(SUBMISSIONS)" --out "$(CLASS_OUT)" $(if $(GPUS),--gpus $(GPUS)) $(if $(JOBS),--jobs $(JOBS)) \
+	  $(if $(ONLY),--only $(ONLY)) $(if $(SLURM),--slurm) $(foreach t,$(TASKS),--task $(t)) $(GRADE_FLAGS)
+
 preflight: $(SETUP)
 	$(PY) -m grader.preflight $(foreach t,$(TASKS),--task $(t))
 
@@ -65,7 +77,7 @@ train-tiny: $(SETUP) $(CORPUS)/train.txt
 
 AUDIENCE ?= student
 handout: $(SETUP)
-	$(PY) -m handout.render --audience $(AUDIENCE)
+	$(PY) -m handout.render --audience $(AUDIENCE) $(if $(HOURS),--hours "$(HOURS)")
 
 feedback-summary: $(SETUP)
 	@test -n "$(SUBMISSIONS)" || { echo 'make feedback-summary: give SUBMISSIONS=dir (one folder or .zip per student)'; exit 2; }
@@ -73,6 +85,11 @@ feedback-summary: $(SETUP)
 
 release: $(SETUP)
 	$(PY) -m grader.release --out dist
+
+# Gradescope's autograder (no GPU there): the CPU tasks and the theory; the GPU scores come from grade-all's CSV.
+VISIBILITY ?= visible
+gradescope: $(SETUP)
+	$(PY) -m grader.gradescope build --out build/gradescope --visibility $(VISIBILITY)
 
 demo: $(SETUP)
 	$(PY) -m grader.demo

@@ -35,6 +35,9 @@ class Preflight:
     notes: list[str] = field(default_factory=list)
     facts: dict = field(default_factory=dict)
     isolation: str = sandbox.FULL
+    # The reference's speed per timing rule: task, rule, gpu, measured_ms, recorded_ms (None: not measured on
+    # this GPU model). The class grading compares its GPU workers with these (grader/batch.py).
+    speeds: list[dict] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -98,6 +101,8 @@ def _check_reference_speed(tasks: list[Task], gpu: str, result: Preflight) -> No
         for rule in task.timing:
             recorded = rule.reference_ms.get(gpu)
             if recorded is None:
+                result.speeds.append({"task": task.id, "rule": rule.name, "gpu": gpu, "measured_ms": None,
+                                      "recorded_ms": None})
                 result.notes.append(f"{task.id} '{rule.name}': the rubric was not measured on {gpu} (it was on "
                                     f"{', '.join(rule.reference_ms) or 'no GPU on record'}); ratios still apply")
                 continue
@@ -105,6 +110,8 @@ def _check_reference_speed(tasks: list[Task], gpu: str, result: Preflight) -> No
             timed = measure({"reference": work.reference}, work.make_inputs, min_reps=5, max_reps=15, time_cap_s=5.0,
                             enforce_floor=False)["reference"]
             slowdown = timed.median_ms / recorded
+            result.speeds.append({"task": task.id, "rule": rule.name, "gpu": gpu, "measured_ms": timed.median_ms,
+                                  "recorded_ms": recorded})
             result.facts[f"{task.id} {rule.name}"] = f"reference {timed.median_ms:.3f} ms (registry {recorded} ms)"
             if slowdown > REFERENCE_SLOWDOWN_LIMIT:
                 result.problems.append(

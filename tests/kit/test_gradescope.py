@@ -1,0 +1,165 @@
+"""Gradescope's autograder zip (grader/gradescope.py): built, unpacked into a stand-in for /autograder (a temporary
+folder named by AUTOGRADER_ROOT), and run on real submissions with the kit's own Python (KIT_PYTHON) in place of
+what setup.sh installs; setup.sh itself runs in its dry-run mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from assignment.registry import load_registry
+from grader import gradescope
+
+pytestmark = pytest.mark.kit
+REPO = Path(__file__).resolve().parents[2]
+SID = "s1234567"
+VISIBILITY = "after_due_date"  # not the default: the run must take it from the zip's gradescope.json
+
+
+@pytest.fixture(scope="module")
+def unpacked(tmp_path_factory):
+    build = tmp_path_factory.mktemp("build")
+    archive = gradescope.build(build, visibility=VISIBILITY)
+    assert archive == build / "autograder.zip"
+    source = tmp_path_factory.mktemp("zip")
+    with zipfile.ZipFile(archive) as zf:
+        names = zf.namelist()
+        modes = {info.filename: info.external_attr >> 16 for info in zf.infolist()}
+        zf.extractall(source)
+    for script in ("setup.sh", "run_autograder"):
+        (source / script).chmod(modes[script] & 0o777)  # extractall drops the modes the zip carries
+    return archive, names, modes, source
+
+
+def test_the_zip_carries_the_scripts_and_only_the_kit_the_grader_needs(unpacked):
+    archive, names, modes, _ = unpacked
+    assert {"setup.sh", "run_autograder", "requirements.txt", "requirements-torch.txt", "gradescope.json",
+            "pyproject.toml"} <= set(names)
+    assert modes["run_autograder"] & stat.S_IXUSR and modes["setup.sh"] & stat.S_IXUSR
+    assert any(n.startswith("grader/hidden/test_t1") for n in names) and "assignment/tasks.toml" in names
+    assert any(n.startswith("assignment/model/checkpoints/") for n in names)  # t7 greedy-decodes the shipped model
+    for name in names:
+        assert not name.startswith(("solutions/", "starter/", "tests/", "build/", "dist/", ".venv/", ".kit_cache/",
+                                    "grader/benchmarks/", "assignment/text/")), name
+        assert "__pycache__" not in name and not name.endswith(".pyc"), name
+    assert archive.stat().st_size < 20 * 2**20
+    info = json.loads(zipfile.ZipFile(archive).read("gradescope.json"))
+    assert info["graded_here"] == ["t1", "t7"] and info["pending"] == ["t2", "t3", "t4", "t5", "t6"]
+    assert zipfile.ZipFile(archive).read("requirements-torch.txt").decode() == f"torch=={gradescope.torch_pin()}\n"
+
+
+def test_setup_installs_python_bubblewrap_and_the_pinned_cpu_torch(unpacked, tmp_path):
+    _, _, _, source = unpacked
+    root = tmp_path / "autograder"
+    root.mkdir()
+    (root / "source").symlink_to(source)
+    proc = subprocess.run(["bash", str(source / "setup.sh")], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "AUTOGRADER_ROOT": str(root), "KIT_SETUP_DRY_RUN": "1"})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any("apt-get install" in line and "bubblewrap" in line and "python3-venv" in line for line in lines)
+    assert any(f"torch=={gradescope.torch_pin()}" in line and "whl/cpu" in line for line in lines), proc.stdout
+    assert any(f"-r {root}/source/requirements.txt" in line for line in lines), proc.stdout
+    requirements = (source / "requirements.txt").read_text()
+    assert "pytest-json-report" in requirements and "torch" not in requirements
+
+
+def run_autograder(source: Path, root: Path, files: dict[str, bytes], sid: str | None = None) -> dict:
+    (root / "submission").mkdir(parents=True)
+    for name, data in files.items():
+        (root / "submission" / name).write_bytes(data)
+    if sid:
+        (root / "submission_metadata.json").write_text(json.dumps({"id": 1, "users": [
+            {"email": "a@example.edu", "name": "A Student", "sid": sid}]}))
+    (root / "source").symlink_to(source)
+    proc = subprocess.run([str(source / "run_autograder")], capture_output=True, text=True, timeout=300, cwd=root,
+                          env={**os.environ, "AUTOGRADER_ROOT": str(root), "KIT_PYTHON": sys.executable})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert "gradescope: wrote" in proc.stdout, proc.stdout + proc.stderr
+    return results
+
+
+def check_schema(results: dict) -> None:
+    """Gradescope's results.json: a numeric score, tests with name, score, max_score, visibility and output."""
+    visibilities = set(gradescope.VISIBILITIES)
+    assert isinstance(results["score"], (int, float)) and results["visibility"] == VISIBILITY
+    assert results["stdout_visibility"] in visibilities and isinstance(results["output"], str)
+    for test in results["tests"]:
+        assert {"name", "score", "max_score", "visibility", "output"} <= set(test), test
+        assert isinstance(test["score"], (int, float)) and isinstance(test["max_score"], (int, float))
+        assert test["visibility"] == VISIBILITY and test.get("status", "passed") in ("passed", "failed")
+    assert results["score"] == pytest.approx(sum(t["score"] for t in results["tests"]), abs=1e-3)
+
+
+def by_tag(results: dict, tag: str) -> list[dict]:
+    return [t for t in results["tests"] if tag in t.get("tags", [])]
+
+
+def test_a_full_submission_on_a_fake_autograder_root(unpacked, tmp_path):
+    _, _, _, source = unpacked
+    registry = load_registry()
+    files = {name: (REPO / "solutions" / name).read_bytes() for name in ("t1_attention.py", "t7_generate.py")}
+    if registry.theory:
+        from grader.theory import reference_answers
+
+        files[registry.theory.answers_file] = reference_answers(SID, registry).encode()
+    results = run_autograder(source, tmp_path / "autograder", files, sid=SID)
+    check_schema(results)
+    assert sum(t["max_score"] for t in results["tests"]) == pytest.approx(registry.total_points)
+    for task_id in ("t1", "t7"):
+        graded = [t for t in by_tag(results, task_id) if "pending" not in t["tags"]]
+        assert graded and sum(t["score"] for t in graded) == pytest.approx(registry.task(task_id).points.total)
+    pending = by_tag(results, "pending")
+    assert sorted(t["tags"][0] for t in pending) == ["t2", "t3", "t4", "t5", "t6"]
+    for entry in pending:
+        task = registry.task(entry["tags"][0])
+        assert entry["score"] == 0 and entry["max_score"] == task.points.total and "status" not in entry
+        assert "graded on the course's GPU machines" in entry["name"] and "NOT in this submission" in entry["output"]
+    expected = 20.0
+    if registry.theory:  # the numbers right; the proof waits for a person
+        expected += registry.theory.points - registry.theory.proof_points
+    assert results["score"] == pytest.approx(expected, abs=1e-3)
+    assert "graded on the course's GPU machines after the deadline" in results["output"]
+    assert "leaderboard" not in results  # no timed task is graded without a GPU
+
+
+def test_the_starter_scores_zero_and_still_lists_the_gpu_tasks(unpacked, tmp_path):
+    _, _, _, source = unpacked
+    # The starter's t1 and t4 files; no t7 file (a task whose file is missing scores 0 with the reason).
+    files = {name: (REPO / "starter" / name).read_bytes() for name in ("t1_attention.py", "t4_flash_attention.cu")}
+    results = run_autograder(source, tmp_path / "autograder", files)
+    check_schema(results)
+    assert results["score"] == 0
+    assert sum(t["max_score"] for t in results["tests"]) == pytest.approx(load_registry().total_points)
+    assert all(t["output"].startswith("NotImplementedError") for t in by_tag(results, "t1"))
+    assert any("t7_generate.py" in t["output"] for t in by_tag(results, "t7")), by_tag(results, "t7")
+    t4 = next(t for t in by_tag(results, "pending") if t["tags"][0] == "t4")
+    assert "t4_flash_attention.cu: received" in t4["output"]
+
+
+def test_leaderboard_entries_come_from_the_timing_rules_measured():
+    from grader.runner import TaskRun, TestOutcome
+    from grader.scoring import SubmissionScore, TaskScore
+
+    registry = load_registry()
+    t4 = registry.task("t4")
+    speedup, ratio = (next(r for r in t4.timing if r.metric == m) for m in ("speedup_vs_naive", "time_vs_reference"))
+    run = TaskRun("t4", "ran", tests=[
+        TestOutcome("a", "passed", is_perf=True, timing={"rule": speedup.name, "value": 1.3}),
+        TestOutcome("b", "passed", is_perf=True, timing={"rule": ratio.name, "value": 1.07}),
+        TestOutcome("c", "failed", is_perf=True, timing={"rule": ratio.name, "value": 9.0}),
+        TestOutcome("d", "passed", timing={}),
+    ])
+    result = SubmissionScore("s", [TaskScore(t4, "ran", "", 0.0, 0.0, run=run)], [], 0.0)
+    assert gradescope.leaderboard(result) == [
+        {"name": f"t4 {speedup.name}", "value": 1.3, "order": "desc"},
+        {"name": f"t4 {ratio.name}", "value": 1.07, "order": "asc"},
+    ]
