@@ -10,16 +10,12 @@ from __future__ import annotations
 import math
 import random
 import re
-import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+import tomllib
 
 ASSIGNMENT_DIR = Path(__file__).resolve().parent
 REGISTRY_PATH = ASSIGNMENT_DIR / "tasks.toml"

@@ -50,10 +50,7 @@ from assignment.registry import Registry, load_registry
 from assignment.starter import todo_counts
 from assignment.theory import answers as theory_answers
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+import tomllib
 
 KIT_SOURCES = REPO_ROOT / "solutions"  # the kit's own CUDA files (an instructor tree; a bundle has none)
 MANIFEST_NAME = "MANIFEST.json"

@@ -30,10 +30,7 @@ from grader.scoring import SubmissionScore
 
 FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures"
 MANIFEST = FIXTURES_DIR / "fixtures.toml"
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+import tomllib
 
 
 @dataclass

@@ -33,7 +33,6 @@ import base64
 import csv
 import io
 import json
-import statistics
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,6 +42,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from assignment.atomic import write_atomic
 from assignment.registry import Registry, load_registry
 from grader import ledger
+from grader.feedback_summary import describe
 from grader.report import csv_cell
 from grader.roster import Student, Submission, scan
 from grader.submission import SubmissionError, _candidates, _Folder, _Zip
@@ -302,15 +302,8 @@ def timing_values(records: list[Record], registry: Registry) -> list[dict]:
                       for t in [_timing_record(r, task.id, rule.name)] if t and isinstance(t.get("value"), (int, float))]
             rules.append({"task": task.id, "index": index, "rule": rule.name, "metric": rule.metric,
                           "thresholds": [(th.at, th.points) for th in rule.thresholds], "values": values,
-                          **_stats(values)})
+                          **describe(values)})
     return rules
-
-
-def _stats(values: list[float]) -> dict:
-    if not values:
-        return {"n": 0, "mean": None, "median": None, "min": None, "max": None}
-    return {"n": len(values), "mean": statistics.fmean(values), "median": statistics.median(values),
-            "min": min(values), "max": max(values)}
 
 
 def task_summary(records: list[Record], registry: Registry) -> list[dict]:
@@ -323,14 +316,14 @@ def task_summary(records: list[Record], registry: Registry) -> list[dict]:
             statuses[t.get("status", "?")] = statuses.get(t.get("status", "?"), 0) + 1
         rows.append({"task": task.id, "title": task.title, "max_score": task.points.total, "graded": len(graded),
                      "full": sum(abs(s - task.points.total) < 1e-6 for s in scores), "zero": sum(s == 0 for s in scores),
-                     "statuses": statuses, "scores": scores, **_stats(scores)})
+                     "statuses": statuses, "scores": scores, **describe(scores)})
     theory = [r.theory for r in records if r.status in ("graded", "unreadable") and r.theory]
     if theory:  # the numeric answers; the written proof is graded by hand later (its points pending here)
         top = max(float(t.get("max_score", 0.0)) for t in theory)
         scores = [float(t.get("score", 0.0)) for t in theory]
         rows.append({"task": "theory", "title": "Theory questions (the proof: by hand)", "max_score": top,
                      "graded": len(scores), "full": sum(abs(s - top) < 1e-6 for s in scores),
-                     "zero": sum(s == 0 for s in scores), "statuses": {}, "scores": scores, **_stats(scores)})
+                     "zero": sum(s == 0 for s in scores), "statuses": {}, "scores": scores, **describe(scores)})
     return rows
 
 
@@ -467,7 +460,7 @@ def write_class_outputs(subs: list[Submission], out: Path, *, problems: list[str
         "failed": [{"id": r.sub.id, "why": r.why} for r in records if r.status == "failed"],
         "stale": [{"id": r.sub.id, "why": r.why} for r in records if r.status == "stale"],
         "pending": [r.sub.id for r in records if r.status == "pending"],
-        "wall_s": _stats(walls),
+        "wall_s": describe(walls),
         "tasks": [{k: v for k, v in row.items() if k != "scores"} for row in tasks],
         "timing": [{k: v for k, v in rule.items() if k != "values"} for rule in timing],
         "pass_rates": rates,

@@ -132,7 +132,8 @@ def parse_response(student: str, source: str, data: bytes, form: Form) -> Respon
 # --------------------------------------------------------------------------- the numbers
 
 
-def _stats(values: list[float]) -> dict:
+def describe(values: list[float]) -> dict:
+    """Count, mean, median, minimum and maximum of ``values`` (None where there are none)."""
     if not values:
         return {"n": 0, "mean": None, "median": None, "min": None, "max": None}
     return {"n": len(values), "mean": statistics.fmean(values), "median": statistics.median(values),
@@ -153,9 +154,9 @@ def summarise_question(q: Question, responses: list[Response]) -> dict:
     elif q.type == "scale":
         out |= {"low": q.low, "high": q.high,
                 "distribution": {str(k): values.count(k) for k in range(SCALE[0], SCALE[1] + 1)}}
-        out |= {k: v for k, v in _stats(values).items() if k in ("mean", "median")}
+        out |= {k: v for k, v in describe(values).items() if k in ("mean", "median")}
     elif q.type == "number":
-        out |= _stats(values)
+        out |= describe(values)
     return out
 
 

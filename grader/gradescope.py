@@ -126,10 +126,7 @@ def torch_pin(bootstrap: Path = REPO_ROOT / "assignment" / "bootstrap.sh") -> st
 
 def requirements(pyproject: Path = REPO_ROOT / "pyproject.toml") -> list[str]:
     """pyproject's dependencies, torch left out (setup.sh installs the pinned CPU build first)."""
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib
+    import tomllib
 
     deps = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
     return [dep for dep in deps if re.split(r"[<>=!~;\s\[]", dep, maxsplit=1)[0].lower() != "torch"]

@@ -21,11 +21,11 @@ import argparse
 import json
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from assignment.registry import Registry, load_registry
-from assignment.starter import open_tasks, strip_solutions, task_levels
+from assignment.starter import levels_for, strip_solutions
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "open"
@@ -42,11 +42,7 @@ class OpenFixture:
 
 def open_levels(registry: Registry) -> dict[str, str]:
     """The registry's levels with every task that has OPEN blocks set to open."""
-    levels = task_levels(registry)
-    for path in sorted(SOLUTIONS.glob("*.cu")):
-        for task in open_tasks(path.read_text(encoding="utf-8")):
-            levels[task] = "open"
-    return levels
+    return levels_for("open", registry, SOLUTIONS)
 
 
 def fixtures(registry: Registry, task: str | None = None) -> list[OpenFixture]:
@@ -135,7 +131,7 @@ def calibrate(task_id: str, repeats: int, registry: Registry) -> list[dict]:
                                     bytes_moved=work.bytes_moved, record=record)
                     values.append(record["timing"]["value"])
                     row.setdefault("student_ms", []).append(record["timing"]["student_ms"])
-                opened = _open_rule(task_id, rule.name)
+                opened = _open_rule(rule)
                 row["rules"].append({"rule": rule.name, "metric": rule.metric, "values": values,
                                      "open_points": [opened.points_for(v) if opened else None for v in values],
                                      "guided_points": [rule.points_for(v) for v in values]})
@@ -144,20 +140,9 @@ def calibrate(task_id: str, repeats: int, registry: Registry) -> list[dict]:
     return rows
 
 
-def _open_rule(task_id: str, rule_name: str):
-    """The rule as the open level scores it (the registry parsed with the task set to open)."""
-    import tomllib
-
-    from assignment.registry import REGISTRY_PATH, parse_registry
-
-    data = tomllib.loads(REGISTRY_PATH.read_text(encoding="utf-8"))
-    for raw in data["task"]:
-        if raw["id"] == task_id:
-            if not all("open" in r for r in raw.get("timing", [])):
-                return None
-            raw["scaffolding"] = "open"
-    registry = parse_registry(data, REGISTRY_PATH)
-    return next(r for r in registry.task(task_id).timing if r.name == rule_name)
+def _open_rule(rule):
+    """The rule as the open level scores it (None until the registry gives it open thresholds)."""
+    return replace(rule, thresholds=rule.open_thresholds) if rule.open_thresholds else None
 
 
 def _row_line(row: dict) -> str:

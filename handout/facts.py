@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import ast
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from assignment.registry import Registry
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+import tomllib
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 COMPILER_SOURCE = REPO_ROOT / "assignment" / "cuda" / "compiler.py"
