@@ -13,7 +13,7 @@ HAVE_HIDDEN := $(wildcard grader/hidden)
 TASKS     ?=
 GRADE_FLAGS ?=
 
-.PHONY: help test demo starter check-starter selfcheck grade grade-all preflight handout release gradescope feedback-summary corpus train-tiny clean
+.PHONY: help test demo starter check-starter selfcheck grade grade-all repeatability preflight handout release gradescope feedback-summary corpus train-tiny clean
 
 help:
 	@echo "Students:"
@@ -27,6 +27,7 @@ help:
 	@echo "  make grade-all SUBMISSIONS=dir OUT=dir [GPUS=0,1] [JOBS=n] [ONLY=\"id1 id2\"] [SLURM=1] [TASKS=...] [GRADE_FLAGS=...]"
 	@echo "                           grade a class (one folder/.zip per student, or a Gradescope export), resumable;"
 	@echo "                           OUT/students/<id>/ per student, OUT/class/ gradebook, Gradescope CSV, summary (default OUT: build/class)"
+	@echo "  make repeatability SUBMISSION=dir|zip [REPEATS=5] [TASKS=...]  grade it REPEATS times: the spread of its points and timings"
 	@echo "  make preflight            is this host fit to grade (GPU, tools, sandbox, the reference's speed)?"
 	@echo "  make release              dist/student/ and dist/student.zip: the student bundle, checked (no solutions, hidden tests, reasoning)"
 	@echo "  make gradescope [VISIBILITY=after_due_date]  build/gradescope/autograder.zip: grades t1, t7 and the theory on Gradescope (no GPU); the GPU tasks show as pending"
@@ -58,6 +59,11 @@ grade-all: $(SETUP)
 	@test -n "$(SUBMISSIONS)" || { echo 'make grade-all: give SUBMISSIONS=dir (one folder or .zip per student, or a Gradescope export)'; exit 2; }
 	$(PY) -m grader.batch "$(SUBMISSIONS)" --out "$(CLASS_OUT)" $(if $(GPUS),--gpus $(GPUS)) $(if $(JOBS),--jobs $(JOBS)) \
 	  $(if $(ONLY),--only $(ONLY)) $(if $(SLURM),--slurm) $(foreach t,$(TASKS),--task $(t)) $(GRADE_FLAGS)
+
+# Is a grade repeatable on this host? The same submission graded REPEATS times; fails past the rubric's 15% allowance.
+REPEATS ?= 5
+repeatability: $(SETUP)
+	$(PY) -m grader.repeatability "$(SUBMISSION)" --repeats $(REPEATS) $(foreach t,$(TASKS),--task $(t))
 
 preflight: $(SETUP)
 	$(PY) -m grader.preflight $(foreach t,$(TASKS),--task $(t))

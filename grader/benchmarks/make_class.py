@@ -6,9 +6,11 @@ CLASS_DIR gets 16 submissions named by student id: the solutions five times over
 ``.zip``, one with a leaderboard name: five gradings of one tree inside one batch, for the fairness
 figures), the starter, seven honest bugs and crashes and hangs taken from the adversarial fixtures
 (grader/fixtures/fixtures.toml), and a partial submission that did t1-t3 only. ``--variant DIR`` writes
-the solutions with two honest slow-downs that keep every answer right: t3's multiply-accumulate reads
-shared memory one float at a time (about 1.2x the reference), and t5 computes every key tile and
-masks it instead of skipping the tiles above the diagonal (about the non-causal time, 1.9x).
+the solutions with two honest edits that keep every answer right: t5 computes every key tile and masks
+it instead of skipping the tiles above the diagonal (2.0x the reference's time on an H100, and the hidden
+structure checks notice), and t3's multiply-accumulate reads shared memory one float at a time, which
+measured 1.000x (nvcc merges the four loads back into one): the control, a source edit the timing must
+not see.
 """
 
 from __future__ import annotations
