@@ -8,11 +8,12 @@
 # One device call runs at most 10 minutes, so each phase runs in the background (setsid) and every call of this
 # script waits for it up to WAIT seconds, then packs the state into $OUT/state.tgz. Carry that file back as
 # scratch/class-state.tgz when the machine was given back in between: the batch resumes where it stopped (a
-# submission graded whole is never graded again). Needs .whl/ (pytest-json-report) and .deb/ (bubblewrap) carried.
+# submission graded whole is never graded again). KEEP="id ..." grades only those students of the class and
+# PHASES=batch skips the variant (the two-GPU check: KEEP=... PHASES=batch on nvidia-h200-x2). Needs .whl/ (pytest-json-report) and .deb/ (bubblewrap) carried.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-build/class-device}"
-W=/tmp/kit-class-example
+W=${CLASS_WORK:-/tmp/kit-class-example}
 mkdir -p "$OUT" "$W"
 export PYTHONUNBUFFERED=1 KIT_CACHE_DIR=/tmp/kit-cache
 if ls .whl/*.whl >/dev/null 2>&1 && [ ! -d /tmp/site ]; then
@@ -30,6 +31,9 @@ if [ ! -d $W/class ] && [ -f scratch/class-state.tgz ]; then
 fi
 if [ ! -d $W/class ]; then
   python3 grader/benchmarks/make_class.py $W/class --variant $W/variant > $W/make_class.txt || exit 1
+  if [ -n "${KEEP:-}" ]; then  # a smaller class: only these ids (a two-GPU check, say)
+    for entry in $W/class/*; do case " $KEEP " in *" $(basename "${entry%.zip}") "*) ;; *) rm -rf "$entry";; esac; done
+  fi
   nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.total --format=csv > $W/gpu.txt
 fi
 mkdir -p $W/done
@@ -46,7 +50,7 @@ phase_command() {
     variant) echo "python3 -m grader.repeatability $W/variant --repeats 5 --task t3 --task t5 --out $W/variant-graded --json $W/variant.json";;
   esac
 }
-for phase in batch variant; do
+for phase in ${PHASES:-batch variant}; do
   [ -f $W/done/$phase ] && continue
   if ! { [ -f $W/$phase.pid ] && kill -0 "$(cat $W/$phase.pid)" 2>/dev/null; }; then
     echo "===== $phase: $(phase_command $phase)" | tee -a $W/$phase.log
@@ -57,7 +61,7 @@ for phase in batch variant; do
   while kill -0 "$(cat $W/$phase.pid)" 2>/dev/null && [ $SECONDS -lt $DEADLINE ]; do sleep 5; done
   [ -f $W/done/$phase ] || break
 done
-if [ -f $W/done/batch ] && [ ! -f $W/solutions.json ]; then
+if [ -f $W/done/batch ] && [ ! -f $W/solutions.json ] && [ -z "${KEEP:-}" ]; then
   graded=$(echo $SOLUTIONS | tr , '\n' | sed "s|^|$W/out/students/|" | paste -sd,)
   python3 -m grader.repeatability --graded "solutions=$graded" --json $W/solutions.json > $W/solutions.txt 2>&1
 fi
