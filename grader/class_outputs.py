@@ -42,7 +42,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from assignment.atomic import write_atomic
 from assignment.registry import Registry, load_registry
 from grader import ledger
-from grader.feedback_summary import describe
+from grader.feedback_summary import describe, figure, png
 from grader.report import csv_cell
 from grader.roster import Student, Submission, scan
 from grader.submission import SubmissionError, _candidates, _Folder, _Zip
@@ -330,24 +330,8 @@ def task_summary(records: list[Record], registry: Registry) -> list[dict]:
 # --------------------------------------------------------------------------- figures
 
 
-def _png(fig) -> bytes:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    FigureCanvasAgg(fig)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    return buffer.getvalue()
-
-
-def _axes(width: float = 5.0, height: float = 2.8):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height))
-    return fig, fig.add_subplot()
-
-
 def score_histogram(scores: list[float], max_score: float, title: str) -> bytes:
-    fig, ax = _axes()
+    fig, ax = figure(5.0, 2.8)
     bins = min(20, max(5, int(max_score) if max_score >= 1 else 5))
     ax.hist(scores, bins=bins, range=(0, max_score or 1), color="#4878a8", edgecolor="white")
     ax.set_xlim(0, max_score or 1)
@@ -355,13 +339,13 @@ def score_histogram(scores: list[float], max_score: float, title: str) -> bytes:
     ax.set_ylabel("submissions")
     ax.yaxis.get_major_locator().set_params(integer=True)
     ax.set_title(title, fontsize=10)
-    return _png(fig)
+    return png(fig)
 
 
 def timing_histogram(rule: dict) -> bytes:
     from matplotlib.transforms import blended_transform_factory
 
-    fig, ax = _axes()
+    fig, ax = figure(5.0, 2.8)
     values = rule["values"]
     marks = [at for at, _ in rule["thresholds"]]
     low, high = min(values + marks), max(values + marks)
@@ -379,7 +363,7 @@ def timing_histogram(rule: dict) -> bytes:
     ax.yaxis.get_major_locator().set_params(integer=True)
     ax.set_title(f"{rule['task']}: {rule['rule']}\n(dashed: the rubric's thresholds, with their points)", fontsize=8,
                  pad=12)
-    return _png(fig)
+    return png(fig)
 
 
 # --------------------------------------------------------------------------- GPU workers

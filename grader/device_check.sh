@@ -27,12 +27,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,driver_version --
 $PY -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
 nvcc --version | tail -2
 
-if [ -z "${KIT_BWRAP:-}" ] && ! command -v bwrap >/dev/null && ls .deb/bubblewrap_*.deb >/dev/null 2>&1; then
-  mkdir -p /tmp/kit-bwrap && for deb in .deb/*.deb; do dpkg -x "$deb" /tmp/kit-bwrap; done
-  printf '#!/bin/sh\nLD_LIBRARY_PATH=/tmp/kit-bwrap/usr/lib/x86_64-linux-gnu exec /tmp/kit-bwrap/usr/bin/bwrap "$@"\n' \
-    > /tmp/kit-bwrap/bwrap && chmod +x /tmp/kit-bwrap/bwrap
-  export KIT_BWRAP=/tmp/kit-bwrap/bwrap
-fi
+source grader/device_env.sh  # carried wheels on PYTHONPATH, carried bubblewrap as KIT_BWRAP
 $PY -c "from grader.isolation.sandbox import best_isolation; print('isolation:', *best_isolation())"
 
 # The available tasks' markers, from the registry ("t1 or t2 or ...").

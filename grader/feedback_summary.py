@@ -214,7 +214,8 @@ def task_rows(registry: Registry, questions: dict[str, dict], form: Form,
 # --------------------------------------------------------------------------- the plots
 
 
-def _png(fig) -> bytes:
+def png(fig) -> bytes:
+    """A matplotlib figure as PNG bytes (the class outputs draw theirs with it too)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # imported late: the error paths stay fast
 
     FigureCanvasAgg(fig)
@@ -223,7 +224,7 @@ def _png(fig) -> bytes:
     return buffer.getvalue()
 
 
-def _figure(width: float, height: float):
+def figure(width: float, height: float):
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, height))
@@ -231,7 +232,7 @@ def _figure(width: float, height: float):
 
 
 def scale_plot(summary: dict) -> bytes:
-    fig, ax = _figure(5, 2.6)
+    fig, ax = figure(5, 2.6)
     levels = list(summary["distribution"])
     ax.bar(levels, list(summary["distribution"].values()), color="#4878a8")
     ax.set_xticks(range(len(levels)), [f"{levels[0]}\n{summary['low']}"] + levels[1:-1]
@@ -239,12 +240,12 @@ def scale_plot(summary: dict) -> bytes:
     ax.set_ylabel("answers")
     ax.yaxis.get_major_locator().set_params(integer=True)
     ax.set_title(f"n = {summary['answered']}, mean {summary['mean']:.2f}, median {summary['median']:g}", fontsize=10)
-    return _png(fig)
+    return png(fig)
 
 
 def per_task_plot(values: dict[str, list[float]], ylabel: str) -> bytes:
     """One box per task (the mean as a triangle), every answer drawn over it."""
-    fig, ax = _figure(max(4.0, 0.9 * len(values) + 1.5), 3.2)
+    fig, ax = figure(max(4.0, 0.9 * len(values) + 1.5), 3.2)
     positions = list(range(1, len(values) + 1))
     ax.boxplot(list(values.values()), positions=positions, showmeans=True, widths=0.5)
     for x, ys in zip(positions, values.values()):
@@ -252,11 +253,11 @@ def per_task_plot(values: dict[str, list[float]], ylabel: str) -> bytes:
     ax.set_xticks(positions, list(values))
     ax.set_xlabel("task")
     ax.set_ylabel(ylabel)
-    return _png(fig)
+    return png(fig)
 
 
 def difficulty_score_plot(points: list[tuple[str, float, float]]) -> bytes:
-    fig, ax = _figure(4.8, 3.4)
+    fig, ax = figure(4.8, 3.4)
     for label, difficulty, percent in points:
         ax.scatter([difficulty], [percent], color="#4878a8")
         ax.annotate(label, (difficulty, percent), textcoords="offset points", xytext=(6, 4))
@@ -264,7 +265,7 @@ def difficulty_score_plot(points: list[tuple[str, float, float]]) -> bytes:
     ax.set_ylim(-5, 105)
     ax.set_xlabel(f"mean difficulty answer ({SCALE[0]} easiest ... {SCALE[1]} hardest)")
     ax.set_ylabel("class mean score (% of the task's points)")
-    return _png(fig)
+    return png(fig)
 
 
 # --------------------------------------------------------------------------- writing

@@ -130,12 +130,10 @@ def table(summary: dict) -> list[str]:
     return lines
 
 
-def grade_repeatedly(source: Path, repeats: int, tasks: list[str], out: Path, registry: Registry) -> list[Grading]:
-    from grader.config import GradeConfig
-    from grader.grade import check_host, grade_submission
+def grade_repeatedly(source: Path, repeats: int, out: Path, registry: Registry, config, host) -> list[Grading]:
+    """``repeats`` gradings of one submission with one host check (``grader.grade.check_host``)."""
+    from grader.grade import grade_submission
 
-    config = replace(GradeConfig(), tasks=tuple(tasks)) if tasks else GradeConfig()
-    host = check_host(config, registry)
     gradings = []
     for attempt in range(repeats):
         folder = out / f"{Path(source).name}-{attempt + 1}"
@@ -181,11 +179,16 @@ def main(argv: list[str] | None = None) -> int:
     summaries = []
     for name, folders in _graded_groups(args.graded):
         summaries.append(summarise(name, [read_grading(f) for f in folders], registry, args.allowance))
-    with tempfile.TemporaryDirectory(prefix="kit-repeat-") as tmp:
-        out = args.out or Path(tmp)
-        for source in args.submissions:
-            summaries.append(summarise(source.name, grade_repeatedly(source, args.repeats, args.task, out, registry),
-                                       registry, args.allowance))
+    if args.submissions:
+        from grader.config import GradeConfig
+        from grader.grade import check_host
+
+        config = replace(GradeConfig(), tasks=tuple(args.task))
+        host = check_host(config, registry)  # once: the host does not change between submissions
+        with tempfile.TemporaryDirectory(prefix="kit-repeat-") as tmp:
+            for source in args.submissions:
+                gradings = grade_repeatedly(source, args.repeats, args.out or Path(tmp), registry, config, host)
+                summaries.append(summarise(source.name, gradings, registry, args.allowance))
     for summary in summaries:
         print("\n".join(table(summary)))
     problems = [p for s in summaries for p in s["problems"]]

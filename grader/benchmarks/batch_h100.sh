@@ -8,16 +8,7 @@ cd "$(dirname "$0")/../.."
 OUT="${OUT:-build/batch-device}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD
-fi
-if [ -z "${KIT_BWRAP:-}" ] && ! command -v bwrap >/dev/null && ls .deb/bubblewrap_*.deb >/dev/null 2>&1; then
-  mkdir -p /tmp/kit-bwrap && for deb in .deb/*.deb; do dpkg -x "$deb" /tmp/kit-bwrap; done
-  printf '#!/bin/sh\nLD_LIBRARY_PATH=/tmp/kit-bwrap/usr/lib/x86_64-linux-gnu exec /tmp/kit-bwrap/usr/bin/bwrap "$@"\n' \
-    > /tmp/kit-bwrap/bwrap && chmod +x /tmp/kit-bwrap/bwrap
-  export KIT_BWRAP=/tmp/kit-bwrap/bwrap
-fi
+source grader/device_env.sh  # carried wheels on PYTHONPATH, carried bubblewrap as KIT_BWRAP
 C=/tmp/kit-class; rm -rf "$C"; mkdir -p $C/sol $C/starter $C/partial
 cp solutions/*.py solutions/*.cu $C/sol/
 cp starter/*.py starter/*.cu $C/starter/

@@ -16,16 +16,7 @@ OUT="${OUT:-build/class-device}"
 W=${CLASS_WORK:-/tmp/kit-class-example}
 mkdir -p "$OUT" "$W"
 export PYTHONUNBUFFERED=1 KIT_CACHE_DIR=/tmp/kit-cache
-if ls .whl/*.whl >/dev/null 2>&1 && [ ! -d /tmp/site ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-fi
-export PYTHONPATH=/tmp/site:$PWD
-if [ -z "${KIT_BWRAP:-}" ] && ! command -v bwrap >/dev/null && ls .deb/bubblewrap_*.deb >/dev/null 2>&1; then
-  mkdir -p /tmp/kit-bwrap && for deb in .deb/*.deb; do dpkg -x "$deb" /tmp/kit-bwrap; done
-  printf '#!/bin/sh\nLD_LIBRARY_PATH=/tmp/kit-bwrap/usr/lib/x86_64-linux-gnu exec /tmp/kit-bwrap/usr/bin/bwrap "$@"\n' \
-    > /tmp/kit-bwrap/bwrap && chmod +x /tmp/kit-bwrap/bwrap
-  export KIT_BWRAP=/tmp/kit-bwrap/bwrap
-fi
+source grader/device_env.sh  # carried wheels on PYTHONPATH, carried bubblewrap as KIT_BWRAP
 if [ ! -d $W/class ] && [ -f scratch/class-state.tgz ]; then
   tar -C $W -xzf scratch/class-state.tgz && echo "resumed from the carried state: $(ls $W/done 2>/dev/null | wc -l) phase(s) done"
 fi

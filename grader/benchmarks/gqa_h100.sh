@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device job for issue 12 item 1 (grouped-query attention in the t4/t5 kernel). One call, < 9 minutes:
 #
-#   run(command="bash scratch/gqa_device.sh", carry=["scratch/gqa_device.sh", ".whl", ".deb"], timeout_s=600)
+#   run(command="bash grader/benchmarks/gqa_h100.sh", carry=[".whl", ".deb"], timeout_s=600)
 #
 # Steps, most important first (each one's exit code goes to $OUT/steps.tsv; a failing step does not stop the
 # next; a step that would start after DEADLINE seconds is skipped, and each is cut to the time left):
@@ -23,7 +23,7 @@
 #   grade          python -m grader.grade solutions --task t4 --task t5 (the splice path), if time is left
 # Then $OUT/summary.txt: step codes, test counts, the timing rules' values, the GQA/MHA time ratios.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT="${OUT:-build/gqa_device}"
 mkdir -p "$OUT"
 DEADLINE="${DEADLINE:-530}"          # seconds: stop starting steps after this (the call's limit is 600)
@@ -53,15 +53,7 @@ step() {
 }
 
 say "setup"
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl \
-  || echo "!!!!! pip install of .whl/ failed: the json reports (and the timing tests' json_metadata) need it"
-export PYTHONPATH="$PWD:/tmp/site"
-if [ -z "${KIT_BWRAP:-}" ] && ! command -v bwrap >/dev/null && ls .deb/bubblewrap_*.deb >/dev/null 2>&1; then
-  mkdir -p /tmp/kit-bwrap && for deb in .deb/*.deb; do dpkg -x "$deb" /tmp/kit-bwrap; done
-  printf '#!/bin/sh\nLD_LIBRARY_PATH=/tmp/kit-bwrap/usr/lib/x86_64-linux-gnu exec /tmp/kit-bwrap/usr/bin/bwrap "$@"\n' \
-    > /tmp/kit-bwrap/bwrap && chmod +x /tmp/kit-bwrap/bwrap
-  export KIT_BWRAP=/tmp/kit-bwrap/bwrap
-fi
+source grader/device_env.sh  # carried wheels on PYTHONPATH, carried bubblewrap as KIT_BWRAP
 SEED1="${SEED1:-$(( (RANDOM << 15) | RANDOM ))}"
 SEED2="${SEED2:-$(( (RANDOM << 15) | RANDOM ))}"
 echo "hidden seeds: KIT_SEED=$SEED1 and KIT_SEED=$SEED2 (replay with SEED1=... SEED2=...)"

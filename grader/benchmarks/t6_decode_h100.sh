@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device job for issue 12 item 2/3: the t6 split-KV decode kernel (solutions/t6_decode_attention.cu). One call, < 9 min:
 #
-#   run(command="bash scratch/t6_device.sh", carry=["scratch/t6_device.sh", ".whl"], timeout_s=600)
+#   run(command="bash grader/benchmarks/t6_decode_h100.sh", carry=[".whl", ".deb"], timeout_s=600)
 #
 # Steps, most important first (each one's exit code goes to $OUT/steps.tsv; a failing step does not stop the
 # next; a step that would start after DEADLINE seconds is skipped, and each is cut to the time left):
@@ -26,7 +26,7 @@
 # Then $OUT/summary.txt: step codes, test counts, and the bench table against the issue's targets
 # (KV bytes/s >= 85% of copy at L 32768 and >= 60% at L 8192, faster than naive PyTorch everywhere).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT="${OUT:-build/t6_device}"
 mkdir -p "$OUT"
 DEADLINE="${DEADLINE:-525}"          # seconds: stop starting steps after this (the call's limit is 600)
@@ -56,9 +56,7 @@ step() {
 }
 
 say "setup"
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl \
-  || echo "!!!!! pip install of .whl/ failed: the json reports need it (the summary then has no test counts)"
-export PYTHONPATH="$PWD:/tmp/site"
+source grader/device_env.sh  # carried wheels on PYTHONPATH, carried bubblewrap as KIT_BWRAP
 PYTEST=(python3 -m pytest -q -p no:cacheprovider -rfE)
 json() { python3 -c "import pytest_jsonreport" 2>/dev/null \
   && echo --json-report --json-report-file="$OUT/$1.json" --json-report-omit log streams; }
