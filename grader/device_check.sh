@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Verify the GPU half of the kit on a CUDA host and record the figures.
-#   bash grader/device_check.sh tests      # compile; every t1-t5 public and hidden test and the kit's GPU tests;
+#   bash grader/device_check.sh tests      # compile; every available task's public and hidden tests, the kit's GPU tests;
 #                                          # the starter fails cleanly; the preflight
 #   bash grader/device_check.sh grading    # grading time (a cold and a warm build), selfcheck x SELFCHECK_REPEATS
 #   bash grader/device_check.sh fixtures   # the GPU adversarial fixtures
@@ -43,7 +43,8 @@ if stage tests; then
   if [ -z "${SKIP_TESTS:-}" ]; then
     say "public and hidden tests of the solutions, and the kit's GPU tests"
     $PY -m pytest tests grader/hidden -m "$TASK_MARKERS or gpu" -q -p no:cacheprovider \
-        --ignore tests/kit/test_adversarial.py --ignore tests/kit/test_handout.py --durations=20 \
+        --ignore tests/kit/test_adversarial.py --ignore tests/kit/test_handout.py \
+        --ignore tests/kit/test_handout_browser.py --ignore tests/kit/test_mathml.py --durations=20 \
         --json-report --json-report-file="$OUT/tests_solutions.json" --json-report-omit log streams | tail -25
   fi
   say "public tests, starter (every test must fail with NotImplementedError)"
@@ -53,7 +54,10 @@ if stage tests; then
 import json, sys
 tests = json.load(open(sys.argv[1]))["tests"]
 skipped = [t["nodeid"] for t in tests if t["outcome"] == "skipped"]
-unclean = [t["nodeid"] for t in tests if t["outcome"] != "skipped" and not (t.get("call") or {}).get("crash", {}).get("message", "").startswith("NotImplementedError")]
+def at_a_todo(call):  # the kit's plugin reports a TODO stub as "TODO(tN) not written yet: NotImplementedError: ..."
+    return (call.get("crash", {}).get("message", "").startswith("NotImplementedError")
+            or ") not written yet: NotImplementedError" in str(call.get("longrepr", "")))
+unclean = [t["nodeid"] for t in tests if t["outcome"] != "skipped" and not at_a_todo(t.get("call") or {})]
 print(f"starter: {len(tests)} public tests, {len(tests) - len(unclean) - len(skipped)} failed with NotImplementedError, "
       f"{len(skipped)} skipped, {len(unclean)} otherwise")
 for nodeid in unclean[:10]:
