@@ -35,35 +35,52 @@
 // looks: the G = H / H_kv query heads of a group share one K/V stream, so each K/V tile is read
 // from memory once and used G times.
 //
-//   4 warps, 128 threads. The block streams its keys in tiles of 32 (one key per lane) through a
-//   3-stage cp.async pipeline in shared memory: while the warps compute tile t, tiles t+1 and t+2
-//   are in flight. Warp w owns query heads w, w+4, w+8, w+12 of the block (HPW of them at most):
+//   4 warps, 128 threads. The block streams its keys in tiles of 32 through a double-buffered
+//   cp.async pipeline in shared memory: while the warps compute tile t, tile t+1 is in flight.
+//   The warps split each tile's KEYS, not the heads: warp w takes keys 8w .. 8w+7 of every tile
+//   for ALL the block's heads, so each K and V row in shared memory is read by one warp only.
+//   A lane is (kk, hl) = (lane / 4, lane % 4): head slot hl holds heads hl, hl+4, hl+8, hl+12 of
+//   the block (HPW of them):
 //
-//   S:    lane j scores key j of the tile against each of its warp's heads:
-//             s[i] = q_{head i} . k_j          (k_j from shared memory, q broadcast from shared memory)
-//   softmax (one warp = one head's whole row of 32 scores, per tile):
-//             m_new = max(m, warp max of s);  alpha = 2^(m - m_new);  p_j = 2^(s_j - m_new)
-//             l = alpha * l + p_j   (a per-lane partial sum, added up across the warp once at the end)
-//   P V:  lane owns d/32 columns of the head's O row (float4 / float2 / float at d = 128 / 64 / 32):
-//             acc = alpha * acc + sum_j p_j * V[j][my columns]     (p_j broadcast with __shfl_sync)
-//   end:  the warp's head writes O_s = acc / l and lse_s = m + log2(l) to the workspace.
+//   S:    lane (kk, hl) scores the warp's key kk against each of its heads:
+//             s[i] = q_{head hl+4i} . k_{8w+kk}     (q and k from shared memory; the 4 lanes of a
+//                                                    key read the same k float4: one broadcast)
+//   softmax over the warp's 8 keys of the tile, per head (the 8 lanes with the same hl):
+//             m_new = max(m, max of s over those lanes);  alpha = 2^(m - m_new);  p = 2^(s - m_new)
+//             l = alpha * l + p   (a per-lane partial sum, added up over the 8 lanes at the end)
+//   P V:  the same lane owns columns kk*d/8 .. kk*d/8 + d/8-1 of its heads' O rows:
+//             acc = alpha * acc + sum_{j<8} p_(j, hl) * V[8w+j][my columns]   (__shfl_sync from lane 4j+hl)
+//   end:  each warp has a partial softmax state per head over its quarter of the keys; the four are
+//         merged through shared memory (the same LSE-weighted merge as the combine) and the block
+//         writes O_s = acc / l and lse_s = m + log2(l) for each head to the workspace.
+//
+// Why this layout and not "one warp per head" (lane j = key j for every head of the warp): that
+// reads each K and V row of the tile once PER WARP, four times in all, and a warp's P V is one
+// chain of 32 dependent FMAs per column; measured on an H100 it cost 5-15% of the kernel's speed
+// (grader/benchmarks/t6_decode_h100.txt). Here each K/V element leaves shared memory once, a
+// lane's P V is 8 keys deep with HPW * d/8 independent accumulators, and the dot product runs on
+// four partial sums.
 //
 // Scores are in log2 units: q is multiplied by scale * log2(e) once when it is loaded, so every
 // exponential is a single ex2 instruction. The partial LSEs stay in log2 units; the combine
 // converts the final LSE to natural log.
 //
 // Shared memory (float4 units):
-//   Qs [NWARPS*HPW][d/4]           the block's query heads, pre-scaled (rows past the group: unused)
-//   3 x { Ks [32][d/4 + 1]         K tile, each row padded by one float4: lane j reads row j at the
-//                                  same column as its neighbours, and the padding puts those 8
-//                                  float4s of a quarter-warp in 8 different bank groups
-//         Vs [32][d/4] }           V tile, read one whole row at a time by a warp (no conflicts)
-//   d = 128: 100 KB (2 blocks per SM on an H100), d = 64: 51 KB (4), d = 32: 26 KB (8).
+//   Qs [4*HPW][d/4 + 1]            the block's query heads, pre-scaled (rows past the group: zeros);
+//                                  padded so that the 4 head slots read in one instruction sit in
+//                                  different bank groups
+//   2 x { Ks [32][d/4 + 1]         K tile, each row padded by one float4: the 8 keys a warp reads
+//                                  at one column fall in 8 different bank groups
+//         Vs [32][d/4] }           V tile: a lane reads d/8 consecutive floats of a row
+//   after the last tile, the stages hold the four warps' partial O rows for the merge.
+//   d = 128: 68 KB a block, d = 64: 35 KB, d = 32: 18 KB; registers (174-192 a thread at d = 128,
+//   127-128 at d = 64) allow 2 and 4 blocks per SM.
 //
-// Bandwidth: each SM holds 2 x 2 tiles = 128 KB (d = 128) of loads in flight, far above the
-// ~20 KB per SM that Little's law asks for at ~3 TB/s and ~1 us of latency; the compute per tile
-// (about 1,000 cycles of one warp's dependent FMAs) is well under the ~5,000 cycles it takes the
-// memory system to deliver a block's share of a tile. So the kernel waits on memory, as it should.
+// Bandwidth: each SM has 2-4 blocks x one 16-32 KB tile of loads in flight, 64 KB, above the
+// ~30 KB per SM that Little's law asks for at ~3 TB/s and ~1.5 us of loaded latency. Measured
+// (H100): a copy of this kernel with the arithmetic removed reads at torch.sum's speed over the
+// same bytes; the full kernel is within 4-6% of it at L 32768. Deeper pipelines (3-4 stages) and
+// more resident blocks were measured and were slower: fewer blocks per SM, or two waves.
 // Split count: the kit's host code picks it so that the grid is about one full wave of resident
 // blocks (see choose_splits): at B 1, H_kv 8 that is 32 splits at d = 128 and 64 at d = 64.
 // The combine is a second, small kernel; on sm_90 it is launched as a programmatic dependent of
@@ -81,51 +98,31 @@ namespace t6dec {
 
 using namespace kit;  // fast_exp2, cp_async16, cp_async_commit/wait, kLog2e, kLn2 (kit.cuh)
 
-constexpr int TK = 32;                 // keys per tile: one per lane
+constexpr int TK = 32;                 // keys per tile
 constexpr int NWARPS = 4;
 constexpr int NT = 32 * NWARPS;        // threads of a split block
+constexpr int LPK = 4;                 // lanes per key: head slots of a lane layout (lane = 4 * kk + hl)
+constexpr int KPW = TK / NWARPS;       // keys of a tile per warp (8)
 constexpr int MAX_GROUP = 16;          // query heads per block, at most (larger groups: several blocks)
-constexpr int NSTAGE = 3;              // K/V tiles in shared memory: one being computed, NSTAGE-1 loading
+constexpr int NSTAGE = 2;              // K/V tiles in shared memory: one being computed, one loading
 constexpr int MAX_SPLITS = 4096;
 constexpr int COMBINE_THREADS = 128;
 // Per-block fixed cost (first tile's latency, q load, the final reduction and stores), in units of
 // the time one tile takes at the block's share of the bandwidth: for the split-count cost model.
 constexpr double BLOCK_OVERHEAD_TILES = 1.0;
+static_assert(LPK * KPW == 32, "a warp's lanes are its KPW keys times LPK head slots");
 
-__device__ __forceinline__ float warp_max(float x) {
+// Max / sum over the KPW lanes that hold the same head slot (lanes hl, hl + 4, ..., hl + 28): the
+// warp's 8 keys of one head. Every lane of the warp must call them.
+__device__ __forceinline__ float max_over_keys(float x) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    for (int o = LPK; o < 32; o <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
     return x;
 }
-__device__ __forceinline__ float warp_sum(float x) {
+__device__ __forceinline__ float sum_over_keys(float x) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    for (int o = LPK; o < 32; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
-}
-
-// A lane's share of one row of d floats: d/32 consecutive columns, DL * lane .. DL * lane + DL - 1
-// (one float4 at d = 128, a float2 at d = 64, a float at d = 32): a warp reads a row in one go.
-template <int D>
-__device__ __forceinline__ void load_my_columns(const float4* row, int lane, float (&x)[D / 32]) {
-    if constexpr (D == 128) {
-        const float4 f = row[lane];
-        x[0] = f.x; x[1] = f.y; x[2] = f.z; x[3] = f.w;
-    } else if constexpr (D == 64) {
-        const float2 f = reinterpret_cast<const float2*>(row)[lane];
-        x[0] = f.x; x[1] = f.y;
-    } else {
-        x[0] = reinterpret_cast<const float*>(row)[lane];
-    }
-}
-template <int D>
-__device__ __forceinline__ void store_my_columns(float* row, int lane, const float (&x)[D / 32], float mul) {
-    if constexpr (D == 128) {
-        reinterpret_cast<float4*>(row)[lane] = make_float4(x[0] * mul, x[1] * mul, x[2] * mul, x[3] * mul);
-    } else if constexpr (D == 64) {
-        reinterpret_cast<float2*>(row)[lane] = make_float2(x[0] * mul, x[1] * mul);
-    } else {
-        row[lane] = x[0] * mul;
-    }
 }
 
 // Copy keys row0 .. row0+31 of K and V (rows of D floats) into a pipeline stage, asynchronously.
@@ -149,12 +146,14 @@ __device__ __forceinline__ void load_kv_tile_async(float4* Ks, float4* Vs, const
 
 template <int D, int HPW>
 constexpr size_t split_smem_bytes() {
-    return sizeof(float4) * ((size_t)NWARPS * HPW * (D / 4) + (size_t)NSTAGE * TK * (2 * (D / 4) + 1));
+    return sizeof(float4) * ((size_t)LPK * HPW * (D / 4 + 1) + (size_t)NSTAGE * TK * (2 * (D / 4) + 1));
 }
-// Blocks per SM the split kernel is built for: a register budget that lets shared memory, not
-// registers, limit occupancy (d = 32 with several heads per warp takes 6, not 8, to avoid spills).
+// Blocks per SM the split kernel is built for: the register budget per thread (65536 / (128 x MINB)),
+// kept high enough that nothing spills. Registers, not shared memory, then limit d = 128 to 2 blocks
+// and d = 64 to 4; capping them to fit 3 and 5-6 was measured on an H100 and was slower (1-3%).
+// d = 32 with 8 or 16 heads a block takes 4 (6 spills).
 template <int D, int HPW>
-struct Occupancy { static constexpr int MINB = D == 128 ? 2 : D == 64 ? 4 : HPW == 1 ? 8 : 6; };
+struct Occupancy { static constexpr int MINB = D == 128 ? 2 : D == 64 ? 4 : HPW == 1 ? 8 : 4; };
 
 // Grid: (n_splits, H_kv * chunks, B); block (split, KV head and group chunk, batch row).
 template <int D, int HPW>
@@ -163,11 +162,16 @@ decode_split_kernel(const float* __restrict__ q, const float* __restrict__ k, co
                     const void* __restrict__ lengths, int lengths_int64, int lengths_per_batch,
                     float* __restrict__ o_part, float* __restrict__ lse_part, int H, int H_kv, int L_max,
                     int n_splits, int chunks, float qscale) {
-    constexpr int D4 = D / 4, KROW = D4 + 1, DL = D / 32;
+    constexpr int D4 = D / 4, KROW = D4 + 1, QROW = D4 + 1;
+    constexpr int GB = LPK * HPW;            // head slots of a block
+    constexpr int CW = D / KPW, CW4 = CW / 4;  // columns of a lane's share of an O row: d/8 (4, 8, 16)
     constexpr int STAGE = TK * (KROW + D4);  // float4s per pipeline stage (K tile, then V tile)
+    static_assert(CW % 4 == 0, "a lane's columns are whole float4s");
+    // The end-of-split merge reuses the pipeline stages: NWARPS partial O rows per head slot, their m and l.
+    static_assert(sizeof(float) * NWARPS * GB * (D + 2) <= sizeof(float4) * NSTAGE * STAGE, "merge space");
     extern __shared__ float4 smem[];
-    float4* Qs = smem;                       // [NWARPS * HPW][D4]
-    float4* stages = Qs + NWARPS * HPW * D4;
+    float4* Qs = smem;                       // [GB][QROW]
+    float4* stages = Qs + GB * QROW;
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // The combine grid may launch now (programmatic dependent launch): its blocks wait in hardware
@@ -175,14 +179,13 @@ decode_split_kernel(const float* __restrict__ q, const float* __restrict__ k, co
     asm volatile("griddepcontrol.launch_dependents;");
 #endif
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int hl = lane % LPK, kk = lane / LPK;  // my head slot; my key (S) and my column chunk (P V)
     const int split = blockIdx.x;
     const int kvh = blockIdx.y / chunks, chunk = blockIdx.y % chunks;
     const int b = blockIdx.z;
-    const int G = H / H_kv;                          // query heads per KV head
-    const int gb = min(NWARPS * HPW, G - chunk * NWARPS * HPW);  // query heads in this block
-    const int h0 = kvh * G + chunk * NWARPS * HPW;   // the block's first query head
-    // This warp's heads are the block's heads warp + NWARPS * i for i < nh.
-    const int nh = warp < gb ? min(HPW, (gb - warp + NWARPS - 1) / NWARPS) : 0;
+    const int G = H / H_kv;                  // query heads per KV head
+    const int gb = min(GB, G - chunk * GB);  // query heads in this block: slots >= gb are unused
+    const int h0 = kvh * G + chunk * GB;     // the block's first query head
 
     // The current length, read on the device, clamped to the cache.
     const int row = lengths_per_batch ? b : 0;
@@ -208,23 +211,26 @@ decode_split_kernel(const float* __restrict__ q, const float* __restrict__ k, co
         }
         cp_async_commit();
     }
-    for (int idx = tid; idx < gb * D4; idx += NT) {
+    for (int idx = tid; idx < GB * D4; idx += NT) {
         const int i = idx / D4, c = idx % D4;
-        float4 x = __ldg(reinterpret_cast<const float4*>(q + ((long long)b * H + h0 + i) * D) + c);
-        Qs[i * D4 + c] = make_float4(x.x * qscale, x.y * qscale, x.z * qscale, x.w * qscale);
+        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (i < gb) x = __ldg(reinterpret_cast<const float4*>(q + ((long long)b * H + h0 + i) * D) + c);
+        Qs[i * QROW + c] = make_float4(x.x * qscale, x.y * qscale, x.z * qscale, x.w * qscale);
     }
 
-    // Online-softmax state of this warp's heads: running max m (log2 units), the lane's partial
-    // sum l, and the lane's DL columns of the unnormalised O row.
-    float m[HPW], l[HPW], acc[HPW][DL], s[HPW];
+    // This warp's online-softmax state over ITS keys, for my heads hl + LPK*i: the running max m (log2
+    // units; the same in the 8 lanes of a head), my partial sum l, and my CW columns of the head's
+    // unnormalised O row.
+    float m[HPW], l[HPW], acc[HPW][CW], s[HPW];
 #pragma unroll
     for (int i = 0; i < HPW; ++i) {
         m[i] = -INFINITY;
         l[i] = 0.f;
         s[i] = 0.f;
 #pragma unroll
-        for (int e = 0; e < DL; ++e) acc[i][e] = 0.f;
+        for (int e = 0; e < CW; ++e) acc[i][e] = 0.f;
     }
+    const int myrow = warp * KPW + kk;  // the tile row (key) I score
 
     for (int t = 0; t < n_tiles; ++t) {
         cp_async_wait<NSTAGE - 2>();  // tile t has landed (for this thread's copies)
@@ -236,31 +242,50 @@ decode_split_kernel(const float* __restrict__ q, const float* __restrict__ k, co
         cp_async_commit();
         const float4* Ks = stages + (t % NSTAGE) * STAGE;  // [TK][KROW]
         const float4* Vs = Ks + TK * KROW;                  // [TK][D4]
-        const int key = start + t * TK + lane;              // the key this lane scores
+        const int key = start + t * TK + myrow;             // the key this lane scores
 
-        // TODO(t6): scores of my key against my warp's heads (-inf past the split's end)
-        // PLAN: for i < nh (head warp + NWARPS*i of the block): s[i] = sum over k of Qs[(warp + NWARPS*i) * D/4 + c] . Ks[lane * KROW + c],
-        // PLAN: c = 0 .. D/4 - 1 (float4s, 4 FMA each; load my K float4 once per c and reuse it for every head).
-        // PLAN: Q is pre-scaled by scale * log2(e): s comes out in log2 units.
+        // TODO(t6): scores of my key against my heads (-inf past the split's end)
+        // PLAN: for each of my heads i < HPW (slot hl + LPK*i): s[i] = sum over c = 0 .. D/4 - 1 of
+        // PLAN: Qs[(hl + LPK*i) * QROW + c] . Ks[myrow * KROW + c] (float4s, 4 FMA each; load my K float4 once per c and reuse
+        // PLAN: it for every head). Four partial sums (x, y, z, w) instead of one shorten the chain of dependent FMAs.
+        // PLAN: Q is pre-scaled by scale * log2(e): s comes out in log2 units. Slots >= gb hold zeros: compute them anyway.
         // PLAN: if key >= end (only on the split's last tile): s[i] = -INFINITY (its K row is zeros, not the cache's).
         KIT_TODO(t6);
         // END TODO(t6)
 
-        // TODO(t6): online softmax over the tile and O += P V, for each of my warp's heads
-        // PLAN: for i < nh: m_new = max(m[i], warp_max(s[i])); mu = (m_new == -inf ? 0 : m_new) (never -inf - -inf);
-        // PLAN: alpha = fast_exp2(m[i] - mu); p = fast_exp2(s[i] - mu) (my key's weight); l[i] = l[i] * alpha + p; m[i] = m_new;
+        // TODO(t6): online softmax over the warp's 8 keys and O += P V, for each of my heads
+        // PLAN: for i < HPW: m_new = max(m[i], max_over_keys(s[i])) (the 8 lanes of my head slot); mu = (m_new == -inf ? 0 : m_new);
+        // PLAN: alpha = fast_exp2(m[i] - mu); p[i] = fast_exp2(s[i] - mu) (my key's weight); l[i] = l[i] * alpha + p[i]; m[i] = m_new;
         // PLAN: acc[i][e] *= alpha (the old O was relative to the old max).
-        // PLAN: then for each key j = 0..31 of the tile: vj = my D/32 columns of V row j (load_my_columns<D>(Vs + j * D/4, lane, vj)),
-        // PLAN: p_j = __shfl_sync(0xffffffff, p, j) (lane j's weight), acc[i][e] += p_j * vj[e]. Every lane must take part in the shuffles.
+        // PLAN: then for each of the warp's keys j = 0..7 (tile row warp*KPW + j): my CW columns of its V row are the float4s
+        // PLAN: Vs[(warp*KPW + j) * D/4 + kk*CW/4 + u], u < CW/4; p of key j for my head i is on lane j*LPK + hl:
+        // PLAN: pj = __shfl_sync(0xffffffff, p[i], j*LPK + hl); acc[i][e] += pj * v[e]. Every lane must take part in every shuffle.
         KIT_TODO(t6);
         // END TODO(t6)
     }
 
-    // TODO(t6): write this split's partial O (normalised) and LSE (log2 units) for my heads
-    // PLAN: for i < nh: lt = warp_sum(l[i]) (all lanes take part); the head is h = h0 + warp + NWARPS*i,
-    // PLAN: its partial row is r = (b * H + h) * n_splits + split: O at o_part + r * D, LSE at lse_part[r].
-    // PLAN: O row = acc[i] / lt over my columns (store_my_columns<D>(o_part + r * D, lane, acc[i], 1 / lt)), or zeros when lt == 0;
-    // PLAN: lane 0 writes lse_part[r] = m[i] + log2f(lt), or -INFINITY when lt == 0 (an empty split: weight 0 in the combine).
+    // The four warps' states of each head meet in shared memory: once every copy has landed and every
+    // warp is past its last tile, the stages are free.
+    cp_async_wait<0>();
+    __syncthreads();
+    float* mo = reinterpret_cast<float*>(stages);  // [NWARPS][GB][D]  each warp's unnormalised O rows
+    float* mm = mo + NWARPS * GB * D;             // [NWARPS][GB]     their running maxes (log2 units)
+    float* ml = mm + NWARPS * GB;                 // [NWARPS][GB]     their sums
+
+    // TODO(t6): publish my warp's state: its O rows, m and l for each of my heads
+    // PLAN: for i < HPW (head slot g = hl + LPK*i): lt = sum_over_keys(l[i]) (the 8 lanes' partial sums; all lanes take part);
+    // PLAN: my CW columns of acc[i] go to mo[(warp * GB + g) * D + kk*CW + e] (float4 stores);
+    // PLAN: the lane with kk == 0 writes mm[warp * GB + g] = m[i] and ml[warp * GB + g] = lt.
+    KIT_TODO(t6);
+    // END TODO(t6)
+    __syncthreads();
+
+    // TODO(t6): merge the warps and write this split's partial O (normalised) and LSE (log2 units)
+    // PLAN: the block's threads share the gb * D/4 (head g, float4 column c4) outputs: for each, M = max over warps w of mm[w*GB + g],
+    // PLAN: Ms = (M == -inf ? 0 : M), f_w = fast_exp2(mm[w*GB + g] - Ms), W = sum_w f_w * ml[w*GB + g], o = sum_w f_w * (float4 c4 of
+    // PLAN: mo row (w*GB + g)), warps in order 0..3 (bitwise repeatable). The head's partial row is r = (b * H + h0 + g) * n_splits + split:
+    // PLAN: O at o_part + r * D gets o / W (zeros when W == 0); the c4 == 0 thread writes lse_part[r] = M + log2f(W), or -INFINITY
+    // PLAN: when W == 0 (an empty split: weight 0 in the combine).
     KIT_TODO(t6);
     // END TODO(t6)
 }
@@ -300,10 +325,11 @@ decode_combine_kernel(const float* __restrict__ o_part, const float* __restrict_
 
 // --------------------------------------------------------------------------- host (the kit's)
 
-// Query heads per warp for a group of G query heads (a block takes at most MAX_GROUP of them).
-static int heads_per_warp(int G) {
+// Query heads per head slot (HPW: a lane serves that many) for a group of G query heads (a block takes at
+// most MAX_GROUP = 4 slots x 4 of them).
+static int heads_per_slot(int G) {
     const int gb = G < MAX_GROUP ? G : MAX_GROUP;
-    return gb <= NWARPS ? 1 : gb <= 2 * NWARPS ? 2 : 4;
+    return gb <= LPK ? 1 : gb <= 2 * LPK ? 2 : 4;
 }
 
 // Allow the split kernel its shared memory, once per device (so a launch inside CUDA-graph capture
@@ -420,7 +446,7 @@ static int launch(const float* q, const float* k, const float* v, const void* le
     cudaError_t e = configure<D, HPW>(nullptr);
     if (e != cudaSuccess) return (int)e;
     const int G = H / H_kv;
-    const int chunks = (G + NWARPS * HPW - 1) / (NWARPS * HPW);
+    const int chunks = (G + LPK * HPW - 1) / (LPK * HPW);
     float* o_part = ws;                                        // [B][H][n_splits][D]
     float* lse_part = ws + (long long)B * H * n_splits * D;    // [B][H][n_splits], log2 units
     const dim3 grid(n_splits, H_kv * chunks, B);
@@ -469,7 +495,7 @@ KIT_API int t6_decode_attention(const float* q, const float* k_cache, const floa
     const long long parts = (long long)B * H * n_splits;
     if ((long long)B * H > 2147483647LL || parts * d > (1LL << 62)) return (int)cudaErrorInvalidValue;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    const int hpw = t6dec::heads_per_warp(H / H_kv);
+    const int hpw = t6dec::heads_per_slot(H / H_kv);
     const int len64 = lengths_int64 ? 1 : 0, per_batch = lengths_per_batch ? 1 : 0;
     switch (d) {
         case 32:
@@ -491,14 +517,14 @@ KIT_API int t6_decode_num_splits(int B, int H, int H_kv, int L_max, int d) {
     int dev = 0, sms = 0, per_sm = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    const int hpw = t6dec::heads_per_warp(H / H_kv);
+    const int hpw = t6dec::heads_per_slot(H / H_kv);
     if (e == cudaSuccess) e = t6dec::configure_any(d, hpw, &per_sm);
     if (e != cudaSuccess) {
         cudaGetLastError();
         return -(int)e;
     }
     const int G = H / H_kv;
-    const long long chunks = (G + t6dec::NWARPS * hpw - 1) / (t6dec::NWARPS * hpw);
+    const long long chunks = (G + t6dec::LPK * hpw - 1) / (t6dec::LPK * hpw);
     return t6dec::choose_splits((long long)B * H_kv * chunks, L_max, sms, per_sm);
 }
 

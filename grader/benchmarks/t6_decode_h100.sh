@@ -97,8 +97,10 @@ step starter_clean 30 python3 - "$OUT/starter.json" <<'PY'
 import json, sys
 tests = json.load(open(sys.argv[1]))["tests"]
 skipped = [t["nodeid"] for t in tests if t["outcome"] == "skipped"]
-unclean = [t["nodeid"] for t in tests if t["outcome"] != "skipped"
-           and not (t.get("call") or t.get("setup") or {}).get("crash", {}).get("message", "").startswith("NotImplementedError")]
+def at_a_todo(call):  # the kit's plugin reports a TODO stub as "TODO(tN) not written yet: NotImplementedError: ..."
+    return (call.get("crash", {}).get("message", "").startswith("NotImplementedError")
+            or ") not written yet: NotImplementedError" in str(call.get("longrepr", "")))
+unclean = [t["nodeid"] for t in tests if t["outcome"] != "skipped" and not at_a_todo(t.get("call") or t.get("setup") or {})]
 clean = len(tests) - len(unclean) - len(skipped)
 print(f"starter: {len(tests)} public t6 tests, {clean} failed with NotImplementedError, {len(skipped)} skipped, "
       f"{len(unclean)} otherwise")
