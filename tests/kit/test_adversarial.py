@@ -2,10 +2,21 @@
 
 The GPU fixtures run in grader/device_check.sh; here every fixture is at least built, so a change to a
 solution that a fixture's patch no longer matches fails in CI, not on the device.
+
+A grading is mostly two processes importing torch, so the CPU fixtures are graded side by side, one per
+core, where that cannot change a verdict: in bubblewrap (no fixture reaches another's files) and without a
+GPU (no timed check shares one). The fixtures whose judge looks at every process on the host (nothing left
+running) are graded alone afterwards, where another fixture's worker would look like a leftover.
+
+Without bubblewrap the fixtures that skip the static rules (hostile code that only the sandbox holds) are
+not run: under the process fallback they would write to this host (one rewrites every file on the disk
+whose name starts with "grades", grader/gradescope.py included).
 """
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import pytest
@@ -14,6 +25,8 @@ from assignment.registry import load_registry
 from grader.adversarial import build_submission, load_fixtures, planted_text, run_fixture
 from grader.config import GradeConfig
 from grader.grade import check_host
+from grader.isolation import sandbox
+from grader.runner import gpu_available
 
 pytestmark = pytest.mark.kit
 FIXTURES = load_fixtures()
@@ -24,6 +37,34 @@ CONFIG = replace(GradeConfig(), preflight=False, seed=20261122, allow_weak_isola
 @pytest.fixture(scope="module")
 def host():
     return check_host(CONFIG, load_registry())
+
+
+def needs_the_sandbox(fixture, host) -> bool:
+    return not fixture.rules and host.isolation != sandbox.FULL
+
+
+@pytest.fixture(scope="module")
+def verdicts(request, host, tmp_path_factory):
+    """fixture name -> its verdict (or the exception its grading raised), for every CPU fixture this
+    session selected; graded on the first use."""
+    wanted = [item.callspec.params["fixture"] for item in request.session.items
+              if getattr(item, "originalname", "") == "test_cpu_fixture_is_caught" and hasattr(item, "callspec")]
+    wanted = [f for f in wanted if not needs_the_sandbox(f, host)]
+    work = tmp_path_factory.mktemp("adversarial")
+    side_by_side = host.isolation == sandbox.FULL and not gpu_available()
+    alone = [f for f in wanted if not side_by_side or "no_process" in f.expect]
+    together = [f for f in wanted if f not in alone]
+
+    def grade(fixture):
+        try:
+            return run_fixture(fixture, CONFIG, work, host)
+        except Exception as exc:  # re-raised in that fixture's own test
+            return exc
+
+    with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
+        results = dict(zip([f.name for f in together], pool.map(grade, together)))
+    results |= {f.name: grade(f) for f in alone}
+    return results
 
 
 def test_every_class_of_the_issue_has_fixtures():
@@ -44,6 +85,11 @@ def test_every_fixture_can_be_built(fixture, tmp_path):
 
 
 @pytest.mark.parametrize("fixture", CPU)
-def test_cpu_fixture_is_caught(fixture, tmp_path, host):
-    verdict = run_fixture(fixture, CONFIG, tmp_path, host)
+def test_cpu_fixture_is_caught(fixture, host, verdicts):
+    if needs_the_sandbox(fixture, host):
+        pytest.skip(f"needs bubblewrap: {fixture.name} runs hostile code past the static rules, which the process "
+                    "fallback would let loose on this host")
+    verdict = verdicts[fixture.name]
+    if isinstance(verdict, Exception):
+        raise verdict
     assert verdict.caught, f"{fixture.name} ({fixture.cls}) got through: {verdict.problems}"
