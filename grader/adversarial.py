@@ -50,6 +50,18 @@ class Fixture:
     submission: str = ""   # a builder for a malformed submission (see BUILDERS)
     timeout_scale: float = 1.0
 
+    @property
+    def judged_on_the_whole_host(self) -> bool:
+        """Its judge looks at every process on the host (no_process), so it must be graded alone: another
+        grading's worker running beside it would count as something it left behind."""
+        return "no_process" in self.expect
+
+    @property
+    def hostile(self) -> bool:
+        """Its code skips the static rules and only the sandbox holds it: under the process fallback it
+        would act on the grading host itself."""
+        return not self.rules
+
 
 def load_fixtures(path: Path = MANIFEST) -> list[Fixture]:
     raw = tomllib.loads(path.read_text(encoding="utf-8"))

@@ -57,9 +57,8 @@
 // Why this layout and not "one warp per head" (lane j = key j for every head of the warp): that
 // reads each K and V row of the tile once PER WARP, four times in all, and a warp's P V is one
 // chain of 32 dependent FMAs per column; measured on an H100 it cost 5-15% of the kernel's speed.
-// Here each K/V element leaves shared memory once, a
-// lane's P V is 8 keys deep with HPW * d/8 independent accumulators, and the dot product runs on
-// four partial sums.
+// Here each K/V element leaves shared memory once, a lane's P V is 8 keys deep with HPW * d/8
+// independent accumulators, and the dot product runs on four partial sums.
 //
 // Scores are in log2 units: q is multiplied by scale * log2(e) once when it is loaded, so every
 // exponential is a single ex2 instruction. The partial LSEs stay in log2 units; the combine

@@ -40,7 +40,7 @@ def host():
 
 
 def needs_the_sandbox(fixture, host) -> bool:
-    return not fixture.rules and host.isolation != sandbox.FULL
+    return fixture.hostile and host.isolation != sandbox.FULL
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +52,9 @@ def verdicts(request, host, tmp_path_factory):
     wanted = [f for f in wanted if not needs_the_sandbox(f, host)]
     work = tmp_path_factory.mktemp("adversarial")
     side_by_side = host.isolation == sandbox.FULL and not gpu_available()
-    alone = [f for f in wanted if not side_by_side or "no_process" in f.expect]
-    together = [f for f in wanted if f not in alone]
+    jobs = max(1, min(4, os.cpu_count() or 1)) if side_by_side else 1
+    together = [f for f in wanted if not f.judged_on_the_whole_host]
+    alone = [f for f in wanted if f.judged_on_the_whole_host]
 
     def grade(fixture):
         try:
@@ -61,7 +62,7 @@ def verdicts(request, host, tmp_path_factory):
         except Exception as exc:  # re-raised in that fixture's own test
             return exc
 
-    with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
         results = dict(zip([f.name for f in together], pool.map(grade, together)))
     results |= {f.name: grade(f) for f in alone}
     return results
