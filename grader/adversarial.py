@@ -2,7 +2,7 @@
 
     python -m grader.adversarial [--cpu | --gpu] [--only NAME ...] [--list]
 
-Each fixture in ``grader/fixtures/fixtures.toml`` is a submission (the reference solutions with one
+Each fixture in ``grader/fixtures/*.toml`` (one file per family of defences) is a submission (the reference solutions with one
 planted trick or bug, or a malformed submission) and what the grader must make of it: a status, a
 failed check of some kind, a score below full marks, a note, nothing leaked into the student's
 report, no process left behind. The runner grades each one through the real grader (``--cpu``: the
@@ -29,7 +29,6 @@ from grader.grade import check_host, grade_submission
 from grader.scoring import SubmissionScore
 
 FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures"
-MANIFEST = FIXTURES_DIR / "fixtures.toml"
 import tomllib
 
 
@@ -63,13 +62,15 @@ class Fixture:
         return not self.rules
 
 
-def load_fixtures(path: Path = MANIFEST) -> list[Fixture]:
-    raw = tomllib.loads(path.read_text(encoding="utf-8"))
+def load_fixtures(paths: list[Path] | None = None) -> list[Fixture]:
+    """Every fixture of ``paths`` (default: each ``grader/fixtures/*.toml``, in name order)."""
     fixtures = []
-    for item in raw["fixture"]:
-        item = dict(item)
-        item["cls"] = item.pop("class")
-        fixtures.append(Fixture(**item))
+    for path in paths if paths is not None else sorted(FIXTURES_DIR.glob("*.toml")):
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        for item in raw.get("fixture", []):
+            item = dict(item)
+            item["cls"] = item.pop("class")
+            fixtures.append(Fixture(**item))
     return fixtures
 
 
