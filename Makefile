@@ -23,7 +23,9 @@ help:
 	@echo "  make starter              regenerate starter/ from solutions/"
 	@echo "  make check-starter        fail when starter/ is out of sync"
 	@echo "  make selfcheck            solutions score full marks, starter scores zero"
-	@echo "  make grade SUBMISSION=dir|zip OUT=dir [TASKS=\"t1 t2\"] [GRADE_FLAGS=--allow-weak-isolation]"
+	@echo "  make grade SUBMISSION=dir|zip OUT=dir [TASKS=\"t1 t2\" | TASKS=theory] [STUDENT=id] [GRADE_FLAGS=--allow-weak-isolation]"
+	@echo "                           STUDENT: whose submission (its hidden seeds and theory questions; default: the id in its"
+	@echo "                           theory answers, else its name); seeds from the salt: KIT_GRADING_SALT, else the registry"
 	@echo "  make grade-all SUBMISSIONS=dir OUT=dir [GPUS=0,1] [JOBS=n] [ONLY=\"id1 id2\"] [SLURM=1] [TASKS=...] [GRADE_FLAGS=...]"
 	@echo "                           grade a class (one folder/.zip per student, or a Gradescope export), resumable;"
 	@echo "                           OUT/students/<id>/ per student, OUT/class/ gradebook, Gradescope CSV, summary (default OUT: build/class)"
@@ -51,7 +53,8 @@ selfcheck: $(SETUP)
 	$(PY) -m grader.selfcheck
 
 grade: $(SETUP)
-	$(PY) -m grader.grade "$(SUBMISSION)" --out "$(OUT)" $(foreach t,$(TASKS),--task $(t)) $(GRADE_FLAGS)
+	$(PY) -m grader.grade "$(SUBMISSION)" --out "$(OUT)" $(foreach t,$(TASKS),--task $(t)) \
+	  $(if $(STUDENT),--student-id "$(STUDENT)") $(GRADE_FLAGS)
 
 # A class: rerun the same command after an interruption to resume; ONLY regrades those students.
 CLASS_OUT = $(if $(filter file,$(origin OUT)),build/class,$(OUT))

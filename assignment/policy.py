@@ -11,11 +11,17 @@ rejection, with its line, before submitting. A file may
 * not look code or attributes up dynamically (``eval``, ``getattr``, ``__import__``, ...), reach
   private attributes of other objects (``torch._C``), or use dunder attributes beyond a short list of
   harmless ones: those are the ways around the two rules above.
+
+A file is read as Python's own import reads it (``python_text``): a UTF-8 byte-order mark, an encoding
+declaration and Windows (CR LF) or old Mac (CR) line endings are all fine, so a file an editor saved that
+way is checked, run and graded like any other; bytes that are not text in the file's encoding are one
+violation that says so.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,20 +148,42 @@ class _Checker(ast.NodeVisitor):
                 self.add(node, f"'{name}' is not allowed in graded files")
 
 
-def check_source(source: str, rules: Rules, filename: str = "<file>") -> list[Violation]:
-    """Every rule ``source`` breaks, in line order (a syntax error is one violation)."""
+class UndecodableSource(ValueError):
+    """A file whose bytes are not text in its encoding (UTF-8 unless it declares another)."""
+
+
+def python_text(data: bytes) -> str:
+    """A Python file's text as the interpreter's import reads it: its declared encoding (UTF-8 by default, a
+    byte-order mark allowed), universal newlines. UndecodableSource when the bytes are not text."""
     try:
-        tree = ast.parse(source, filename=filename)
+        return importlib.util.decode_source(data)
+    except (SyntaxError, UnicodeDecodeError, LookupError) as exc:
+        raise UndecodableSource(f"the file is not text in its encoding ({exc})") from None
+
+
+def check_source(source: str, rules: Rules, filename: str = "<file>") -> list[Violation]:
+    """Every rule ``source`` breaks, in line order (a syntax error is one violation). ``source`` is text: a leading
+    byte-order mark and any line endings are read as Python reads them."""
+    try:
+        tree = ast.parse(source.removeprefix("\ufeff"), filename=filename)
     except SyntaxError as exc:
-        return [Violation(exc.lineno or 0, f"syntax error: {exc.msg}")]
+        return [Violation(exc.lineno or 0, f"syntax error: {exc.msg or 'the file is not valid Python'}")]
     checker = _Checker(rules)
     checker.visit(tree)
     return sorted(checker.found, key=lambda v: v.line)
 
 
+def check_bytes(data: bytes, rules: Rules, filename: str = "<file>") -> list[Violation]:
+    """check_source on a file's bytes, decoded as the import that would run them (``python_text``)."""
+    try:
+        return check_source(python_text(data), rules, filename)
+    except UndecodableSource as exc:
+        return [Violation(0, str(exc))]
+
+
 def check_file(path: Path | str, rules: Rules) -> list[Violation]:
     path = Path(path)
-    return check_source(path.read_text(encoding="utf-8", errors="replace"), rules, path.name)
+    return check_bytes(path.read_bytes(), rules, path.name)
 
 
 def describe(violations: list[Violation], filename: str, limit: int = 8) -> str:

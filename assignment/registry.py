@@ -289,6 +289,9 @@ class Registry:
     integrity_policy: str = ""
     # The theory part (None: the course has none); its points count in total_points with the tasks'.
     theory: Theory | None = None
+    # ``[hidden_seed] salt``: the secret the grader derives each student's hidden-test seeds from (grader/seeds.py).
+    # Instructor-only: None in the student edition, which leaves the table out.
+    hidden_seed_salt: str | None = None
 
     def task(self, task_id: str) -> Task:
         for task in self.tasks:
@@ -624,7 +627,28 @@ def parse_registry(data: dict, path: Path) -> Registry:
         report_prompt=str(course.get("report_prompt", "")),
         integrity_policy=_parse_policy(course.get("integrity_policy", ""), path),
         theory=theory,
+        hidden_seed_salt=_parse_hidden_seed(data.get("hidden_seed"), path, theory, edition),
     )
+
+
+# A hidden-seed salt shorter than this is refused: it is the only secret between a student's id and their hidden inputs.
+MIN_SALT_CHARS = 16
+
+
+def _parse_hidden_seed(raw: Any, path: Path, theory: Theory | None, edition: str) -> str | None:
+    if raw is None:
+        return None
+    if edition == "student":
+        raise RegistryError(path, None, "hidden_seed", "is in a student edition: the salt must never ship")
+    if not isinstance(raw, dict) or set(raw) != {"salt"}:
+        raise RegistryError(path, None, "hidden_seed", "must be a table with one field, salt")
+    salt = _require(raw, "salt", str, path, None, "hidden_seed.")
+    if len(salt.strip()) < MIN_SALT_CHARS:
+        raise RegistryError(path, None, "hidden_seed.salt", f"must be a secret of {MIN_SALT_CHARS} characters or "
+                            "more (python -c 'import secrets; print(secrets.token_hex(16))' makes one)")
+    if theory is not None and salt.strip() == theory.salt.strip():
+        raise RegistryError(path, None, "hidden_seed.salt", "must differ from theory.salt, which ships to students")
+    return salt
 
 
 def _parse_theory(raw: Any, path: Path, edition: str, submit_files: tuple[str, ...]) -> Theory:
@@ -718,9 +742,9 @@ def _load_default() -> Registry:
     return _load(REGISTRY_PATH)
 
 
-# Tables whose every line stays with the instructor: the hidden suites' edge cases and draw ranges, and the
-# rubric of the theory part's written proof.
-INSTRUCTOR_TABLES = ("[task.hidden]", "[theory.rubric]")
+# Tables whose every line stays with the instructor: the hidden suites' edge cases and draw ranges, the rubric of
+# the theory part's written proof, and the salt of the hidden tests' seeds.
+INSTRUCTOR_TABLES = ("[task.hidden]", "[theory.rubric]", "[hidden_seed]")
 
 
 def hidden_table_lines(text: str, headers: tuple[str, ...] = ("[task.hidden]",)) -> list[tuple[int, str]]:
@@ -737,7 +761,8 @@ def hidden_table_lines(text: str, headers: tuple[str, ...] = ("[task.hidden]",))
 
 def student_edition(text: str) -> str:
     """The registry's TOML text as a student bundle ships it: no ``[task.hidden]`` tables (the hidden edge cases
-    and the ranges the grader draws from), no ``[theory.rubric]`` (how the written proof is marked), no ``reasoning``
+    and the ranges the grader draws from), no ``[theory.rubric]`` (how the written proof is marked), no
+    ``[hidden_seed]`` (the salt of every student's hidden inputs), no ``reasoning``
     (the instructor's notes on the rubric; the student targets stay), no comments, and ``edition = "student"`` so that the loader does not ask for the reasoning.
     The lines of a multi-line string (a hint, the integrity policy) are text, kept as they are: a Markdown
     heading in one is not a comment."""

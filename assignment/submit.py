@@ -14,7 +14,8 @@ Nothing is written until the files pass the checks the grader applies before it 
 
 * errors (exit 1, no zip; an existing one is left untouched): a student file missing, a file over the
   grader's size cap (``course.max_file_bytes``), a Python file that breaks its task's rules
-  (``assignment.policy``), a CUDA file whose TODO regions the grader cannot splice into its own file or
+  (``assignment.policy``; read as Python's import reads it, so a byte-order mark and CR LF line endings are
+  fine), a CUDA file whose TODO regions the grader cannot splice into its own file or
   whose spliced build nvcc rejects;
 * warnings (the zip is still written): TODO regions left, per task (partial work may be submitted),
   a missing REPORT.md, REPORT.html or feedback.json, an unfinished feedback.json, theory answers missing or
@@ -272,11 +273,18 @@ def run_checks(impl: Path, root: Path, registry: Registry) -> Checks:
     for packed in checks.files:
         if packed.data is None or not packed.tasks:
             continue
-        text = packed.data.decode("utf-8", errors="replace")
         if packed.name.endswith(".py"):
+            try:  # read as Python's import reads it: a byte-order mark and CR LF line endings are fine
+                text = policy.python_text(packed.data)
+            except policy.UndecodableSource as exc:
+                packed.check = "REJECTED"
+                checks.errors.append(f"{packed.name}: {exc}; save it as UTF-8")
+                continue
             packed.todo = todo_counts(text, packed.name)
             check_python(packed, text, registry, checks)
-        elif packed.name.endswith(".cu"):
+            continue
+        text = packed.data.decode("utf-8", errors="replace")
+        if packed.name.endswith(".cu"):
             packed.todo = todo_counts(text, packed.name)
             cuda_files.append((packed, text))
         else:

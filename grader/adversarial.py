@@ -8,6 +8,12 @@ failed check of some kind, a score below full marks, a note, nothing leaked into
 report, no process left behind. The runner grades each one through the real grader (``--cpu``: the
 ones that need no GPU, run in CI; ``--gpu``: the rest, run by grader/device_check.sh) and prints a
 table of the class, the defence and the verdict; it exits 1 when any fixture got through.
+
+A fixture's graded file is written as UTF-8, with a byte-order mark when ``bom`` is set and ``newline``
+between its lines (CR LF for a file saved on Windows). ``expect = { regrade_same = true }`` grades it with
+seeds derived from the course's salt (not the runner's fixed seed): twice as one student, whose every check
+must score the same both times, and once as another, whose seeds must differ (``REGRADE_IDS``). A fixture's
+``full`` means full marks of what ran on this host (a t6 fixture on a host without a GPU runs its CPU checks).
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from grader.grade import check_host, grade_submission
 from grader.scoring import SubmissionScore
 
 FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures"
+# The grading ids a regrade_same fixture is graded as: the first twice, the second once.
+REGRADE_IDS = ("fixture-student-a", "fixture-student-b")
 import tomllib
 
 
@@ -48,6 +56,8 @@ class Fixture:
     select: str = ""
     submission: str = ""   # a builder for a malformed submission (see BUILDERS)
     timeout_scale: float = 1.0
+    bom: bool = False      # the graded file starts with a UTF-8 byte-order mark
+    newline: str = "\n"    # between the graded file's lines
 
     @property
     def judged_on_the_whole_host(self) -> bool:
@@ -186,7 +196,8 @@ def build_submission(fixture: Fixture, root: Path) -> Path:
         return BUILDERS[fixture.submission](root)
     folder = root / fixture.name
     _solutions_copy(folder)
-    (folder / _graded_file(fixture)).write_text(planted_text(fixture), encoding="utf-8")
+    text = planted_text(fixture).replace("\n", fixture.newline)
+    (folder / _graded_file(fixture)).write_bytes(b"\xef\xbb\xbf" * fixture.bom + text.encode("utf-8"))
     return folder
 
 
@@ -220,8 +231,12 @@ def judge(fixture: Fixture, result: SubmissionScore, out: Path) -> list[str]:
         problems.append(f"scored full marks ({ts.score:g})")
     if expect.get("zero") and ts.score > 1e-9:
         problems.append(f"scored {ts.score:g}, expected 0")
-    if expect.get("full") and ts.status == "ran" and ts.score < ts.max_score - 1e-9:
-        problems.append(f"scored {ts.score:g} of {ts.max_score:g}, expected full marks")
+    if expect.get("full") and ts.status == "ran" and ts.score < ts.max_ran - 1e-9:
+        problems.append(f"scored {ts.score:g} of the {ts.max_ran:g} that ran, expected full marks")
+    if "score_at_most" in expect and ts.score > expect["score_at_most"] + 1e-9:
+        problems.append(f"scored {ts.score:g}, expected at most {expect['score_at_most']:g}")
+    if expect.get("not_run_reported"):
+        problems += _not_run_problems(ts, json.loads((out / "results.json").read_text()))
     if "kind" in expect and expect["kind"] not in kinds:
         problems.append(f"no failed check of kind {expect['kind']!r} (kinds: {sorted(k for k in kinds if k)})")
     if "performance_at_least" in expect and ts.performance < expect["performance_at_least"] - 1e-9:
@@ -249,6 +264,42 @@ def judge(fixture: Fixture, result: SubmissionScore, out: Path) -> list[str]:
     return problems
 
 
+def _not_run_problems(ts, results: dict) -> list[str]:
+    """A task with checks that did not run here says so: points counted as not run, and results.json entries for
+    them with no score and no status (neither 0 nor passed)."""
+    if ts.complete:
+        return ["every check ran: this host cannot show what a check that did not run looks like"]
+    entries = [t for t in results["tests"] if ts.task.id in t.get("tags", []) and "not run" in t.get("tags", [])]
+    wrong = [t["name"] for t in entries if {"score", "max_score", "status"} & set(t)]
+    return ([] if entries else ["results.json has no entry tagged 'not run'"]) + \
+        [f"a check that did not run has a score or a status: {name}" for name in wrong[:3]]
+
+
+def _regrade_problems(fixture: Fixture, first: SubmissionScore, config: GradeConfig, root: Path, host) -> list[str]:
+    """``first`` was graded as REGRADE_IDS[0] with derived seeds: graded again as that student, the same points for
+    every check; as REGRADE_IDS[1], other seeds."""
+    def graded(result: SubmissionScore) -> tuple[list, dict]:
+        (ts,) = [t for t in result.tasks if t.task.id == fixture.task]
+        return [(t.name, round(t.score, 9)) for t in ts.tests], result.grading.get("seeds", {})
+
+    again = []
+    for attempt, grading_id in enumerate(REGRADE_IDS):
+        folder = root / f"regrade{attempt}"
+        result = grade_submission(build_submission(fixture, folder), folder / "out",
+                                  replace(config, grading_id=grading_id), log=lambda *a, **k: None, host=host)
+        again.append(graded(result))
+    (points, seeds), (points_again, seeds_again), (_, other_seeds) = graded(first), *again
+    problems = []
+    if points != points_again:
+        moved = [f"{a[0]}: {a[1]:g} then {b[1]:g}" for a, b in zip(points, points_again) if a != b]
+        problems.append(f"a regrade of the same files changed the points: {moved[:3] or 'other checks'}")
+    if not seeds or seeds != seeds_again:
+        problems.append(f"the regrade's seeds were {seeds} then {seeds_again}")
+    if seeds.get(fixture.task) == other_seeds.get(fixture.task):
+        problems.append("two students got the same hidden seed")
+    return problems
+
+
 @dataclass
 class Verdict:
     fixture: Fixture
@@ -267,12 +318,17 @@ def run_fixture(fixture: Fixture, config: GradeConfig, work: Path, host) -> Verd
     started = time.monotonic()
     submission = build_submission(fixture, root)
     fixture_config = replace(config, tasks=(fixture.task,), select=fixture.select, python_rules=fixture.rules,
+                             cuda_rules=fixture.rules,
                              timeout_scale=config.timeout_scale * fixture.timeout_scale)
+    if fixture.expect.get("regrade_same"):  # seeds derived from the salt, as a course grades, not the runner's seed
+        fixture_config = replace(fixture_config, seed=None, grading_id=REGRADE_IDS[0])
     out = root / "out"
     result = grade_submission(submission, out, fixture_config, log=lambda *a, **k: None, host=host)
     (ts,) = [t for t in result.tasks if t.task.id == fixture.task]
-    return Verdict(fixture, judge(fixture, result, out), f"{ts.score:g}/{ts.max_score:g} {ts.status}",
-                   time.monotonic() - started)
+    problems = judge(fixture, result, out)
+    if fixture.expect.get("regrade_same"):
+        problems += _regrade_problems(fixture, result, fixture_config, root, host)
+    return Verdict(fixture, problems, f"{ts.score:g}/{ts.max_score:g} {ts.status}", time.monotonic() - started)
 
 
 def run_all(fixtures: list[Fixture], config: GradeConfig | None = None, log=print) -> list[Verdict]:

@@ -7,7 +7,12 @@ SUBMISSIONS is a folder with one folder or ``.zip`` per student (named by the st
 Gradescope export (``submission_metadata.yml`` and ``submission_<n>/`` folders): see grader/roster.py.
 Each submission gets, in ``OUT/students/<id>/``, what ``make grade`` writes (results.json, report.html,
 grades.csv, grading.json) and a done-marker; the class outputs go to ``OUT/class/``
-(grader/class_outputs.py).
+(grader/class_outputs.py). ``--task theory`` grades the theory answers (alone, or beside the tasks named).
+
+**Seeds.** Each task's hidden seed is derived from the course's salt and the submission's student: its first
+submitter's SID, else their email, else its folder's name (grader/seeds.py), so a rerun, a resumed batch or a
+regrade draws the same inputs and gives the same points; ``--seed`` gives every submission one seed instead. The
+batch refuses to start without a usable salt, and a new salt grades every submission again.
 
 **Workers** (grader/batch_queue.py). One worker per GPU (``--gpus``; default every GPU this process
 sees), grading the GPU tasks of one submission at a time with only its GPU visible, so timed checks never
@@ -47,7 +52,7 @@ import time
 from pathlib import Path
 
 from assignment.registry import Task, load_registry
-from grader import ledger
+from grader import ledger, seeds
 from grader.batch_queue import (
     LANE_OVERHEAD_S,
     Batch,
@@ -61,7 +66,7 @@ from grader.batch_queue import (
     lane_time_limit,
     last_line,
 )
-from grader.config import ISOLATION_CHOICES, REPO_ROOT, GradeConfig
+from grader.config import ISOLATION_CHOICES, REPO_ROOT, THEORY, GradeConfig
 from grader.roster import RosterError, Submission, parse_due, scan
 from grader.roster import discover as _discover
 
@@ -181,7 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="grade only these students (submission ids, SIDs or emails), even when done")
     parser.add_argument("--keep-done", action="store_true",
                         help="with --only: skip those already graded with this grader (a requeued Slurm element)")
-    parser.add_argument("--task", action="append", default=[], help="grade only these tasks (repeatable)")
+    parser.add_argument("--task", action="append", default=[],
+                        help=f"grade only these tasks (repeatable; '{THEORY}': the theory answers)")
     parser.add_argument("--no-split", action="store_true",
                         help="grade every task on the GPU workers (t1/t7 also checked on the GPU)")
     parser.add_argument("--no-collect", action="store_true", help="do not write the class outputs at the end")
@@ -191,8 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--roster", type=Path, default=None,
                         help="a roster CSV (Name, SID, Email) for a folder of submissions named by SID or email")
     grading = parser.add_argument_group("grading (as python -m grader.grade)")
-    grading.add_argument("--seed", type=int, default=None, help="one seed for every submission (default: drawn "
-                                                                "per submission)")
+    grading.add_argument("--seed", type=int, default=None, help="one seed for every submission and task (default: "
+                         "derived per student and task from the course's salt, grader/seeds.py)")
     grading.add_argument("--isolation", choices=ISOLATION_CHOICES, default="auto")
     grading.add_argument("--allow-weak-isolation", action="store_true")
     grading.add_argument("--skip-preflight", action="store_true",
@@ -265,8 +271,12 @@ def _select_only(only: list[str], subs: list[Submission]) -> tuple[list[str], li
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     registry = load_registry()
+    if THEORY in args.task and registry.theory is None:
+        print(f"error: --task {THEORY}: the registry has no [theory] part", file=sys.stderr)
+        return 2
     try:
-        tasks = [registry.task(t) for t in args.task] or list(registry.available)
+        named = [registry.task(t) for t in args.task if t != THEORY]
+        tasks = named if args.task else list(registry.available)
         due = parse_due(args.due) if args.due else None
         roster = scan(args.submissions, due=due, roster_csv=args.roster)
     except (KeyError, RosterError) as exc:
@@ -295,6 +305,11 @@ def main(argv: list[str] | None = None) -> int:
         if not ids:
             print("error: --only matches no submission", file=sys.stderr)
             return 2
+    try:  # before anything is submitted or graded: without a salt no seed can be derived
+        seeding = seeds.settings_key(registry, args.seed)
+    except seeds.SaltError as exc:
+        print(f"error: {exc}; nothing was graded", file=sys.stderr)
+        return 3
     if args.slurm:
         return _slurm(args, ids)
     config = GradeConfig(tasks=tuple(t.id for t in tasks), isolation=args.isolation,
@@ -316,11 +331,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {', '.join(gpu_tasks)} need a GPU worker and --gpus gives none (grade the others with --task, "
               "or pass --skip-preflight to report them as not run)", file=sys.stderr)
         return 3
-    theory = getattr(registry, "theory", None) is not None and (
-        args.theory if args.theory is not None else not args.task)  # as make grade decides (grader/grade.py)
+    theory = getattr(registry, "theory", None) is not None and (  # as make grade decides (grader/grade.py)
+        args.theory if args.theory is not None else not args.task or THEORY in args.task)
     batch = Batch(subs, args.out, registry, tasks, config, gpus=gpus, jobs=jobs, split=not args.no_split,
                   skip_preflight=args.skip_preflight, seed=args.seed, host_facts=host.get("facts", {}),
-                  gpu_names=gpu_names, theory=theory)
+                  gpu_names=gpu_names, theory=theory, seeding=seeding)
     todo = batch.plan(ids, args.keep_done)
     problems = batch.check_gpus() if todo else []  # a minute of reference timing: only when there is work
     for problem in problems:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import secrets
 import subprocess
 import sys
 import tempfile
@@ -40,7 +39,7 @@ from pathlib import Path
 
 from assignment.registry import Registry, Task
 from grader import ledger
-from grader.config import REPO_ROOT, GradeConfig
+from grader.config import REPO_ROOT, THEORY, GradeConfig
 from grader.roster import Submission
 
 # Seconds a lane may take beyond its tasks' registry limits: Python and torch starting, the submission read,
@@ -71,8 +70,9 @@ class Lane:
 
 def plan_lanes(tasks: list[Task], gpus: list[str], jobs: int, split: bool) -> list[Lane]:
     """GPU tasks on the GPU workers; the others on CPU workers (with no GPU visible) unless ``split`` is off or
-    there are no CPU workers. No GPU: everything is CPU work (the GPU tasks then report "not run")."""
-    if not gpus:
+    there are no CPU workers. No GPU: everything is CPU work (the GPU tasks then report "not run"). No task at all
+    (the theory answers alone): one CPU lane."""
+    if not gpus or not tasks:
         return [Lane("cpu", tasks)]
     gpu_tasks = [t for t in tasks if t.needs_gpu]
     cpu_tasks = [t for t in tasks if not t.needs_gpu]
@@ -81,10 +81,19 @@ def plan_lanes(tasks: list[Task], gpus: list[str], jobs: int, split: bool) -> li
     return [lane for lane in (Lane("gpu", gpu_tasks), Lane("cpu", cpu_tasks)) if lane.tasks]
 
 
-def grading_settings(tasks: list[Task], lanes: list[Lane], config: GradeConfig, theory: bool = False) -> dict:
-    """What shapes a grade besides the submission and the grader: part of the done-marker's key."""
+def grading_settings(tasks: list[Task], lanes: list[Lane], config: GradeConfig, theory: bool = False,
+                     seeding: str = "") -> dict:
+    """What shapes a grade besides the submission and the grader: part of the done-marker's key. ``seeding``:
+    grader/seeds.py's settings_key (the fixed seed, or the salt's fingerprint: a new salt grades everyone again)."""
     return {"tasks": [t.id for t in tasks], "lanes": {lane.name: lane.ids for lane in lanes},
-            "timeout_scale": config.timeout_scale, "select": config.select, "theory": theory}
+            "timeout_scale": config.timeout_scale, "select": config.select, "theory": theory, "seeding": seeding}
+
+
+def grading_id(sub: Submission) -> str:
+    """Who a submission's hidden seeds are drawn for (grader/seeds.py): its first submitter's SID, else their email,
+    else its own id (a folder class names each submission by the student id)."""
+    return next((s.sid for s in sub.students if s.sid), None) or \
+        next((s.email for s in sub.students if s.email), None) or sub.id
 
 
 def theory_lane(lanes: list[Lane]) -> str:
@@ -174,7 +183,7 @@ class Job:
     sub: Submission
     content_hash: str
     key: str
-    seed: int
+    seed: int | None          # the instructor's --seed for every task; None: derived per student and task
     lanes: list[Lane]
     lock: ledger.StudentLock
     waiting: list[str] = field(default_factory=list)        # lanes not started
@@ -310,13 +319,13 @@ def duration_text(seconds: float) -> str:
 class Batch:
     def __init__(self, subs: list[Submission], out: Path, registry: Registry, tasks: list[Task], config: GradeConfig,
                  *, gpus: list[str], jobs: int, split: bool, skip_preflight: bool, seed: int | None,
-                 host_facts: dict, gpu_names: dict[str, str], theory: bool = False, log=print):
+                 host_facts: dict, gpu_names: dict[str, str], theory: bool = False, seeding: str = "", log=print):
         self.subs, self.out, self.registry, self.tasks, self.config = subs, Path(out), registry, tasks, config
         self.skip_preflight, self.fixed_seed, self.log = skip_preflight, seed, log
         self.host_facts = host_facts
         self.lanes = plan_lanes(tasks, gpus, jobs, split)
         self.theory = theory
-        self.settings = grading_settings(tasks, self.lanes, config, theory)
+        self.settings = grading_settings(tasks, self.lanes, config, theory, seeding)
         self.version = ledger.grader_version()
         self.run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         kinds = {lane.name for lane in self.lanes}
@@ -401,8 +410,7 @@ class Batch:
             if marker and marker.get("key") == key and (only is None or keep_done):
                 self.counts["skipped"] += 1
                 continue
-            seed = self.fixed_seed if self.fixed_seed is not None else secrets.randbelow(2**31)
-            jobs.append(Job(sub, content, key, seed, self.lanes, ledger.StudentLock(self.out, sub.id)))
+            jobs.append(Job(sub, content, key, self.fixed_seed, self.lanes, ledger.StudentLock(self.out, sub.id)))
         return jobs
 
     def _open(self, job: Job) -> bool:
@@ -419,7 +427,6 @@ class Batch:
             part = ledger.read_part(self.out, job.sub.id, lane.name, job.key)
             if part is not None:
                 job.parts[lane.name] = part
-                job.seed = part.meta.get("seed", job.seed)  # the lanes of one grading share the seed
             else:
                 job.waiting.append(lane.name)
         if job.parts:
@@ -433,11 +440,13 @@ class Batch:
         log_path = ledger.student_dir(self.out, job.sub.id) / "logs" / f"{lane.name}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "grader.batch_worker", "grade", str(Path(job.sub.path).resolve()),
-               "--part-dir", str(part_dir), "--lane", lane.name, "--key", job.key, "--seed", str(job.seed),
-               *[a for t in lane.tasks for a in ("--task", t.id)], *grading_args(self.config),
+               "--part-dir", str(part_dir), "--lane", lane.name, "--key", job.key,
+               *(["--seed", str(job.seed)] if job.seed is not None else []),
+               # A lane with no task grades the theory answers alone (grade-all TASKS=theory).
+               *[a for task_id in lane.ids or [THEORY] for a in ("--task", task_id)], *grading_args(self.config),
                "--theory" if self.theory and lane.name == theory_lane(self.lanes) else "--no-theory"]
         sid = next((s.sid for s in job.sub.students if s.sid), job.sub.id)  # picks the theory questions
-        cmd += ["--student-id", sid]
+        cmd += ["--student-id", sid, "--grading-id", grading_id(job.sub)]
         ledger.log_attempt(self.out, job.sub.id, event="start", lane=lane.name, run=self.run_id, key=job.key,
                            worker=worker.name)
         with open(log_path, "wb") as log_file:
@@ -522,7 +531,8 @@ class Batch:
         max_score = result.max_score(self.registry)
         ledger.write_json(out_dir / ledger.MARKER, {
             "id": job.sub.id, "key": job.key, "submission_hash": job.content_hash, "grader_version": self.version,
-            "settings": self.settings, "graded_at": ledger.now(), "run": self.run_id, "seed": job.seed,
+            "settings": self.settings, "graded_at": ledger.now(), "run": self.run_id,
+            "seeds": result.grading.get("seeds", {}),
             "status": status, "score": round(result.score, 4), "max_score": max_score, "lanes":
                 result.grading["batch"]["lanes"], "wall_s": round(sum(walls.values()), 1)})
         (out_dir / ledger.FAILED).unlink(missing_ok=True)

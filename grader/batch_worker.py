@@ -1,9 +1,10 @@
 """The class grading's units of work, each run by ``grader.batch`` in a process of its own (so that a crash,
 a hang or a leak in one never reaches the batch): ``python -m grader.batch_worker COMMAND ...``.
 
-    grade SOURCE --part-dir DIR --lane L --key K --task t1 ... --seed N [grading options]
+    grade SOURCE --part-dir DIR --lane L --key K --task t1 ... [--seed N] [--grading-id ID] [grading options]
         grade one lane of one submission (the grader's own grade_submission, preflight already done by the
-        batch) and leave DIR/L.pkl (the SubmissionScore) and DIR/L.json (key, seed, tasks, wall time)
+        batch) and leave DIR/L.pkl (the SubmissionScore) and DIR/L.json (key, seed, tasks, wall time); the
+        hidden seeds are derived for ID (grader/seeds.py) unless --seed fixes one for every task
     host --json FILE --task ... [grading options]
         the host's preflight, once per batch, without timing the reference; plus the GPUs it sees
     gpu-check --json FILE --task ...
@@ -41,7 +42,7 @@ def add_grading_options(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from(args: argparse.Namespace, **changes) -> GradeConfig:
-    for name in ("theory", "student_id"):  # the theory part's settings (grader/theory.py), where given
+    for name in ("theory", "student_id", "grading_id"):  # the theory part's and the seeds' ids, where given
         if getattr(args, name, None) is not None:
             changes[name] = getattr(args, name)
     return replace(GradeConfig(), tasks=tuple(args.task), isolation=args.isolation,
@@ -67,7 +68,7 @@ def grade(args: argparse.Namespace) -> int:
         return 3
     with replacing(part_dir / f"{args.lane}.pkl") as tmp:
         tmp.write_bytes(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
-    meta = {"key": args.key, "lane": args.lane, "seed": args.seed, "tasks": list(args.task),
+    meta = {"key": args.key, "lane": args.lane, "seeds": result.grading.get("seeds"), "tasks": list(args.task),
             "wall_s": round(time.monotonic() - start, 2), "worker": os.environ.get("KIT_BATCH_WORKER", ""),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "pid": os.getpid()}
     write_atomic(part_dir / f"{args.lane}.json", json.dumps(meta, indent=2))
@@ -120,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     p_grade.add_argument("--part-dir", required=True)
     p_grade.add_argument("--lane", required=True)
     p_grade.add_argument("--key", required=True)
-    p_grade.add_argument("--seed", type=int, required=True)
+    p_grade.add_argument("--seed", type=int, default=None, help="one seed for every task (default: derived)")
+    p_grade.add_argument("--grading-id", default=None, help="who the hidden seeds are drawn for (grader/seeds.py)")
     p_grade.add_argument("--theory", action=argparse.BooleanOptionalAction, default=None,
                          help="grade the theory answers in this lane (the batch picks one lane for them)")
     p_grade.add_argument("--student-id", default=None, help="the student id that picks the theory questions")

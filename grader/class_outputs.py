@@ -6,12 +6,20 @@
   not run and why, review flags, the grading's time and wall time, and a flag when the GPU worker that
   graded it was warned about (its reference speed).
 * ``gradescope_scores.csv``: ``Name,SID,Email,Total Score``, the header of Gradescope's own grade
-  export, which its score upload for an assignment matches by email (else SID). Only current grades go
-  in (not stale, failed or missing ones: the summary names them); a student in two submissions gets
-  the later one. ``gradescope_gpu_scores.csv``: the same, with the GPU tasks' points only: what Gradescope's
-  autograder (grader/gradescope.py: t1, t7 and the theory, no GPU) leaves to the course's GPU machines.
-* ``pass_rates.csv``: per hidden check, how many of the submissions whose task ran passed it.
-* ``leaderboard.csv``: the performance metrics (``LEADERBOARD``) of the students who opted in.
+  export, which its score upload for an assignment matches by email (else SID). Only current, complete
+  grades go in: a stale, failed or missing grading, or one in which a task the CSV covers was not graded
+  or did not run whole (``--task``, a host without a GPU), leaves the student out, so that an upload
+  changes nothing for them (the summary's ``left_out_of_upload`` says why; a 0 would overwrite their
+  score). A student in two submissions gets the later one. ``gradescope_gpu_scores.csv``: the same, with
+  the GPU tasks' points only: what Gradescope's autograder (grader/gradescope.py: t1, t7 and the theory,
+  no GPU) leaves to the course's GPU machines.
+* ``pass_rates.csv``: per hidden check, how many of the submissions whose task ran passed it (a check
+  that did not run is in neither count).
+* ``leaderboard.csv``: the performance metrics (grader/report.py's ``LEADERBOARD``) of the students who
+  opted in.
+
+A task cell of the gradebook is its points, ``not run`` when none of it ran, ``0.80 (19.20 not run)`` when
+some of it did not, and empty when the grading did not cover it.
 * ``figures/``: per-task score histograms, the total's, and per timing rule the distribution of the
   timing values (ratio to the reference, or speedup over naive) with the rubric's thresholds drawn.
 * ``summary.html`` (self-contained: figures embedded; every value escaped) and ``summary.json``.
@@ -19,7 +27,9 @@
 **Leaderboard opt-in**: a file ``leaderboard.txt`` in the submission (at any depth; the shallowest copy,
 read as the grader reads student files: from a zip without extracting, capped, never through a link).
 Its first non-empty line is the name shown (at most 40 characters; none: "anonymous"); a first line
-"no" opts out. A student's metric is shown only when the task's every correctness check passed.
+"no" opts out (grader/report.py's ``leaderboard_alias``, which also decides the Gradescope leaderboard
+entries of each results.json). A student's metric is shown only when the task's every correctness check
+passed.
 
 A submission's status: **graded** (its done-marker matches its current contents and this grader's
 version), **stale** (graded, but the submission or the grader changed since: its old scores are
@@ -43,38 +53,16 @@ from assignment.atomic import write_atomic
 from assignment.registry import Registry, load_registry
 from grader import ledger
 from grader.feedback_summary import describe, figure, png
-from grader.report import csv_cell
+from grader.report import LEADERBOARD, OPT_IN_BYTES, OPT_IN_FILE, csv_cell, leaderboard_alias, points_cell
+from grader.scoring import NOT_RUN_TAG
 from grader.roster import Student, Submission, scan
 from grader.submission import SubmissionError, _candidates, _Folder, _Zip
 
 CLASS_DIR = "class"
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-OPT_IN_FILE = "leaderboard.txt"
-OPT_IN_BYTES = 1024
-ALIAS_CHARS = 40
-OPT_OUT = {"no", "false", "0", "opt out", "opt-out", "none"}
 MAX_JSON_BYTES = 16 * 2**20
 STATUSES = ("graded", "unreadable", "stale", "failed", "pending")
 UPLOAD_HEADER = ["Name", "SID", "Email", "Total Score"]
-
-
-@dataclass(frozen=True)
-class Metric:
-    """A leaderboard column: a field of one timing rule's record (grading.json, tasks.<id>.timing)."""
-    task: str
-    rule: int            # the rule's index in the task's [[task.timing]] list
-    field: str           # student_tflops (t3-t5 rules that know their FLOPs), student_ms, value
-    label: str
-    unit: str
-    higher_is_better: bool
-
-
-# t4's TFLOP/s at the multi-head shape of its time-vs-reference rule, and t6's time between tokens (the decode step
-# of the model rule). Ranked by the first column.
-LEADERBOARD = (
-    Metric("t4", 1, "student_tflops", "t4 FlashAttention", "TFLOP/s", True),
-    Metric("t6", 1, "student_ms", "t6 time between tokens", "ms", False),
-)
 
 
 @dataclass
@@ -125,11 +113,7 @@ def read_opt_in(path: Path) -> str | None:
     finally:
         if isinstance(reader, _Zip):
             reader.archive.close()
-    lines = [line.strip() for line in data[:OPT_IN_BYTES].decode("utf-8", "replace").splitlines() if line.strip()]
-    first = "".join(ch for ch in (lines[0] if lines else "") if ch.isprintable())[:ALIAS_CHARS].strip()
-    if first.lower() in OPT_OUT:
-        return None
-    return first or "anonymous"
+    return leaderboard_alias(data)
 
 
 def read_record(sub: Submission, out: Path, version: str) -> Record:
@@ -174,7 +158,35 @@ def read_record(sub: Submission, out: Path, version: str) -> Record:
 
 def task_status(record: Record) -> str:
     bad = [f"{tid}:{t.get('status')}" for tid, t in record.tasks.items() if t.get("status") != "ran"]
+    bad += [f"{tid}:partly {NOT_RUN_TAG}" for tid, t in record.tasks.items()
+            if t.get("status") == "ran" and not _ran_whole(t)]
     return ";".join(bad)
+
+
+def _not_run(task: dict) -> float:
+    """Points of a task's grading record that did not run (all of them for a task that could not run at all)."""
+    return float(task.get("max_score") or 0.0) if task.get("status") == "not_run" else \
+        float(task.get("not_run_points") or 0.0)
+
+
+def _ran_whole(task: dict) -> bool:
+    return task.get("status") != "not_run" and _not_run(task) <= 1e-9
+
+
+def task_cell(task: dict) -> str:
+    """A gradebook cell from a grading.json task record (grader/report.py's points_cell)."""
+    return points_cell(float(task.get("score", 0.0)), _not_run(task), float(task.get("max_score") or 0.0))
+
+
+def upload_gap(record: Record, tasks: set[str], theory: bool) -> str:
+    """'' when the grading holds every task in ``tasks`` (and the theory, when asked), each run whole; else what it
+    lacks: an upload would set the student's score to a part of it."""
+    gaps = [f"{tid} not graded" for tid in sorted(tasks) if tid not in record.tasks]
+    gaps += [f"{tid} {NOT_RUN_TAG}" for tid in sorted(tasks)
+             if tid in record.tasks and not _ran_whole(record.tasks[tid])]
+    if theory and record.theory is None:
+        gaps.append("theory not graded")
+    return ", ".join(gaps)
 
 
 def gradebook_rows(records: list[Record], registry: Registry) -> tuple[list[str], list[list[str]]]:
@@ -186,7 +198,7 @@ def gradebook_rows(records: list[Record], registry: Registry) -> tuple[list[str]
         graded = r.status in ("graded", "unreadable", "stale")
         for member in r.sub.members():
             cells = [r.sub.id, member.sid, member.name, member.email]
-            cells += [f"{r.tasks[t]['score']:.2f}" if graded and t in r.tasks else "" for t in task_ids]
+            cells += [task_cell(r.tasks[t]) if graded and t in r.tasks else "" for t in task_ids]
             cells.append(f"{float(r.theory.get('score', 0.0)):.2f}" if graded and r.theory else "")
             cells += [f"{r.score:.2f}" if graded and r.score is not None else "",
                       f"{r.max_score:g}" if graded and r.max_score is not None else "",
@@ -197,14 +209,19 @@ def gradebook_rows(records: list[Record], registry: Registry) -> tuple[list[str]
     return header, rows
 
 
-def gradescope_rows(records: list[Record], tasks: set[str] | None = None) -> tuple[list[list[str]], list[str]]:
-    """Name, SID, Email, Total Score per student with a current grade (the total, or the sum over ``tasks``); and
-    what was left out, and why."""
+def gradescope_rows(records: list[Record], tasks: set[str], *, total: bool,
+                    theory: bool = False) -> tuple[list[list[str]], list[str]]:
+    """Name, SID, Email, Total Score per student with a current, complete grade of ``tasks`` (and the theory, when
+    asked): the total (``total``) or the sum over ``tasks``; and who was left out, and why."""
     chosen: dict[str, tuple[Record, Student]] = {}
     left_out = []
     for r in records:
         if r.status not in ("graded", "unreadable"):
             left_out.append(f"{r.sub.id}: {r.status}" + (f" ({r.why})" if r.why else ""))
+            continue
+        gap = upload_gap(r, tasks, theory)
+        if gap:
+            left_out.append(f"{r.sub.id}: {gap}")
             continue
         for member in r.sub.members():
             key = member.email or member.sid
@@ -216,7 +233,7 @@ def gradescope_rows(records: list[Record], tasks: set[str] | None = None) -> tup
                 chosen[key] = (r, member)
 
     def score(r: Record) -> float:
-        if tasks is None:
+        if total:
             return r.score or 0.0
         return sum(float(t.get("score", 0.0)) for tid, t in r.tasks.items() if tid in tasks)
 
@@ -235,7 +252,7 @@ def pass_rates(records: list[Record], registry: Registry) -> list[dict]:
         for test in r.tests:
             tags = test.get("tags") or []
             task = next((t for t in tags if t in order), None)
-            if task is None or r.tasks.get(task, {}).get("status") != "ran" or "not run" in tags:
+            if task is None or r.tasks.get(task, {}).get("status") != "ran" or NOT_RUN_TAG in tags:
                 continue
             entry = counts.setdefault(test.get("name", "?"), {
                 "task": task, "check": test.get("name", "?"), "kind": "performance" if "performance" in tags else
@@ -309,11 +326,14 @@ def timing_values(records: list[Record], registry: Registry) -> list[dict]:
 def task_summary(records: list[Record], registry: Registry) -> list[dict]:
     rows = []
     for task in registry.tasks:
-        graded = [r.tasks[task.id] for r in records if r.status in ("graded", "unreadable") and task.id in r.tasks]
+        # A task that did not run whole is no score of it: it is counted under its status, not drawn as a 0.
+        ran = [r.tasks[task.id] for r in records if r.status in ("graded", "unreadable") and task.id in r.tasks]
+        graded = [t for t in ran if _ran_whole(t)]
         scores = [float(t.get("score", 0.0)) for t in graded]
         statuses: dict[str, int] = {}
-        for t in graded:
-            statuses[t.get("status", "?")] = statuses.get(t.get("status", "?"), 0) + 1
+        for t in ran:
+            status = t.get("status", "?") if t.get("status") == "not_run" or _ran_whole(t) else "partly not run"
+            statuses[status] = statuses.get(status, 0) + 1
         rows.append({"task": task.id, "title": task.title, "max_score": task.points.total, "graded": len(graded),
                      "full": sum(abs(s - task.points.total) < 1e-6 for s in scores), "zero": sum(s == 0 for s in scores),
                      "statuses": statuses, "scores": scores, **describe(scores)})
@@ -401,9 +421,10 @@ def write_class_outputs(subs: list[Submission], out: Path, *, problems: list[str
 
     header, rows = gradebook_rows(records, registry)
     write_atomic(target / "gradebook.csv", _csv(header, rows))
-    upload, left_out = gradescope_rows(records)
+    upload, left_out = gradescope_rows(records, {t.id for t in registry.available}, total=True,
+                                       theory=registry.theory is not None)
     write_atomic(target / "gradescope_scores.csv", _csv(UPLOAD_HEADER, upload))
-    gpu_upload, _ = gradescope_rows(records, {t.id for t in registry.tasks if t.needs_gpu})
+    gpu_upload, gpu_left_out = gradescope_rows(records, {t.id for t in registry.available if t.needs_gpu}, total=False)
     write_atomic(target / "gradescope_gpu_scores.csv", _csv(UPLOAD_HEADER, gpu_upload))
     rates = pass_rates(records, registry)
     write_atomic(target / "pass_rates.csv", _csv(
@@ -440,7 +461,7 @@ def write_class_outputs(subs: list[Submission], out: Path, *, problems: list[str
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "grader_version": version,
         "submissions": len(records), "students": sum(len(r.sub.members()) for r in records), "counts": counts,
         "late": sum(1 for r in records if r.sub.late), "problems": list(problems),
-        "left_out_of_upload": left_out,
+        "left_out_of_upload": left_out, "left_out_of_gpu_upload": gpu_left_out,
         "failed": [{"id": r.sub.id, "why": r.why} for r in records if r.status == "failed"],
         "stale": [{"id": r.sub.id, "why": r.why} for r in records if r.status == "stale"],
         "pending": [r.sub.id for r in records if r.status == "pending"],

@@ -8,13 +8,16 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HIDDEN_DIR = REPO_ROOT / "grader" / "hidden"
 ISOLATION_CHOICES = ("auto", "bwrap", "process")
+# Among the tasks to grade (--task, make grade TASKS=...): the theory answers, graded as a task id grades its task.
+THEORY = "theory"
 
 
 @dataclass(frozen=True)
 class GradeConfig:
     # Tasks to grade; empty means every task the registry marks available.
     tasks: tuple[str, ...] = ()
-    # Seed for the hidden tests' inputs and drawn shapes; None draws one at grading time.
+    # Seed for the hidden tests' inputs and drawn shapes, the same for every task; None derives one per task from
+    # the course's salt and the grading id (grader/seeds.py), so that a regrade draws the same inputs.
     seed: int | None = None
     # Multiplies every task's time limits from the registry ([task.grading]): a slower host.
     timeout_scale: float = 1.0
@@ -37,13 +40,18 @@ class GradeConfig:
     # Check Python files against their task's rules before running them. False only in the kit's own
     # tests of the layer behind it (the sandbox must hold even for a file the rules would reject).
     python_rules: bool = True
+    # The CUDA region rules on the source (the device-only build and its symbol check hold without them).
+    cuda_rules: bool = True
     extra_env: dict[str, str] = field(default_factory=dict)
     # The theory answers (grader/theory.py): None grades them when every task is graded (no `tasks`), so a
     # targeted regrade of one task leaves them out; True or False decides.
     theory: bool | None = None
-    # The submission's student id, which picks its theory questions (the batch grader's roster knows it);
-    # None takes the student_id written in the answers file.
+    # The submission's student id, which picks its theory questions and, without a grading_id, its hidden seeds (the
+    # batch grader's roster knows it); None takes the student_id written in the answers file.
     student_id: str | None = None
+    # Who the submission belongs to for its hidden seeds (the roster's SID, else email; Gradescope's submitter);
+    # None: student_id, else the theory answers' student_id, else the submission's name (grader/seeds.py).
+    grading_id: str | None = None
 
     @property
     def submission_cache_root(self) -> Path:

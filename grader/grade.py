@@ -3,9 +3,14 @@
 The phases, one module each: preflight (is this host fit to grade?), collect (copy the student's
 files out of the submission, safely), prepare (check, splice and build each task's files), run (each
 task's hidden suite in its own checker process; student Python in a sandboxed worker), score (the theory
-answers too, grader/theory.py, when every task is graded), and report (Gradescope results.json, grades.csv and report.html for the student; grading.json for the
-instructor: isolation level, seed, host, review flags, each task's log). Exits 0 even when the
-submission scores zero; 2 when the submission cannot be read; 3 when the host fails the preflight.
+answers too, grader/theory.py, when every task is graded or ``--task theory`` asks for them), and report
+(Gradescope results.json, grades.csv and report.html for the student; grading.json for the instructor:
+isolation level, each task's seed and how it was derived, host, review flags, each task's log).
+
+Each task's hidden seed is derived from the course's salt, the submission's grading id and the task
+(grader/seeds.py), so a regrade of the same files gets the same points; ``--seed`` gives every task one seed
+instead. Exits 0 even when the submission scores zero; 2 when the submission cannot be read; 3 when the host
+fails the preflight or there is no salt to derive the seeds from.
 """
 
 from __future__ import annotations
@@ -13,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import secrets
 import sys
 import tempfile
 import time
@@ -22,11 +26,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from assignment.registry import Registry, load_registry
-from grader.config import ISOLATION_CHOICES, REPO_ROOT, GradeConfig
+from assignment.theory import answers as theory_answers
+from grader import seeds
+from grader.config import ISOLATION_CHOICES, REPO_ROOT, THEORY, GradeConfig
 from grader.isolation.client import WorkerConfig
 from grader.preflight import Preflight, isolation_check, run_preflight
 from grader.prepare import prepare
-from grader.report import summary_lines, write_all
+from grader.report import OPT_IN_FILE, leaderboard_alias, summary_lines, write_all
 from grader.runner import TaskRun, gpu_available, run_task
 from grader.scoring import SubmissionScore, score_task
 from grader.submission import SubmissionError, collect
@@ -38,7 +44,8 @@ class PreflightError(RuntimeError):
 
 
 def selected_tasks(config: GradeConfig, registry: Registry):
-    return [registry.task(t) for t in config.tasks] if config.tasks else list(registry.available)
+    ids = [t for t in config.tasks if t != THEORY]
+    return [registry.task(t) for t in ids] if config.tasks else list(registry.available)
 
 
 def has_cpu_checks(task) -> bool:
@@ -48,8 +55,33 @@ def has_cpu_checks(task) -> bool:
 
 
 def grades_theory(config: GradeConfig, registry: Registry) -> bool:
-    """The theory answers are graded with every task (or when asked), not in a regrade of some tasks."""
-    return registry.theory is not None and (config.theory if config.theory is not None else not config.tasks)
+    """The theory answers are graded with every task or when asked (``--theory``, or ``theory`` among the tasks),
+    not in a regrade of some tasks."""
+    if registry.theory is None:
+        return False
+    return config.theory if config.theory is not None else not config.tasks or THEORY in config.tasks
+
+
+def grading_identity(config: GradeConfig, registry: Registry, extra: dict[str, bytes], source: Path) -> tuple[str, str]:
+    """(who the submission belongs to, where that came from): the hidden seeds' grading id (grader/seeds.py)."""
+    if config.grading_id:
+        return config.grading_id, "the grader's caller (the class roster or Gradescope's submitter)"
+    if config.student_id:
+        return config.student_id, "--student-id"
+    answers = registry.theory.answers_file if registry.theory else None
+    if answers and extra.get(answers) is not None:
+        try:
+            recorded = theory_answers.parse(extra[answers].decode("utf-8"), answers).student_id
+        except (UnicodeDecodeError, theory_answers.AnswersError):
+            recorded = None
+        if recorded and recorded.strip():
+            return recorded, f"the student_id of {answers}"
+    return submission_name(source), "the submission's name"
+
+
+def submission_name(source: Path) -> str:
+    """A submission's own name, as the class roster names it: the folder, or the .zip without its suffix."""
+    return source.stem if source.is_file() else source.name
 
 
 def check_host(config: GradeConfig, registry: Registry) -> Preflight:
@@ -65,20 +97,29 @@ def grade_submission(source: Path, out: Path, config: GradeConfig | None = None,
                      registry: Registry | None = None, log=print, host: Preflight | None = None) -> SubmissionScore:
     config = config or GradeConfig()
     registry = registry or load_registry()
+    if config.seed is None:
+        try:
+            seeds.resolve_salt(registry)  # before any work: without a salt there is no seed to grade with
+        except seeds.SaltError as exc:
+            raise PreflightError(str(exc)) from None
     host = host or check_host(config, registry)
     tasks = selected_tasks(config, registry)
-    seed = config.seed if config.seed is not None else secrets.randbelow(2**31)
     has_gpu = gpu_available()
     start = time.monotonic()
     out = Path(out)
-    theory_files = (registry.theory.answers_file,) if grades_theory(config, registry) else ()
+    graded_theory = grades_theory(config, registry)
+    # The theory answers are read even when not graded (their student_id names the submission), and the leaderboard
+    # opt-in; neither is ever put where student code runs.
+    extra_files = ((registry.theory.answers_file,) if registry.theory else ()) + (OPT_IN_FILE,)
     with tempfile.TemporaryDirectory(prefix="kit-grade-") as tmp:
         workdir = Path(tmp)
         try:
-            collected = collect(Path(source), workdir, registry, extra_files=theory_files)
+            collected = collect(Path(source), workdir, registry, extra_files=extra_files)
         except SubmissionError as exc:
-            theory = grade_theory(None, registry, config.student_id, absent=str(exc)) if theory_files else None
-            return _unreadable(Path(source), str(exc), tasks, registry, out, seed, host, theory)
+            theory = grade_theory(None, registry, config.student_id, absent=str(exc)) if graded_theory else None
+            plan = _seed_plan(config, registry, tasks, {}, Path(source))
+            return _unreadable(Path(source), str(exc), tasks, registry, out, plan, host, theory)
+        plan = _seed_plan(config, registry, tasks, collected.extra, Path(source))
         # Check, splice and build every task first, the nvcc runs side by side; then run the checkers
         # one after the other (timed checks must not share the GPU).
         with ThreadPoolExecutor(max_workers=max(1, min(len(tasks), os.cpu_count() or 1))) as pool:
@@ -99,26 +140,36 @@ def grade_submission(source: Path, out: Path, config: GradeConfig | None = None,
                         call_timeout_s=task.grading.test_deadline_s * config.timeout_scale,
                         forbidden=task.rules.forbidden, deny=(str(REPO_ROOT), str(out.resolve()),
                                                               str(config.cache_root)))
-                run = run_task(prepared, workdir, config, seed, worker)
+                run = run_task(prepared, workdir, config, plan.seed(task.id), worker)
             scores.append(score_task(task, run))
-    theory = grade_theory(collected.extra.get(theory_files[0]), registry, config.student_id) if theory_files else None
+    theory = grade_theory(collected.extra.get(registry.theory.answers_file), registry, config.student_id) \
+        if graded_theory else None
     grading = {
-        "isolation": host.facts.get("isolation", host.isolation), "seed": seed, "host": platform.node(),
-        "preflight": host.facts, "preflight_notes": host.notes, "python": sys.version.split()[0],
-        "submission_files": collected.found,
+        "isolation": host.facts.get("isolation", host.isolation), "seeds": plan.seeds, "seeding": plan.record,
+        "host": platform.node(), "preflight": host.facts, "preflight_notes": host.notes,
+        "python": sys.version.split()[0], "submission_files": collected.found,
+        "leaderboard": leaderboard_alias(collected.extra.get(OPT_IN_FILE)),
     }
     result = SubmissionScore(collected.name, scores, collected.notes, time.monotonic() - start, grading, theory)
     write_all(result, registry, out)
     return result
 
 
-def _unreadable(source: Path, why: str, tasks, registry: Registry, out: Path, seed: int,
+def _seed_plan(config: GradeConfig, registry: Registry, tasks, extra: dict[str, bytes], source: Path) -> seeds.SeedPlan:
+    grading_id, id_from = grading_identity(config, registry, extra, source)
+    try:
+        return seeds.plan([t.id for t in tasks], registry, fixed=config.seed, grading_id=grading_id, id_from=id_from)
+    except seeds.SaltError as exc:  # the salt went between the check above and now (the environment changed)
+        raise PreflightError(str(exc)) from None
+
+
+def _unreadable(source: Path, why: str, tasks, registry: Registry, out: Path, plan: seeds.SeedPlan,
                 host: Preflight, theory=None) -> SubmissionScore:
     """A submission that cannot be read still gets results (zero, with the reason) in every format."""
     scores = [score_task(task, TaskRun(task.id, "unreadable", why)) for task in tasks]
-    grading = {"isolation": host.facts.get("isolation", host.isolation), "seed": seed, "host": platform.node(),
-               "unreadable": why}
-    result = SubmissionScore(source.stem if source.suffix else source.name, scores, [why], 0.0, grading, theory)
+    grading = {"isolation": host.facts.get("isolation", host.isolation), "seeds": plan.seeds, "seeding": plan.record,
+               "host": platform.node(), "unreadable": why}
+    result = SubmissionScore(submission_name(source), scores, [why], 0.0, grading, theory)
     write_all(result, registry, out)
     return result
 
@@ -127,23 +178,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Grade one submission (a folder or a .zip).")
     parser.add_argument("submission", type=Path)
     parser.add_argument("--out", type=Path, default=Path("build/grade"))
-    parser.add_argument("--task", action="append", default=[], help="grade only these tasks (repeatable)")
-    parser.add_argument("--seed", type=int, default=None, help="fix the hidden tests' seed (default: drawn now)")
+    parser.add_argument("--task", action="append", default=[],
+                        help=f"grade only these tasks (repeatable; '{THEORY}': the theory answers)")
+    parser.add_argument("--seed", type=int, default=None, help="one seed for every task's hidden tests (default: "
+                        "derived per task from the course's salt and the student id)")
     parser.add_argument("--isolation", choices=ISOLATION_CHOICES, default="auto",
                         help="how student Python is isolated (auto: bubblewrap where it runs)")
     parser.add_argument("--allow-weak-isolation", action="store_true",
                         help="grade even where bubblewrap cannot run (only for code you trust)")
     parser.add_argument("--skip-preflight", action="store_true",
-                        help="grade even on a host that fails the preflight (checks that cannot run are not counted)")
+                        help="grade even on a host that fails the preflight (checks that cannot run are reported not run)")
     parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every time limit (a slower host)")
-    parser.add_argument("--student-id", help="the submission's student id, which picks its theory questions "
-                        "(default: the student_id in its theory answers file)")
+    parser.add_argument("--student-id", help="the submission's student id, which picks its theory questions and its "
+                        "hidden seeds (default: the student_id in its theory answers file, else its name)")
     parser.add_argument("--theory", action=argparse.BooleanOptionalAction, default=None,
                         help="grade the theory answers (default: when every task is graded, not with --task)")
     args = parser.parse_args(argv)
     registry = load_registry()
     for task_id in args.task:
-        registry.task(task_id)  # unknown ids fail here, naming the registry
+        if task_id == THEORY and registry.theory is None:
+            parser.error(f"--task {THEORY}: the registry has no [theory] part")
+        if task_id != THEORY:
+            registry.task(task_id)  # unknown ids fail here, naming the registry
     config = replace(GradeConfig(), tasks=tuple(args.task), seed=args.seed, isolation=args.isolation,
                      allow_weak_isolation=args.allow_weak_isolation, preflight=not args.skip_preflight,
                      timeout_scale=args.timeout_scale, theory=args.theory, student_id=args.student_id)

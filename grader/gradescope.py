@@ -10,8 +10,15 @@ their files arrived; Gradescope's total is the registry's.
 Why entries with a maximum rather than output-only ones: Gradescope adds the tests' maxima into the
 autograder's total, so entries with their points keep that total equal to the registry's (and to the
 assignment's points on Gradescope); output-only entries would show 40 of 40 to a student who has 40 of 120.
-The pending entries carry no ``status`` (they are neither passed nor failed), the tags ``pending`` and
-``gpu``, and their name says where they are graded.
+The pending entries carry grader/report.py's ``PENDING_STATUS`` (Gradescope knows passed and failed, and
+would call an entry below its maximum with no status failed: one nobody has graded yet has not failed),
+the tags ``pending`` and ``gpu``, and their name and output say they are pending and where they are graded.
+
+The hidden seeds (grader/seeds.py) are drawn for the submitter's SID, else their email, from Gradescope's
+``submission_metadata.json``, so a resubmission of the same files, or a regrade, draws the same inputs. The
+salt is the registry's, which the zip carries with the hidden suites; a course that keeps it in
+``KIT_GRADING_SALT`` instead has it written into the zip's gradescope.json by ``make gradescope`` (Gradescope
+passes no environment), where the autograder takes it from.
 
 The zip (Gradescope unpacks it into ``/autograder/source``):
 
@@ -47,15 +54,15 @@ from pathlib import Path
 
 from assignment.atomic import write_atomic
 from assignment.registry import Registry, Task, load_registry
-from grader import ledger
+from grader import ledger, seeds
 from grader.config import ISOLATION_CHOICES, REPO_ROOT, GradeConfig
 from grader.grade import PreflightError, grade_submission
-from grader.report import gradescope_results, summary_lines
+from grader.report import PENDING_STATUS, PENDING_TAG, gradescope_results, summary_lines
 
 DEFAULT_OUT = REPO_ROOT / "build" / "gradescope"
 VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
 BUILD_INFO = "gradescope.json"
-PENDING_TAG = "pending"
+SALT_KEY = "hidden_seed_salt"  # in BUILD_INFO, only when the salt comes from the environment
 # What the zip carries: these roots, less the excluded prefixes and any cache or hidden file.
 KIT_ROOTS = ("assignment", "grader", "pyproject.toml")
 EXCLUDED = ("assignment/text/", "grader/benchmarks/", "grader/notes/", "grader/fixtures/", "grader/templates/bundle/")
@@ -167,12 +174,16 @@ def build(out: Path = DEFAULT_OUT, *, visibility: str = "visible", isolation: st
     if isolation not in ISOLATION_CHOICES:
         raise ValueError(f"isolation must be one of {', '.join(ISOLATION_CHOICES)}, got {isolation!r}")
     registry = load_registry()
+    salt = seeds.resolve_salt(registry)  # an autograder that could not derive its seeds would fail every submission
     info = {
         "visibility": visibility, "isolation": isolation, "allow_weak_isolation": allow_weak_isolation,
         "torch": torch_pin(repo / "assignment" / "bootstrap.sh"), "grader_version": ledger.grader_version(),
         "graded_here": [t.id for t in cpu_tasks(registry)], "pending": [t.id for t in gpu_tasks(registry)],
         "theory": registry.theory is not None, "built": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "salt_fingerprint": salt.fingerprint,
     }
+    if salt.source == seeds.SALT_ENV:  # the registry in the zip does not hold it
+        info[SALT_KEY] = salt.value
     out.mkdir(parents=True, exist_ok=True)
     target = out / "autograder.zip"
     with tempfile.NamedTemporaryFile(dir=out, prefix=".autograder.", suffix=".zip", delete=False) as handle:
@@ -211,16 +222,23 @@ def build_info() -> dict:
         return {}  # the repository itself (not an unpacked zip): the defaults
 
 
-def student_id(root: Path) -> str | None:
-    """The submitter's student id from Gradescope's submission_metadata.json (it picks the theory questions)."""
+def _users(root: Path) -> list[dict]:
     try:
         users = json.loads((root / "submission_metadata.json").read_text()).get("users") or []
     except (OSError, ValueError, AttributeError):
-        return None
-    for user in users:
-        if isinstance(user, dict) and str(user.get("sid") or "").strip():
-            return str(user["sid"]).strip()
-    return None
+        return []
+    return [user for user in users if isinstance(user, dict)] if isinstance(users, list) else []
+
+
+def student_id(root: Path) -> str | None:
+    """The submitter's student id from Gradescope's submission_metadata.json (it picks the theory questions)."""
+    return next((str(u["sid"]).strip() for u in _users(root) if str(u.get("sid") or "").strip()), None)
+
+
+def grading_id(root: Path) -> str | None:
+    """Who the hidden seeds are drawn for: the submitter's SID, else their email (as the class roster does)."""
+    return student_id(root) or next((str(u["email"]).strip() for u in _users(root)
+                                     if str(u.get("email") or "").strip()), None)
 
 
 def submission_source(submission: Path, registry: Registry) -> Path:
@@ -240,32 +258,18 @@ def pending_entry(task: Task, found: dict[str, str], visibility: str) -> dict:
         files.append(f"{name}: received" + (f" (as {where})" if where and where != name else "") if where else
                      f"{name}: NOT in this submission; without it this task scores 0 on the GPU machines too")
     return {
-        "name": f"{task.id} {task.title}: graded on the course's GPU machines",
+        "name": f"{task.id} {task.title}: {PENDING_TAG}, graded on the course's GPU machines",
         "number": f"{task.number}",
         "score": 0.0,
         "max_score": task.points.total,
+        "status": PENDING_STATUS,
         "visibility": visibility,
-        "output": (f"{task.title} needs a CUDA GPU, which Gradescope's machines do not have: the course staff grades "
-                   f"it on the course's GPU machines after the deadline and uploads its {task.points.total:g} "
-                   "points here; until then it shows 0 (pending). Run its public tests and `make bench "
+        "output": (f"Pending: {task.title} needs a CUDA GPU, which Gradescope's machines do not have: the course staff "
+                   f"grades it on the course's GPU machines after the deadline and uploads its {task.points.total:g} "
+                   "points here; until then it shows 0 (pending, not failed). Run its public tests and `make bench "
                    f"T={task.id}` yourself on a GPU.\n" + "\n".join(files)),
         "tags": [task.id, "gpu", PENDING_TAG],
     }
-
-
-def leaderboard(result) -> list[dict]:
-    """One entry per timing rule measured in this grading (lower is better for a time ratio, higher for a
-    speedup). Gradescope's machines grade no timed task today, so this is empty there; kept general."""
-    entries = []
-    for ts in result.tasks:
-        rules = {rule.name: rule for rule in ts.task.timing}
-        for test in (ts.run.tests if ts.run else []):
-            rule = rules.get(test.timing.get("rule", "")) if test.is_perf else None
-            value = test.timing.get("value") if rule else None
-            if rule and isinstance(value, (int, float)) and test.outcome == "passed":
-                entries.append({"name": f"{ts.task.id} {rule.name}", "value": round(float(value), 4),
-                                "order": "asc" if rule.metric == "time_vs_reference" else "desc"})
-    return entries
 
 
 def results_for(result, registry: Registry, visibility: str) -> dict:
@@ -285,9 +289,6 @@ def results_for(result, registry: Registry, visibility: str) -> dict:
         results["output"] = (f"Graded here (Gradescope, no GPU): {here}. {', '.join(t.id for t in pending)} need a "
                              "GPU: they are graded on the course's GPU machines after the deadline, and their "
                              f"{waiting:g} points show as 0 until the staff uploads them.\n\n" + results["output"])
-    board = leaderboard(result)
-    if board:
-        results["leaderboard"] = board
     return results
 
 
@@ -309,9 +310,11 @@ def run(root: Path, log=print) -> int:
     registry = None
     try:
         registry = load_registry()
+        if info.get(SALT_KEY) and seeds.SALT_ENV not in os.environ:
+            os.environ[seeds.SALT_ENV] = info[SALT_KEY]  # the checker's and the worker's environments drop it
         sid = student_id(root)
         config = replace(GradeConfig(), tasks=tuple(t.id for t in cpu_tasks(registry)), theory=True, student_id=sid,
-                         isolation=info.get("isolation", "auto"),
+                         grading_id=grading_id(root), isolation=info.get("isolation", "auto"),
                          allow_weak_isolation=info.get("allow_weak_isolation", True))
         source = submission_source(root / "submission", registry)
         log(f"gradescope: grading {source} ({', '.join(config.tasks)}{', theory' if registry.theory else ''}; "
@@ -351,8 +354,12 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--root", type=Path, default=Path(os.environ.get("AUTOGRADER_ROOT", "/autograder")))
     args = parser.parse_args(argv)
     if args.command == "build":
-        target = build(args.out, visibility=args.visibility, isolation=args.isolation,
-                       allow_weak_isolation=args.isolation != "bwrap")
+        try:
+            target = build(args.out, visibility=args.visibility, isolation=args.isolation,
+                           allow_weak_isolation=args.isolation != "bwrap")
+        except seeds.SaltError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         with zipfile.ZipFile(target) as archive:
             count = len(archive.namelist())
         print(f"wrote {target} ({target.stat().st_size / 2**20:.1f} MiB, {count} files): upload it on Gradescope's "

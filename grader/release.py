@@ -18,7 +18,9 @@ The bundle is what a student runs and nothing else:
 
 Files come from what git tracks (a clean clone's view), so nothing lying around in the instructor's tree leaks.
 The check refuses a bundle with anything outside that layout, a solution region's code, a hidden shape, a
-line of the rubric's reasoning, a pointer into the grader, or a starter that differs from the repository's.
+line of the rubric's reasoning, a pointer into the grader, a starter that differs from the repository's, or
+the salt of the hidden tests' seeds (grader/seeds.py: the registry's ``[hidden_seed]`` table, or
+``KIT_GRADING_SALT`` when it is set while the bundle is built) anywhere in it.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import jinja2
 from assignment.atomic import replacing
 from assignment.registry import Registry, RegistryError, hidden_table_lines, load_registry, student_edition
 from assignment.starter import solution_lines
+from grader.seeds import SALT_ENV
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = Path(__file__).resolve().parent / "templates" / "bundle"
@@ -182,6 +185,9 @@ def secrets(repo: Path) -> list[Secret]:
                     found.append(Secret(sentence, f"{task.id}'s rubric reasoning"))
     for item in registry.theory.rubric if registry.theory else ():
         found.append(Secret(item.criterion, "the theory proof's rubric"))
+    for salt, where in ((registry.hidden_seed_salt, "[hidden_seed] salt"), (os.environ.get(SALT_ENV), SALT_ENV)):
+        if salt and salt.strip():
+            found.append(Secret(salt.strip(), f"the hidden seeds' salt ({where})"))
     return found
 
 
@@ -209,6 +215,8 @@ def check_bundle(bundle: Path, repo: Path = REPO_ROOT) -> list[str]:
         return problems + [f"assignment/tasks.toml: {exc}"]
     if registry.edition != "student":
         problems.append("assignment/tasks.toml: not the registry's student edition")
+    if registry.hidden_seed_salt is not None:
+        problems.append("assignment/tasks.toml: holds the hidden seeds' salt ([hidden_seed])")
     for task in registry.tasks:
         if len(task.hidden):
             problems.append(f"assignment/tasks.toml: {task.id} has hidden shapes")

@@ -15,6 +15,13 @@ gradings of the same code, or when a timing rule's spread exceeds the allowance 
 default the rubric's 15%: full points up to 1.15x the reference, set from the reference timed against
 itself). A rule whose points changed between gradings is named: its values straddle a threshold, and
 that threshold, not the harness, decides what a student near it gets.
+
+Identical correctness points are a property of every submission, a buggy one too (not only of the
+solutions, which pass whatever the inputs): each task's hidden inputs come from a seed derived from the
+course's salt, the student and the task (grader/seeds.py), so each grading of the same files draws the
+same inputs. The seeds each grading recorded (grading.json) are compared first: gradings with different
+seeds (another salt, another student id such as the copies of one submission in a class, a ``--seed``)
+drew different inputs, so their correctness points are not compared (a note says so); their timings are.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ class Grading:
     performance: dict[str, float] = field(default_factory=dict)
     timing: dict[tuple[str, str], float] = field(default_factory=dict)  # (task, rule) -> measured value
     status: dict[str, str] = field(default_factory=dict)
+    seeds: dict[str, int] = field(default_factory=dict)   # task id -> the hidden seed it was graded with
 
 
 def read_grading(folder: Path) -> Grading:
@@ -50,7 +58,7 @@ def read_grading(folder: Path) -> Grading:
         record = json.loads((folder / "grading.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise SystemExit(f"{folder}: not a graded submission (results.json and grading.json): {exc}")
-    grading = Grading()
+    grading = Grading(seeds={str(k): v for k, v in (record.get("seeds") or {}).items()})
     for task_id, task in record.get("tasks", {}).items():
         grading.status[task_id] = task.get("status", "?")
         grading.correctness[task_id] = 0.0
@@ -86,7 +94,12 @@ def summarise(name: str, gradings: list[Grading], registry: Registry, allowance:
         statuses = sorted({g.status.get(task_id, "absent") for g in gradings})
         row = {"task": task_id, "status": statuses, "correctness": correctness, "performance": performance,
                "rules": []}
-        if len(set(correctness)) > 1:
+        seeds = [g.seeds.get(task_id) for g in gradings]
+        row["seeds"] = seeds
+        if len(set(seeds)) > 1:
+            notes.append(f"{name} {task_id}: graded with different hidden seeds {seeds} (another salt, student id or "
+                         "--seed): they drew different inputs, so their correctness points are not compared")
+        elif len(set(correctness)) > 1:
             problems.append(f"{name} {task_id}: correctness points differ between gradings: {correctness}")
         if len(statuses) > 1:
             problems.append(f"{name} {task_id}: the grading status differs: {statuses}")
@@ -180,8 +193,14 @@ def main(argv: list[str] | None = None) -> int:
     for name, folders in _graded_groups(args.graded):
         summaries.append(summarise(name, [read_grading(f) for f in folders], registry, args.allowance))
     if args.submissions:
+        from grader import seeds
         from grader.config import GradeConfig
         from grader.grade import check_host
+
+        try:
+            seeds.resolve_salt(registry)  # every grading derives its seeds from it
+        except seeds.SaltError as exc:
+            parser.error(str(exc))
 
         config = replace(GradeConfig(), tasks=tuple(args.task))
         host = check_host(config, registry)  # once: the host does not change between submissions

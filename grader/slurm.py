@@ -15,7 +15,9 @@ the collect job (``--dependency=afterany:<array>``, so it runs whatever failed) 
 same command submits again only what is still missing. ``--gres=gpu:1`` is asked for only when a GPU
 task is graded; the time limit comes from the registry (``[task.grading] timeout_s`` of each task
 graded, per submission, times the chunk's size, plus a margin), so no element is killed while a
-submission that uses every second it is allowed still runs.
+submission that uses every second it is allowed still runs. The elements derive each student's hidden seeds from
+the course's salt (grader/seeds.py): the registry's, on the shared disk, or ``KIT_GRADING_SALT`` in the shell that
+submits (sbatch passes its environment on); the batch refuses to submit without one.
 
     python -m grader.slurm status OUT       what the last round submitted, what is still queued, what is left
     python -m grader.slurm collect SUBMISSIONS --out OUT     the collect step, here and now
@@ -38,7 +40,7 @@ from pathlib import Path
 
 from assignment.atomic import write_atomic
 from assignment.registry import Registry, Task, load_registry
-from grader.config import REPO_ROOT, GradeConfig
+from grader.config import REPO_ROOT, THEORY, GradeConfig
 
 BATCH_MODULE = "grader.batch"
 # 8 submissions of about 90 s of GPU work each (issue 15's measurement on an H100): elements of about 12 minutes,
@@ -102,7 +104,8 @@ def chunked(ids: list[str], size: int) -> list[list[str]]:
 
 
 def graded_tasks(registry: Registry, task_ids: tuple[str, ...] | list[str] = ()) -> list[Task]:
-    return [registry.task(t) for t in task_ids] if task_ids else list(registry.available)
+    """The tasks an element grades (``theory`` among the ids names the theory answers, no task)."""
+    return [registry.task(t) for t in task_ids if t != THEORY] if task_ids else list(registry.available)
 
 
 def seconds_per_submission(tasks: list[Task], timeout_scale: float = 1.0) -> float:

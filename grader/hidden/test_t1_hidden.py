@@ -3,6 +3,15 @@
 The student's file runs only in the sandboxed worker (``grader.isolation``): every call sends plain
 tensors there and gets plain tensors back; this process compares them. Seeds and part of the shapes
 are drawn at grading time; test ids carry no shapes.
+
+**Tiling** is what makes ``flash_attention_forward`` FlashAttention, so it is checked where it shows: on
+long inputs (``TILING_CASES``: 256K keys, 256K queries, and 8K x 8K causal, whose boolean mask alone is
+twice the memory bound), through the worker's peak resident memory read from outside it (the kernel's
+counter, which the student's code cannot switch off) and, where the worker reports it, its largest
+intermediate. A "tiled" function that builds any Lq x Lk tensor there (scores, a mask, probabilities, a
+call of the naive version) fails the structure check of that case, and its value checks (``test_flash``)
+earn nothing either: they count only for a function shown tiled on every long case, with correct outputs
+there (a function that fails or returns something else on long inputs is not shown tiled).
 """
 
 from __future__ import annotations
@@ -10,11 +19,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from assignment.checks import require
+from assignment.checks import CheckFailure, require
 from assignment.registry import load_registry
 from assignment.testing import assert_close, mean_abs_error, random_qkv, reference_attention
 from grader.hidden.common import cases
-from grader.isolation.client import student_module
+from grader.isolation.client import WorkerFailure, student_module
 
 pytestmark = pytest.mark.t1
 TASK = load_registry().task("t1")
@@ -25,9 +34,20 @@ PUBLIC = "make test T=t1"
 # The memory bound a tiled implementation stays under, measured from outside the worker: the inputs
 # and outputs crossing the channel (two copies each) plus this much working memory. Measured on the
 # reference (after a small warm-up call): 8 MB; a row or a column of scores on these shapes (64 x 256K
-# floats, with its exponentials) needs 190-200 MB.
+# floats, with its exponentials) needs 190-200 MB, the 8K x 8K causal case's boolean mask 64 MB, its
+# scores 256 MB.
 MEMORY_SLACK_BYTES = 32 * 2**20
 LONG = 2**18
+CAUSAL_LONG = 2**13
+# name -> (Lq, Lk, causal, block_q, block_k): a tile is at most 1024 x 64 or 512 x 512 scores (64K, 256K floats).
+TILING_CASES = {
+    "long_keys": (64, LONG, False, 64, 1024),
+    "long_queries": (LONG, 64, False, 1024, 64),
+    "long_causal": (CAUSAL_LONG, CAUSAL_LONG, True, 512, 512),
+}
+REFERENCE_ROWS = 1024  # the long causal case's float64 reference, this many query rows at a time
+# How a long case's call may fail and leave flash's tiling unshown: an error it raised, a result that is no tensor.
+SHOWS_NOTHING = ("exception", "result")
 
 
 def student(gpu: bool = True):
@@ -50,6 +70,94 @@ def check_output(out, q, name):
             f"{getattr(out, 'shape', type(out).__name__)} {getattr(out, 'dtype', '')}", f"{name}: wrong shape or dtype")
 
 
+# --------------------------------------------------------------------------- tiling, on long inputs
+
+_tiling: dict[tuple[str, int], str | BaseException] = {}
+
+
+def tiling_problem(case: str, seed: int) -> str:
+    """'' when flash_attention_forward stayed within its tiles on the long ``case``, else what it built. Each case
+    runs once per grading: its structure check and the value checks' gate share the answer. What ended the call
+    itself (a wrong output there, a NotImplementedError, a crash) is raised again wherever it is asked for."""
+    if (case, seed) not in _tiling:
+        try:
+            _tiling[case, seed] = _measure_tiling(case, seed)
+        except Exception as exc:  # noqa: BLE001 - kept, and raised again by every check that asks
+            _tiling[case, seed] = exc
+    found = _tiling[case, seed]
+    if isinstance(found, BaseException):
+        raise found
+    return found
+
+
+def _measure_tiling(case: str, seed: int) -> str:
+    lq, lk, causal, block_q, block_k = TILING_CASES[case]
+    q, k, v = random_qkv(1, 1, lq, lk, 4, seed=seed)
+    blocks = {"causal": causal, "block_q": block_q, "block_k": block_k}
+    worker = student(gpu=False)
+    # A small call of the same function first pays for the libraries' one-time set-up.
+    worker.call("flash_attention_forward", *random_qkv(1, 1, min(lq, 512), min(lk, 512), 4, seed=seed), track=True,
+                **blocks)
+    result = worker.call("flash_attention_forward", q, k, v, track=True, measure_memory=True, **blocks)
+    out, lse = result.value
+    check_output(out, q, "flash O")
+    expected, expected_lse = long_reference(q, k, v, causal)
+    assert_close(out, expected, **TOL, name="flash O", layout=LAYOUT)
+    assert_close(lse, expected_lse, **TOL, name="flash LSE", layout="batch, head, query")
+    tile = block_q * block_k
+    largest = (result.largest or {}).get("numel", 0)
+    if largest > 4 * tile + lq * 4:
+        return (f"its largest intermediate has {largest} elements (shape {result.largest.get('shape')}) where a "
+                f"tile has {tile}: a row, a column or all of the Lq x Lk scores, mask or probabilities")
+    moved = 2 * sum(t.numel() * t.element_size() for t in (q, k, v)) + 2 * (out.numel() * 4 + lse.numel() * 4)
+    if result.peak_bytes is not None and result.peak_bytes > moved + MEMORY_SLACK_BYTES:
+        return (f"the call used {result.peak_bytes / 2**20:.0f} MB beyond its inputs and outputs' "
+                f"{moved / 2**20:.0f} MB (limit {MEMORY_SLACK_BYTES / 2**20:.0f} MB more): it holds far more than "
+                "a tile, such as the Lq x Lk scores, mask or probabilities")
+    return ""
+
+
+def long_reference(q, k, v, causal):
+    """The float64 reference; on the long causal case a block of query rows at a time (its whole matrix would take
+    gigabytes): rows [r0, r1) against keys [0, r1) are the same bottom-right causal attention."""
+    if not causal:
+        return reference_attention(q, k, v)
+    parts = [reference_attention(q[:, :, r0:r0 + REFERENCE_ROWS], k[:, :, :r0 + REFERENCE_ROWS],
+                                 v[:, :, :r0 + REFERENCE_ROWS], causal=True)
+             for r0 in range(0, q.shape[2], REFERENCE_ROWS)]
+    return torch.cat([o for o, _ in parts], dim=2), torch.cat([lse for _, lse in parts], dim=2)
+
+
+def require_tiled(seed: int) -> None:
+    """The gate on flash's value checks: they count only for a function shown tiled on every long case."""
+    for case in TILING_CASES:
+        try:
+            problem = tiling_problem(case, seed)
+        except CheckFailure as exc:
+            problem = f"its output there is wrong ({exc.summary})"
+        except WorkerFailure as exc:
+            if exc.kind not in SHOWS_NOTHING:
+                raise  # not written yet, forbidden, a crash or a hang: said as itself
+            problem = "it failed there (its structure check says how)"
+        require(not problem, "structure",
+                f"flash_attention_forward is not shown tiled on long inputs ({case}): {problem}; its value checks "
+                "count only for a tiled version",
+                "the tiled version is not tiled on long inputs, so its value checks do not count")
+
+
+# First in the file, so that each long case runs in a check of its own (and its deadline), before the value checks
+# that read its answer.
+@pytest.mark.structure
+@pytest.mark.reproduce(f"{PUBLIC} (test_tiled_version_never_allocates_the_score_matrix)")
+@pytest.mark.parametrize("case", list(TILING_CASES))
+def test_no_score_matrix_allocated(case, seed):
+    # One block of queries over 256K keys, the other way round, and 8K x 8K causal: a tile is at most 1024 x 64 or
+    # 512 x 512 scores, where a row or a column of the score matrix is 256K scores and the causal mask 64M booleans.
+    problem = tiling_problem(case, seed)
+    require(not problem, "structure", f"the tiled version must not build an Lq x Lk tensor: {problem}",
+            "an intermediate far larger than one tile of scores")
+
+
 @pytest.mark.reproduce(f"{PUBLIC} (test_naive_attention_matches_float64)")
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape", CASES)
@@ -62,10 +170,12 @@ def test_naive(shape, causal, seed, devices):
         assert_close(out, expected, **TOL, name="naive O", layout=LAYOUT)
 
 
-@pytest.mark.reproduce(f"{PUBLIC} (test_flash_attention_matches_float64)")
+@pytest.mark.reproduce(f"{PUBLIC} (test_flash_attention_matches_float64, "
+                       "test_tiled_version_never_allocates_the_score_matrix)")
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape", CASES)
 def test_flash(shape, causal, seed, devices):
+    require_tiled(seed)
     for device in devices:
         q, k, v = qkv(shape, seed, device)
         expected, expected_lse = reference_attention(q, k, v, causal=causal)
@@ -139,38 +249,6 @@ def test_low_precision(dtype, causal, seed, devices):
                     f"{name}: mean error {ratio:.2f}x that of the exact answer rounded to {dtype} (allowed {bound}x): "
                     "accumulate in float32", f"{name} O in {dtype}: mean error {ratio:.2f}x the rounding error of the "
                     f"exact answer (allowed {bound}x): accumulate in float32")
-
-
-@pytest.mark.structure
-@pytest.mark.reproduce(f"{PUBLIC} (test_tiled_version_never_allocates_the_score_matrix)")
-@pytest.mark.parametrize("lengths", [(64, LONG), (LONG, 64)], ids=["long_keys", "long_queries"])
-def test_no_score_matrix_allocated(lengths, seed):
-    # One block of queries over 256K keys, and the other way round: a tile is at most 64 x 1024, a row
-    # or a column of the score matrix is 256K scores. Measured from outside the worker, after a small
-    # call of the same function has paid for the libraries' one-time set-up.
-    lq, lk = lengths
-    q, k, v = random_qkv(1, 1, lq, lk, 4, seed=seed)
-    blocks = {"block_q": 64, "block_k": 1024} if lq < lk else {"block_q": 1024, "block_k": 64}
-    worker = student(gpu=False)
-    worker.call("flash_attention_forward", *random_qkv(1, 1, min(lq, 512), min(lk, 512), 4, seed=seed), track=True,
-                **blocks)
-    result = worker.call("flash_attention_forward", q, k, v, track=True, measure_memory=True, **blocks)
-    out, lse = result.value
-    expected, expected_lse = reference_attention(q, k, v)
-    assert_close(out, expected, **TOL, name="flash O", layout=LAYOUT)
-    assert_close(lse, expected_lse, **TOL, name="flash LSE", layout="batch, head, query")
-    tile = blocks["block_q"] * blocks["block_k"]
-    largest = (result.largest or {}).get("numel", 0)
-    require(largest <= 4 * tile + lq * 4, "structure",
-            f"the largest intermediate has {largest} elements (shape {result.largest.get('shape')}); a tile has "
-            f"{tile}: the tiled version must not build a row or column of the score matrix",
-            "an intermediate far larger than one tile of scores")
-    moved = 2 * sum(t.numel() * t.element_size() for t in (q, k, v)) + 2 * (out.numel() * 4 + lse.numel() * 4)
-    if result.peak_bytes is not None:
-        require(result.peak_bytes <= moved + MEMORY_SLACK_BYTES, "structure",
-                f"the call used {result.peak_bytes / 2**20:.0f} MB beyond its inputs and outputs' "
-                f"{moved / 2**20:.0f} MB (limit {MEMORY_SLACK_BYTES / 2**20:.0f} MB more): it holds far more than a tile",
-                "the call's memory use is far beyond one tile of scores")
 
 
 @pytest.mark.structure

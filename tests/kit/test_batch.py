@@ -112,10 +112,15 @@ def test_folder_class_gradebook_and_upload_csv(folder_class):
     assert (book["carol"]["total"], book["carol"]["task_status"]) == ("0.00", "t7:rejected")
     assert book["eve"]["status"] == "unreadable" and "neither a folder nor a .zip" in book["eve"]["why"]
     assert all(float(row["wall_s"]) > 0 for row in book.values())
-    upload = read_csv(out / "class" / "gradescope_scores.csv")
-    assert list(upload[0]) == ["Name", "SID", "Email", "Total Score"]
-    assert {row["SID"]: row["Total Score"] for row in upload} == {"alice": "10.00", "carol": "0.00", "dave": "0.00",
-                                                                 "eve": "0.00"}
+    # Only t7 was graded: an upload would set each student's total (or their GPU tasks' points) to a part of it,
+    # so both upload files leave everyone out, and the summary says why.
+    for name in ("gradescope_scores.csv", "gradescope_gpu_scores.csv"):
+        assert (out / "class" / name).read_text().splitlines() == ["Name,SID,Email,Total Score"], name
+    summary = json.loads((out / "class" / "summary.json").read_text())
+    assert any(line.startswith("alice: t1 not graded, t2 not graded") and line.endswith("theory not graded")
+               for line in summary["left_out_of_upload"]), summary["left_out_of_upload"]
+    assert "eve: t2 not graded, t3 not graded, t4 not graded, t5 not graded, t6 not graded" in \
+        summary["left_out_of_gpu_upload"]
     rates = {row["check"]: row for row in read_csv(out / "class" / "pass_rates.csv")}
     (rate,) = rates.values()  # the one selected check, over the two submissions whose t7 ran (alice, dave)
     assert (rate["passed"], rate["ran"]) == ("1", "2")
@@ -178,9 +183,7 @@ def test_gradescope_export(tmp_path):
                                                                                    "no")
     assert rows["9002"]["name"].startswith("'=")  # a spreadsheet formula stays text
     assert rows["9003"]["late"] == "yes" and rows["9003"]["submitted_at"].startswith("2026-03-03T09:00:00")
-    upload = {row["Email"]: row for row in read_csv(out / "class" / "gradescope_scores.csv")}
-    assert set(upload) == {"ada@example.edu", "grace@example.edu", "larry@example.edu"}
-    assert upload["larry@example.edu"]["SID"] == "9003" and upload["larry@example.edu"]["Total Score"] == "0.00"
+    assert read_csv(out / "class" / "gradescope_scores.csv") == []  # t7 alone: no total to upload
     # --only takes a SID or an email as well as a submission id; the group is one grading.
     ids, unknown = batch._select_only(["9002", "larry@example.edu", "nobody"], roster.discover(tmp_path))
     assert (ids, unknown) == (["submission_101", "submission_102"], ["nobody"])
@@ -384,8 +387,7 @@ def test_class_outputs_leaderboard_and_timing(tmp_path):
         assert (out / "class" / "figures" / f"timing_t4_rule{rule}.png").read_bytes().startswith(PNG)
     t4_timing = next(r for r in summary["timing"] if r["task"] == "t4" and r["index"] == 1)
     assert t4_timing["n"] == 4 and t4_timing["median"] == pytest.approx(1.1)
-    gpu_upload = {row["SID"]: row["Total Score"] for row in read_csv(out / "class" / "gradescope_gpu_scores.csv")}
-    assert gpu_upload["fast"] == "35.00"  # t4 and t6, what Gradescope's CPU-only autograder leaves to the batch
+    assert read_csv(out / "class" / "gradescope_gpu_scores.csv") == []  # t2, t3 and t5 not graded: nothing to upload
     assert batch.pending(subs, out) == ["late"]
     assert class_outputs.read_opt_in(subs / "shy") is None
     (subs / "shy" / "leaderboard.txt").write_text("no\n")
@@ -393,3 +395,69 @@ def test_class_outputs_leaderboard_and_timing(tmp_path):
     (subs / "shy" / "leaderboard.txt").write_text("\n\n")
     assert class_outputs.read_opt_in(subs / "shy") == "anonymous"
     assert batch.pending(subs, out) == ["late", "shy"]  # a changed submission, even by its opt-in file
+
+
+def _record(out: Path, sub: Path, sid: str, tasks: dict[str, dict], theory: float | None = 10.0) -> None:
+    """A recorded grading (marker, results.json, grading.json) holding ``tasks``' records and the theory's score."""
+    folder = out / "students" / sid
+    folder.mkdir(parents=True)
+    content, version, settings = ledger.submission_hash(sub), ledger.grader_version(), {"tasks": sorted(tasks)}
+    grading = {"tasks": tasks, "review": []}
+    if theory is not None:
+        grading["theory"] = {"score": theory, "max_score": 20.0}
+    score = sum(t["score"] for t in tasks.values()) + (theory or 0.0)
+    (folder / "results.json").write_text(json.dumps({"score": score, "tests": []}))
+    (folder / "grading.json").write_text(json.dumps(grading))
+    (folder / "done.json").write_text(json.dumps({
+        "key": ledger.grading_key(content, version, settings), "submission_hash": content, "grader_version": version,
+        "settings": settings, "status": "graded", "max_score": 120, "graded_at": "2026-03-04T10:00:00", "wall_s": 90}))
+
+
+def test_what_did_not_run_is_never_a_zero_in_the_class_files(tmp_path):
+    registry = load_registry()
+    subs, out = tmp_path / "subs", tmp_path / "out"
+
+    def ran(task, score, not_run=0.0):
+        return {"status": "ran", "score": score, "max_score": registry.task(task).points.total,
+                "not_run_points": not_run}
+
+    complete = {t.id: ran(t.id, 5.0) for t in registry.available}
+    cpu_host = {**complete, **{t: {"status": "not_run", "score": 0.0, "max_score": registry.task(t).points.total,
+                                   "reason": "this grading host has no CUDA GPU"} for t in ("t2", "t3", "t4", "t5")},
+                "t6": ran("t6", 0.86, not_run=11.14)}
+    for sid, tasks in (("whole", complete), ("cpu_host", cpu_host), ("gpu_only", {t: complete[t] for t in
+                                                                                 ("t2", "t3", "t4", "t5", "t6")})):
+        _record(out, student(subs, sid, SOLUTION), sid, tasks)
+    summary = batch.collect(subs, out)
+    upload = {row["SID"]: row["Total Score"] for row in read_csv(out / "class" / "gradescope_scores.csv")}
+    gpu_upload = {row["SID"]: row["Total Score"] for row in read_csv(out / "class" / "gradescope_gpu_scores.csv")}
+    assert upload == {"whole": f"{5.0 * len(registry.available) + 10:.2f}"}
+    assert gpu_upload == {"whole": "25.00", "gpu_only": "25.00"}  # five GPU tasks at 5 points each
+    assert "cpu_host: t2 not run, t3 not run, t4 not run, t5 not run, t6 not run" in summary["left_out_of_gpu_upload"]
+    assert any(line.startswith("gpu_only: t1 not graded") for line in summary["left_out_of_upload"])
+    book = {row["id"]: row for row in read_csv(out / "class" / "gradebook.csv")}
+    assert (book["cpu_host"]["t2"], book["cpu_host"]["t6"], book["cpu_host"]["t1"]) == \
+        ("not run", "0.86 (11.14 not run)", "5.00")
+    assert "t2:not_run" in book["cpu_host"]["task_status"] and "t6:partly not run" in book["cpu_host"]["task_status"]
+    assert book["gpu_only"]["t1"] == "" and book["whole"]["task_status"] == ""
+    t2 = next(row for row in summary["tasks"] if row["task"] == "t2")
+    assert t2["graded"] == 2 and t2["statuses"] == {"ran": 2, "not_run": 1}  # the not-run t2 is no 0 of the histogram
+
+
+
+def test_the_theory_answers_alone_are_gradable(tmp_path):
+    from grader.theory import reference_answers
+
+    registry = load_registry()
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    student(subs, "s7654321", SOLUTION, **{registry.theory.answers_file: reference_answers("s7654321", registry)})
+    command = [sys.executable, "-m", "grader.batch", str(subs), "--out", str(out), "--task", "theory", "--jobs", "1",
+               "--allow-weak-isolation"]
+    proc = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "KIT_GRADER_VERSION": VERSION})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (row,) = read_csv(out / "class" / "gradebook.csv")
+    numeric = registry.theory.points - registry.theory.proof_points
+    assert row["theory"] == f"{numeric:.2f}" and all(row[t.id] == "" for t in registry.tasks)
+    grading = json.loads((out / "students" / "s7654321" / "grading.json").read_text())
+    assert grading["tasks"] == {} and grading["theory"]["student_id"] == "s7654321"

@@ -48,10 +48,13 @@ def test_solutions_score_full_and_starter_zero_via_make_grade(tmp_path):
         assert "<table>" in (out / "report.html").read_text()
         grading = json.loads((out / "grading.json").read_text())
         level, _ = sandbox.best_isolation()
-        assert grading["isolation"].startswith(level) and isinstance(grading["seed"], int)
+        seed = grading["seeds"]["t1"]
+        assert grading["isolation"].startswith(level) and isinstance(seed, int)
+        assert grading["tasks"]["t1"]["seed"] == seed and grading["seeding"]["grading_id"] == impl
+        assert grading["seeding"]["grading_id_from"] == "the submission's name"
         assert grading["tasks"]["t1"]["status"] == "ran"
         # What the instructor record holds never reaches the student's files.
-        assert str(grading["seed"]) not in json.dumps(results)
+        assert str(seed) not in json.dumps(results)
 
 
 def test_points_are_shared_over_the_checks_the_checker_collected():
@@ -147,3 +150,53 @@ def test_the_process_fallback_grades_the_solutions(tmp_path):
     result = grade_submission(REPO / "solutions", tmp_path / "out", config, log=quiet)
     assert result.tasks[0].score == pytest.approx(10.0)
     assert result.grading["isolation"].startswith("process")
+
+
+def test_a_check_that_did_not_run_is_not_run_everywhere_never_zero_or_passed(tmp_path):
+    from grader.report import write_all
+    from grader.runner import TaskRun, TestOutcome
+    from grader.scoring import SubmissionScore, score_task
+
+    registry = load_registry()
+    t6, t2 = registry.task("t6"), registry.task("t2")
+    skipped = "needs a CUDA GPU: torch.cuda.is_available() is False here"
+    timing = [TestOutcome(f"a::test_timing[rule{i}]", "skipped", skipped, is_perf=True) for i in range(len(t6.timing))]
+    run = TaskRun("t6", "ran", tests=[TestOutcome("a::test_cache", "passed"),
+                                      TestOutcome("a::test_values", "skipped", skipped), *timing])
+    partly = score_task(t6, run)
+    share = t6.points.correctness / 2  # every collected check keeps its share, run here or not
+    assert partly.score == pytest.approx(share) and partly.not_run == pytest.approx(share + t6.points.performance)
+    assert partly.max_ran == pytest.approx(partly.score) and not partly.complete
+    nothing = score_task(t2, TaskRun("t2", "not_run", "this grading host has no CUDA GPU"))
+    assert nothing.not_run == t2.points.total and nothing.score == 0
+    result = SubmissionScore("alice", [nothing, partly], [], 1.0, {"isolation": "bwrap"})
+    write_all(result, registry, tmp_path)
+    results = json.loads((tmp_path / "results.json").read_text())
+    not_run = [t for t in results["tests"] if "not run" in t["tags"]]
+    assert len(not_run) == 2 + len(t6.timing) and all(t["name"].endswith("(not run)") for t in not_run)
+    assert all(not {"score", "max_score", "status"} & set(t) for t in not_run), not_run
+    assert results["score"] == pytest.approx(share)
+    (row,) = list(csv.DictReader((tmp_path / "grades.csv").read_text().splitlines()))
+    assert row["t2"] == "not run" and row["t6"] == f"{share:.2f} ({partly.not_run:.2f} not run)"
+    assert row["not_run"] == f"t2: {t2.points.total:.2f} points; t6: {partly.not_run:.2f} points"
+    html = (tmp_path / "report.html").read_text()
+    assert "points not run on this grading host" in html and "not run / " in html
+
+
+def test_the_theory_answers_are_gradable_alone_with_make_grade(tmp_path):
+    from grader.theory import reference_answers
+
+    registry = load_registry()
+    sub = tmp_path / "s7654321"
+    sub.mkdir()
+    (sub / registry.theory.answers_file).write_text(reference_answers("s7654321", registry))
+    out = tmp_path / "out"
+    proc = subprocess.run(["make", "-s", "grade", f"SUBMISSION={sub}", f"OUT={out}", f"PY={sys.executable}",
+                           "TASKS=theory", "GRADE_FLAGS=--allow-weak-isolation"], cwd=REPO, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert results["tests"] and all("theory" in t["tags"] for t in results["tests"])
+    assert results["score"] == pytest.approx(registry.theory.points - registry.theory.proof_points)
+    (row,) = list(csv.DictReader((out / "grades.csv").read_text().splitlines()))
+    assert row["theory"] and all(row[t.id] == "" for t in registry.tasks)

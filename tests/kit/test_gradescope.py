@@ -117,12 +117,17 @@ def test_a_full_submission_on_a_fake_autograder_root(unpacked, tmp_path):
     for task_id in ("t1", "t7"):
         graded = [t for t in by_tag(results, task_id) if "pending" not in t["tags"]]
         assert graded and sum(t["score"] for t in graded) == pytest.approx(registry.task(task_id).points.total)
-    pending = by_tag(results, "pending")
+    pending = by_tag(results, "gpu")
     assert sorted(t["tags"][0] for t in pending) == ["t2", "t3", "t4", "t5", "t6"]
     for entry in pending:
         task = registry.task(entry["tags"][0])
-        assert entry["score"] == 0 and entry["max_score"] == task.points.total and "status" not in entry
+        assert entry["score"] == 0 and entry["max_score"] == task.points.total
+        # Pending, not failed: a status Gradescope shows as not failed, and the name and output say pending.
+        assert entry["status"] == "passed" and "pending" in entry["name"] and entry["output"].startswith("Pending")
         assert "graded on the course's GPU machines" in entry["name"] and "NOT in this submission" in entry["output"]
+    if registry.theory:  # the proof waits for a person: pending too
+        (proof,) = [t for t in by_tag(results, "manual")]
+        assert proof["status"] == "passed" and "pending" in proof["output"] and proof["score"] == 0
     expected = 20.0
     if registry.theory:  # the numbers right; the proof waits for a person
         expected += registry.theory.points - registry.theory.proof_points
@@ -145,21 +150,46 @@ def test_the_starter_scores_zero_and_still_lists_the_gpu_tasks(unpacked, tmp_pat
     assert "t4_flash_attention.cu: received" in t4["output"]
 
 
-def test_leaderboard_entries_come_from_the_timing_rules_measured():
+def test_leaderboard_entries_are_the_opted_in_figures_of_fully_correct_tasks():
+    from grader.report import LEADERBOARD, gradescope_results, leaderboard_alias
     from grader.runner import TaskRun, TestOutcome
-    from grader.scoring import SubmissionScore, TaskScore
+    from grader.scoring import SubmissionScore, score_task
 
     registry = load_registry()
-    t4 = registry.task("t4")
-    speedup, ratio = (next(r for r in t4.timing if r.metric == m) for m in ("speedup_vs_naive", "time_vs_reference"))
-    run = TaskRun("t4", "ran", tests=[
-        TestOutcome("a", "passed", is_perf=True, timing={"rule": speedup.name, "value": 1.3}),
-        TestOutcome("b", "passed", is_perf=True, timing={"rule": ratio.name, "value": 1.07}),
-        TestOutcome("c", "failed", is_perf=True, timing={"rule": ratio.name, "value": 9.0}),
-        TestOutcome("d", "passed", timing={}),
-    ])
-    result = SubmissionScore("s", [TaskScore(t4, "ran", "", 0.0, 0.0, run=run)], [], 0.0)
-    assert gradescope.leaderboard(result) == [
-        {"name": f"t4 {speedup.name}", "value": 1.3, "order": "desc"},
-        {"name": f"t4 {ratio.name}", "value": 1.07, "order": "asc"},
-    ]
+    t4, t6 = registry.task("t4"), registry.task("t6")
+    tflops, tbt = LEADERBOARD
+
+    def graded(alias: str | None, t4_correct: bool = True) -> SubmissionScore:
+        def run(task, field, value, correct=True):
+            rule = task.timing[1]
+            return TaskRun(task.id, "ran", tests=[
+                TestOutcome("values", "passed" if correct else "failed"),
+                TestOutcome("timing[rule1]", "passed", is_perf=True, timing={"rule": rule.name, "value": 1.0,
+                                                                             field: value})])
+        tasks = [score_task(t4, run(t4, tflops.field, 41.257, t4_correct)), score_task(t6, run(t6, tbt.field, 2.5))]
+        return SubmissionScore("s", tasks, [], 0.0, {"leaderboard": alias})
+
+    entries = gradescope_results(graded("Speedy"))["leaderboard"]
+    assert entries == [{"name": "t4 FlashAttention (TFLOP/s)", "value": 41.257, "order": "desc"},
+                       {"name": "t6 time between tokens (ms)", "value": 2.5, "order": "asc"}]
+    assert "leaderboard" not in gradescope_results(graded(None))  # not opted in
+    assert [e["name"] for e in gradescope_results(graded("x", t4_correct=False))["leaderboard"]] == \
+        ["t6 time between tokens (ms)"]  # a figure shows only behind a fully correct task
+    assert leaderboard_alias(b"no\n") is None and leaderboard_alias(b"\n\n") == "anonymous"
+    assert leaderboard_alias(b"  Ada  \nignored") == "Ada" and leaderboard_alias(None) is None
+
+
+def test_the_salt_reaches_the_autograder_only_where_the_registry_does_not_carry_it(unpacked, tmp_path, monkeypatch):
+    from grader import seeds
+
+    archive, _, _, _ = unpacked
+    info = json.loads(zipfile.ZipFile(archive).read("gradescope.json"))
+    registry = load_registry()
+    assert gradescope.SALT_KEY not in info and info["salt_fingerprint"] == seeds.resolve_salt(registry).fingerprint
+    monkeypatch.setenv(seeds.SALT_ENV, "the-course-salt-kept-in-the-environment")
+    built = gradescope.build(tmp_path / "env", visibility=VISIBILITY)
+    info = json.loads(zipfile.ZipFile(built).read("gradescope.json"))
+    assert info[gradescope.SALT_KEY] == "the-course-salt-kept-in-the-environment"
+    assert SID not in info and gradescope.grading_id(tmp_path) is None
+    (tmp_path / "submission_metadata.json").write_text(json.dumps({"users": [{"email": "a@example.edu", "sid": ""}]}))
+    assert gradescope.grading_id(tmp_path) == "a@example.edu" and gradescope.student_id(tmp_path) is None

@@ -59,3 +59,22 @@ def test_ways_around_the_task_are_rejected(code, why):
     found = check_source(code, RULES)
     assert found and any(why in str(v) for v in found), (code, found)
     assert all(v.line >= 1 for v in found)
+
+
+def test_a_file_saved_with_a_byte_order_mark_and_windows_line_endings_is_read_as_python_reads_it(tmp_path):
+    from assignment.policy import check_bytes, check_file, python_text
+
+    solution = (REPO / "solutions" / "t1_attention.py").read_bytes()
+    for data in (b"\xef\xbb\xbf" + solution.replace(b"\n", b"\r\n"), solution.replace(b"\n", b"\r"),
+                 b"# -*- coding: latin-1 -*-\nimport torch\nname = '\xe9t\xe9'\n"):
+        path = tmp_path / "t1_attention.py"
+        path.write_bytes(data)
+        assert check_file(path, RULES) == [], data[:40]
+        assert "\r" not in python_text(data) and not python_text(data).startswith("\ufeff")
+    # A rule broken in such a file is still found, on its own line.
+    (violation,) = check_bytes(b"\xef\xbb\xbfimport torch\r\nimport os\r\n", RULES)
+    assert violation.line == 2 and "import of 'os'" in violation.message
+    (violation,) = check_bytes(b"\xef\xbb\xbfdef broken(:\r\n    pass\r\n", RULES)
+    assert violation.line == 1 and violation.message.startswith("syntax error: ") and len(violation.message) > 14
+    (violation,) = check_bytes(b"x = '\xff\xfe'\n", RULES)
+    assert "not text in its encoding" in violation.message

@@ -173,6 +173,19 @@ def test_the_student_edition_of_the_registry_has_no_hidden_shapes_or_reasoning(t
     assert [r.student for t in student.tasks for r in t.timing] == [r.student for t in instructor.tasks for r in t.timing]
     assert [r.thresholds for t in student.tasks for r in t.timing] == \
         [r.thresholds for t in instructor.tasks for r in t.timing]
+    assert instructor.hidden_seed_salt and student.hidden_seed_salt is None
+    assert "[hidden_seed]" not in text and instructor.hidden_seed_salt not in text
+
+
+def test_the_hidden_seed_salt_is_a_secret_of_its_own(tmp_path):
+    salt = load_registry().hidden_seed_salt
+    with pytest.raises(RegistryError, match=r"field 'hidden_seed.salt': must be a secret of 16 characters or more"):
+        load_registry(write_variant(tmp_path, f'salt = "{salt}"', 'salt = "guessable"'))
+    theory_salt = load_registry().theory.salt
+    with pytest.raises(RegistryError, match=r"hidden_seed.salt': must differ from theory.salt, which ships"):
+        load_registry(write_variant(tmp_path, f'salt = "{salt}"', f'salt = "{theory_salt}"'))
+    with pytest.raises(RegistryError, match=r"field 'hidden_seed': is in a student edition: the salt must never ship"):
+        load_registry(write_variant(tmp_path, "[course]\n", '[course]\nedition = "student"\n'))
 
 
 def test_every_available_task_has_hidden_shapes():

@@ -37,6 +37,7 @@ def test_the_bundle_has_the_student_layout_and_passes_the_manifest_check(built):
          "MANIFEST.json"])
     registry = load_registry(bundle / "assignment" / "tasks.toml")
     assert registry.edition == "student" and all(len(t.hidden) == 0 for t in registry.tasks)
+    assert registry.hidden_seed_salt is None and registry.theory.salt  # students draw theory questions, not seeds
     for name in registry.student_files:
         assert (bundle / "starter" / name).read_bytes() == (REPO_ROOT / "starter" / name).read_bytes()
     assert not (bundle / "tests" / "kit").exists() and not (bundle / "assignment" / "text").exists()
@@ -75,6 +76,10 @@ def test_no_target_a_student_runs_rewrites_their_files(built):
                                                             .replace("BEGIN SOLUTION", "").replace("END SOLUTION", "")),
      "(solution code)"),
     (lambda b: (b / "handout.html").write_text("compare with solutions/t4_flash_attention.cu"), "solutions/"),
+    (lambda b: (b / "assignment" / "seed.txt").write_text(load_registry().hidden_seed_salt), "hidden seeds' salt"),
+    (lambda b: (b / "assignment" / "tasks.toml").write_text((b / "assignment" / "tasks.toml").read_text() +
+                                                            "\n[hidden_seed]\nsalt = \"a-salt-that-is-long-enough\"\n"),
+     "the salt must never ship"),
 ])
 def test_the_manifest_check_refuses_what_must_not_ship(built, tmp_path, plant, expected):
     bundle = copy_of(built[0], tmp_path)

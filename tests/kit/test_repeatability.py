@@ -92,3 +92,35 @@ def test_bad_input_is_a_clear_error(tmp_path):
     assert run.returncode == 2 and "no such submission" in run.stderr
     run = _cli(REPO / "solutions", "--task", "t9")
     assert run.returncode == 2 and "unknown task" in run.stderr
+
+
+def test_a_buggy_submission_gets_the_same_correctness_points_on_every_grading(tmp_path):
+    """The hidden seed is derived from the salt, the student and the task: a bug whose failures depend on the drawn
+    shapes (rows that see no key give NaN) scores the same each time, where a fresh seed per grading moved it."""
+    from dataclasses import replace
+
+    from grader.config import GradeConfig
+    from grader.grade import check_host
+    from grader.repeatability import grade_repeatedly
+
+    registry = load_registry()
+    sub = tmp_path / "buggy"
+    sub.mkdir()
+    solution = (REPO / "solutions" / "t1_attention.py").read_text()
+    guard = "    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))\n"
+    assert guard in solution
+    (sub / "t1_attention.py").write_text(solution.replace(guard, ""))
+    config = replace(GradeConfig(), tasks=("t1",), preflight=False, allow_weak_isolation=True, select="naive")
+    gradings = grade_repeatedly(sub, 2, tmp_path / "out", registry, config, check_host(config, registry))
+    summary = summarise("buggy", gradings, registry)
+    assert summary["problems"] == [] and summary["notes"] == []
+    (row,) = summary["tasks"]
+    assert row["correctness"][0] == row["correctness"][1] < 10.0  # the bug costs points, the same ones each time
+    assert row["seeds"][0] == row["seeds"][1] is not None
+
+
+def test_gradings_with_different_seeds_are_not_compared_on_correctness(tmp_path):
+    gradings = [read_grading(_graded(tmp_path / "a", 10.0, 1.0)), read_grading(_graded(tmp_path / "b", 9.0, 1.0))]
+    gradings[0].seeds, gradings[1].seeds = {"t3": 1}, {"t3": 2}
+    summary = summarise("copies", gradings, load_registry())
+    assert summary["problems"] == [] and any("different hidden seeds" in n for n in summary["notes"])

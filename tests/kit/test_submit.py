@@ -153,6 +153,19 @@ def test_a_python_file_that_breaks_its_rules_is_an_error(tmp_path, capsys):
     assert code == 1 and "t1_attention.py: line 1: import of 'numpy'" in output, output
 
 
+def test_python_files_saved_with_a_byte_order_mark_and_windows_line_endings_pack(tmp_path, capsys):
+    student = make_bundle(tmp_path, "starter")
+    for name in ("t1_attention.py", "t7_generate.py"):
+        path = student / name
+        path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes().replace(b"\n", b"\r\n"))
+    code, output = run_submit(tmp_path, capsys)
+    assert code == 0 and "REJECTED" not in output, output
+    assert re.search(r"^  t1: 2 TODO regions not implemented \(", output, re.MULTILINE), output
+    (student / "t1_attention.py").write_bytes(b"x = '\xff'\r\n")
+    code, output = run_submit(tmp_path, capsys)
+    assert code == 1 and "t1_attention.py: the file is not text in its encoding" in output, output
+
+
 @needs_nvcc
 def test_a_cuda_file_that_does_not_compile_is_an_error_with_nvccs_first_lines(tmp_path, capsys):
     student = make_bundle(tmp_path)

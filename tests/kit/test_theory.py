@@ -304,7 +304,10 @@ def test_results_json_grades_csv_grading_json_and_the_html_show_the_theory(tmp_p
     assert sum(t["max_score"] for t in theory_tests) == pytest.approx(THEORY.points)
     assert results["score"] == pytest.approx(THEORY.points - THEORY.proof_points)
     (manual_test,) = [t for t in theory_tests if "manual" in t["tags"]]
-    assert "status" not in manual_test and manual_test["score"] == 0
+    # Pending, not failed (grader/report.py's PENDING_STATUS), and its name says so; an empty proof is failed.
+    assert manual_test["status"] == "passed" and "pending" in manual_test["output"] and manual_test["score"] == 0
+    empty = SubmissionScore("alice", [], [], 1.0, {}, grade_theory(keyed_file("alice", written=""), REGISTRY))
+    assert [t["status"] for t in gradescope_results(empty)["tests"] if "manual" in t["tags"]] == ["failed"]
     assert results["manual"] == [{"name": manual_test["name"], "key": "q6", "max_score": THEORY.proof_points,
                                   "status": "pending"}]
     assert all(t["status"] == "passed" for t in theory_tests if t is not manual_test)
