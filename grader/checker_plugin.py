@@ -10,7 +10,8 @@ code around the student's device code). This plugin makes what it reports comple
   test's ``deadline`` marker), writing which check hung to ``KIT_EVENTS_FILE``: a hang costs that
   deadline, not the task's whole budget;
 * each failure's kind and a summary that tells its size but not the inputs go into the JSON report
-  (``check`` metadata), with the public test or make target that reproduces it (``reproduce`` marker);
+  (``check`` metadata), with the public test or make target that reproduces it (``reproduce`` marker), and the
+  full text as ``detail`` (grading.json only: exception text from the student's code may carry hidden inputs);
 * a CUDA fault that poisons the context (illegal address, trap, launch failure), or a student worker
   that hangs or dies, ends the session at once with an event: the task scores zero with that reason
   instead of failing every later check the same way.
@@ -35,6 +36,7 @@ CUDA_FAULT = re.compile(r"illegal memory access|illegal instruction|misaligned a
 HANG_EXIT_CODE = 86
 _PATH = re.compile(r"(?:/[\w.@+-]+)+/([\w.@+-]+)")
 SUMMARY_CHARS = 400
+DETAIL_CHARS = 4000  # of the full text an instructor gets in grading.json
 
 
 def scrub(text: str, limit: int = SUMMARY_CHARS) -> str:
@@ -51,27 +53,37 @@ def _event(kind: str, **fields) -> None:
 
 
 def classify(exc: BaseException) -> dict:
-    """What the grader may tell a student about a failed check."""
+    """What the grader may tell a student about a failed check (``summary``), and what only the instructor sees
+    (``detail``, kept in grading.json). A summary never quotes text the student's code could have written with the
+    hidden inputs in hand: a worker's failure says its ``feedback`` (grader/isolation/feedback.py), an exception
+    raised here says its type, with its message only when the kit's own code raised it (numbers masked)."""
     from grader.isolation.client import WorkerFailure
 
+    detail = scrub(f"{type(exc).__name__}: {exc}" + (f" | {exc.detail}" if getattr(exc, "detail", "") else ""),
+                   DETAIL_CHARS)
     if isinstance(exc, CheckFailure):
-        return {"kind": exc.kind, "summary": scrub(exc.summary)}
+        return {"kind": exc.kind, "summary": scrub(exc.summary), "detail": scrub(str(exc), DETAIL_CHARS)}
     if isinstance(exc, WorkerFailure):
         kind = {"killed": "crash", "missing": "import", "result": "shape", "protocol": "crash"}.get(exc.kind, exc.kind)
-        summary = str(exc)
-        if exc.kind in ("import", "exception") and exc.detail:
-            summary += " | " + exc.detail.strip().splitlines()[-1] if exc.detail.strip() else ""
-        return {"kind": kind, "summary": scrub(summary, 1200 if kind == "import" else SUMMARY_CHARS)}
-    if isinstance(exc, NotImplementedError):
+        return {"kind": kind, "summary": scrub(exc.feedback, 1200 if kind == "import" else SUMMARY_CHARS),
+                "detail": detail}
+    if isinstance(exc, NotImplementedError):  # the kit's own CUDA wrappers, here: a TODO left in a kernel file
         return {"kind": "not_implemented", "summary": str(exc).splitlines()[0] if str(exc) else "not implemented"}
     name = type(exc).__name__
     if name == "ImpossibleTimeError":
         return {"kind": "impossible_time", "summary": scrub(str(exc))}
-    if CUDA_FAULT.search(str(exc)):
-        return {"kind": "memory_error", "summary": scrub(f"{name}: {exc}")}
+    fault = CUDA_FAULT.search(str(exc))
+    if fault:
+        return {"kind": "memory_error", "summary": f"{name}: {fault[0]}", "detail": detail}
     if isinstance(exc, AssertionError):
-        return {"kind": "mismatch", "summary": "a check failed"}
-    return {"kind": "exception", "summary": scrub(f"{name}: {exc}")}
+        return {"kind": "mismatch", "summary": "a check failed", "detail": detail}
+    from grader.isolation.served import masked_numbers, raised_by_kit
+
+    if raised_by_kit(exc) and str(exc):  # the kit's own words; the numbers in them may be hidden inputs
+        return {"kind": "exception", "summary": scrub(f"{name}: {masked_numbers(str(exc).splitlines()[0])}"),
+                "detail": detail}
+    return {"kind": "exception", "summary": f"{name} while checking the result (the instructor has the details)",
+            "detail": detail}
 
 
 class _Watchdog:

@@ -77,10 +77,11 @@ def expected_calls(prompt: list[int], tokens: list[int], count: int) -> list[dic
 
 
 def check_calls(calls: list | None, prompt: list[int], tokens: list[int], count: int, what: str) -> None:
-    """The scripted model's log (read in the student's process: evidence beside the tokens, which are checked
-    on their own) must show one prefill and then one decode per fed token at the next position."""
-    require(calls is not None, "structure", f"{what}: the scripted model's call log could not be read",
-            f"{what}: the model's call log was not a list of calls")
+    """The model's call log (the checker's own record of the steps it served the student's loop: op, positions and
+    tokens of each, in order) must show one prefill and then one decode per fed token at the next position."""
+    require(calls is not None, "structure", f"{what}: the checker served no model call",
+            f"{what}: the model was never called")
+    calls = [{key: c[key] for key in ("op", "positions", "tokens")} for c in calls]
     expected = expected_calls(prompt, tokens, count)
     if calls == expected:
         return
@@ -98,9 +99,17 @@ def check_calls(calls: list | None, prompt: list[int], tokens: list[int], count:
 
 
 def check_stream(pieces, steps, tokens: list[int], decode, what: str) -> None:
-    """Streamed ``pieces`` of the generated ``tokens``: they join to the decoded text (so no piece held a half
-    character that a later token completed: a piece cannot be taken back), and each piece came out within one
-    model call of the token that released it (``steps``: the model's call count as each piece came out)."""
+    """Streamed ``pieces`` of the generated ``tokens``, with ``steps``: how many model steps the checker had served
+    when each piece arrived (it records that itself as the worker forwards each piece it is yielded).
+
+    The pieces must join to the decoded text: a piece cannot be taken back, so none may hold half a character
+    that a later token completes. And each piece must arrive while the generation that makes it runs
+    (``character_times``): within one model step of the step after which its FIRST character could be shown (a
+    right loop yields right after drawing the token, or after feeding it back: one step more), and not before
+    the step that drew the token completing its LAST character (text yielded before it was generated was known
+    in advance: replayed from an earlier call). Timing a piece by its first character is what catches a stream
+    that collects the text and yields it late: a piece holding text that was ready steps ago arrived late,
+    however much text it adds."""
     require(isinstance(pieces, list) and all(isinstance(p, str) for p in pieces), "shape",
             f"{what}: stream must yield strings", f"{what}: stream yielded something other than strings")
     text = decode(tokens)
@@ -109,25 +118,43 @@ def check_stream(pieces, steps, tokens: list[int], decode, what: str) -> None:
             f"{what}: the streamed pieces do not join to the decoded text"
             + (" (a piece holds U+FFFD: hold back a half character)" if REPLACEMENT in joined else ""))
     require(isinstance(steps, list) and len(steps) == len(pieces) and all(isinstance(s, int) for s in steps),
-            "structure", f"{what}: no step count per piece", f"{what}: the worker could not count the model's calls")
-    shown, completed_by = "", 0
-    for piece, step in zip(pieces, steps):
-        shown += piece
-        if not piece:
-            continue
-        while not released(decode, tokens, completed_by, shown):
-            completed_by += 1
-        require(step <= completed_by + 1, "structure",
-                f"{what}: a piece came out after {step} model calls; the token completing it was drawn after call "
-                f"{completed_by}", f"{what}: pieces come out after generation, not while it runs (yield each piece "
-                "as soon as its characters are complete)")
+            "structure", f"{what}: no step count per piece", f"{what}: the checker could not time the pieces")
+    complete, showable = character_times(decode, tokens)
+    shown = 0
+    for index, (piece, step) in enumerate(zip(pieces, steps)):
+        if piece:
+            first, last = shown, shown + len(piece) - 1
+            require(step <= showable[first] + 1, "structure",
+                    f"{what}: piece {index} arrived after {step} model steps; its first character could be shown "
+                    f"after step {showable[first]}",
+                    f"{what}: pieces come out after the text is generated, not while it is (yield each piece as "
+                    "soon as its characters are complete)")
+            require(step >= complete[last], "structure",
+                    f"{what}: piece {index} arrived after {step} model steps, before step {complete[last]} drew the "
+                    "token that completes it", f"{what}: a piece came out before the model had generated its text "
+                    "(text known in advance is not streamed)")
+        shown += len(piece)
 
 
-def released(decode, tokens: list[int], j: int, shown: str) -> bool:
-    """Whether a streamer that holds text back while it ends in U+FFFD (it cannot tell a cut character from a
-    byte that is no UTF-8 at all) has ``shown`` out after the first ``j`` tokens."""
-    text = decode(tokens[:j])
-    return text.startswith(shown) and (j == len(tokens) or not text.endswith(REPLACEMENT))
+def character_times(decode, tokens: list[int]) -> tuple[list[int], list[int]]:
+    """For each character of ``decode(tokens)``: the number of tokens after which it is complete (its last byte
+    drawn), and after which a streamer can show it. Both count model steps too: the prefill gives token 0 and each
+    decode step one more. A streamer shows the text decoded so far unless it ends in U+FFFD (it cannot tell a cut
+    character from a byte that is no UTF-8 at all, so it waits), and only what the whole text keeps (a tokenizer
+    may decode a prefix of the tokens into text the whole sequence writes otherwise); after the last token it
+    shows everything."""
+    final = decode(tokens)
+    complete, showable = [len(tokens)] * len(final), [len(tokens)] * len(final)
+    agreed = shown = 0
+    for j in range(1, len(tokens)):
+        text = decode(tokens[:j])
+        kept = next((i for i, (a, b) in enumerate(zip(text, final)) if a != b), min(len(text), len(final)))
+        complete[agreed:kept] = [j] * max(0, kept - agreed)
+        agreed = max(agreed, kept)
+        if not text.endswith(REPLACEMENT):
+            showable[shown:kept] = [j] * max(0, kept - shown)
+            shown = max(shown, kept)
+    return complete, showable
 
 
 @cache

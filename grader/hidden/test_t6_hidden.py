@@ -3,9 +3,10 @@
 Two files, two trust paths. The decode kernel (t6_decode_attention.cu) is device code spliced into the kit's
 host code, so it runs here, through the kit's wrappers, like t4's (decode_checks.py). The cache
 (t6_kv_cache.py) is Python: it runs only in the sandboxed worker, inside kit scenarios (grader/isolation/
-t6_driver.py) that build the cache, stand-in kernels, the shipped checkpoint or a random model around it and
-send back plain tensors; every expected value is computed here. The GPU scenarios run the graded kernels in
-the worker too (libraries this process built, see grader/isolation/client.py), the kit's t4/t5 kernel for the
+t6_driver.py) that build the cache, the shipped checkpoint or a random model around it and send back plain
+tensors; every expected value is computed here. The stand-in kernels the cache's dispatch calls are served by
+this process (``KitObject("stand_in_kernels")``), so the record of those calls is this process's. The GPU
+scenarios run the graded kernels in the worker too (libraries this process built, see grader/isolation/client.py), the kit's t4/t5 kernel for the
 prefill (the grader puts it beside the spliced t6 file), so t6 is graded on its own.
 
 Checks marked ``cpu`` run without a GPU (the cache's writes and dispatch, a small model on the kit's reference
@@ -29,7 +30,7 @@ from assignment.registry import load_registry
 from assignment.testing import SENTINEL, assert_close, assert_repeatable, reference_attention
 from grader.hidden import decode_checks as checks
 from grader.hidden.common import cases, check_local_memory, check_sanitizer, time_rule
-from grader.isolation.client import WorkerFailure, student_module
+from grader.isolation.client import KitObject, WorkerFailure, student_module
 
 pytestmark = pytest.mark.t6
 TASK = load_registry().task("t6")
@@ -292,6 +293,8 @@ def dispatch_plan(rng: random.Random) -> tuple[dict, list]:
 
 
 def run_dispatch(seed: int, device: str, label: str):
+    """The plan's steps through the student's ``attend`` on a fresh cache, one worker call each, the kernels
+    stand-ins served by this process: per step, the output and this process's record of the kernel calls."""
     rng = rng_for(seed, label)
     shape, steps = dispatch_plan(rng)
     gen = torch.Generator().manual_seed(torch_seed(rng))
@@ -299,14 +302,18 @@ def run_dispatch(seed: int, device: str, label: str):
     q = torch.randn(shape["B"], shape["H"], total, shape["d"], generator=gen)
     k = torch.randn(shape["B"], shape["H_kv"], total, shape["d"], generator=gen)
     v = torch.randn(shape["B"], shape["H_kv"], total, shape["d"], generator=gen)
-    result = student().dispatch_scenario(shape["B_max"], shape["L_max"], q.to(device), k.to(device), v.to(device),
-                                         steps, shape["scale"])
-    return shape, steps, (q, k, v), result
+    student().dispatch_setup(shape["B_max"], shape["L_max"], shape["H_kv"], shape["d"], device)
+    reports = []
+    for first, last, kv_len in steps:
+        chunk = [x[:, :, first:last].contiguous().to(device) for x in (q, k, v)]  # fresh tensors, as the model's are
+        result = student().call("dispatch_step", KitObject("stand_in_kernels"), *chunk,
+                                torch.arange(first, last, device=device), shape["scale"], kv_len, device=device)
+        reports.append({"out": result.value, "calls": result.calls or []})
+    return shape, steps, (q, k, v), {"steps": reports}
 
 
 def kernel_calls(report: dict) -> list[dict]:
-    calls = report.get("calls") or []
-    return [c for c in calls if isinstance(c, dict) and c.get("op") != "decode_workspace"]
+    return [c for c in report["calls"] if c.get("op") != "decode_workspace"]
 
 
 @pytest.mark.cpu
@@ -324,11 +331,10 @@ def test_prefill_and_decode_go_to_their_kernels(seed, devices):
                         f"{[c.get('op') for c in calls]}. {DISPATCH_HINT}",
                         "a decode step does not make exactly one call of the t6 kernel (kernels.decode_attention)")
                 call = calls[0]
-                require(call.get("capacity") == shape["L_max"] and call.get("whole_buffers"), "structure",
+                require(call.get("capacity") == shape["L_max"], "structure",
                         f"one token at {where}: decode_attention must get the cache's whole buffers (capacity "
-                        f"{shape['L_max']}), got a capacity of {call.get('capacity')} "
-                        f"{'(the buffers themselves)' if call.get('whole_buffers') else '(not the buffers themselves)'}"
-                        f". {DISPATCH_HINT}", "a decode step does not pass the cache's whole buffers to the t6 kernel "
+                        f"{shape['L_max']}), got a capacity of {call.get('capacity')}. {DISPATCH_HINT}",
+                        "a decode step does not pass the cache's whole buffers to the t6 kernel "
                         "(slicing by the position cannot be captured in a CUDA graph)")
                 require(set(call.get("lengths", [])) == {last}, "mismatch",
                         f"one token at {where}: decode_attention got lengths {call.get('lengths')}, expected {last}",
@@ -365,8 +371,7 @@ def test_decode_keeps_one_workspace(seed, devices):
     for device in devices:
         _, steps, _, result = run_dispatch(seed, device, "workspace")
         decode_reports = [r for (first, last, _), r in zip(steps, result["steps"]) if last - first == 1]
-        made = sum(1 for r in decode_reports for c in (r.get("calls") or [])
-                   if isinstance(c, dict) and c.get("op") == "decode_workspace")
+        made = sum(1 for r in decode_reports for c in r["calls"] if c.get("op") == "decode_workspace")
         require(made <= 1, "structure", f"{made} decode workspaces made over {len(decode_reports)} decode steps "
                 f"({device}): make it once and keep it (a CUDA graph replays the buffers it captured)",
                 "a decode workspace is made at every step instead of once")

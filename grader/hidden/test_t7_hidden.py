@@ -1,11 +1,13 @@
 """Hidden tests for task t7 (instructor-only; never shipped).
 
-The student's file runs only in the sandboxed worker (``grader.isolation``). Logits cross as plain tensors;
-the model, the tokenizer and the random generator the functions take are built inside the worker from the
-kit's own code (``KitObject``, ``SeededGenerator``). Everything expected is computed here: float64 references
-of the sampling functions (sampling_reference.py) and the kit's own models run by the checker
-(generation_reference.py). Seeds, drawn shapes, scripted models and prompts change with every grading; test
-ids carry none of them.
+The student's file runs only in the sandboxed worker (``grader.isolation``). Logits cross as plain tensors.
+The model and the tokenizer the loop takes live in this process (``KitObject``: grader/isolation/served.py):
+the worker holds stand-ins that ask for every model step over the channel, so the call log the loop checks
+judge and the model steps behind each streamed piece are recorded here, as they happen, and nothing in the
+student's process knows what the model would answer. The random generator is built in the worker
+(``SeededGenerator``). Everything expected is computed here: float64 references of the sampling functions
+(sampling_reference.py) and the kit's own models run by the checker (generation_reference.py). Seeds, drawn
+shapes, scripted models and prompts change with every grading; test ids carry none of them.
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ SCALES = (1e-3, 1.0, 40.0)  # nearly uniform rows; ordinary ones; rows whose flo
 FALSE_ALARM_RATE = 1e-4
 DRAWS = 40_000
 # Greedy on the checkpoint: a token within TIE of the best logit is as right as the best. The checker's logits
-# come from one causal pass, the student's from prefill and decode in another process with other thread
-# counts: on the shipped checkpoint (logits up to 20) the two differ by at most 1.1e-5 (2026-11-23, CPU), and
+# come from one causal pass, the student's from prefill and decode (served by this process, on another copy of
+# the weights): on the shipped checkpoint (logits up to 20) the two differ by at most 1.1e-5 (2026-11-23, CPU), and
 # the smallest gap between the two best logits over 264 greedy steps of the PROMPTS was 6e-4.
 TIE = 1e-4
 BYTES = ByteTokenizer()
@@ -72,8 +74,9 @@ def rng_for(seed: int, *labels) -> random.Random:
 
 
 def scripted(**kwargs) -> tuple[KitObject, ScriptedModel]:
-    """The scripted model the worker builds for the call (on the call's device), and the checker's own copy on
-    the CPU (the same logits: the scripted model draws them on the CPU wherever it lives)."""
+    """The scripted model served to the call (built on the call's device, in this process, for that call only),
+    and the checker's own copy on the CPU to judge with (the same logits: the scripted model draws them on the CPU
+    wherever it lives)."""
     return KitObject("scripted_model", kwargs), ScriptedModel(**kwargs)
 
 
@@ -377,7 +380,7 @@ def test_greedy_generation(shape, seed, devices):
     for device in devices:
         model, local = scripted(**settings)
         expected = gen.greedy(local, prompt, count)
-        result = student().call("generate", model, prompt, count, temperature=0.0, calls=True, device=device)
+        result = student().call("generate", model, prompt, count, temperature=0.0, device=device)
         check_token_list(result.value, count, vocab, (), "greedy generation")
         require(result.value == expected, "mismatch",
                 f"greedy generation ({device}): {first_difference(result.value, expected)}",
@@ -398,7 +401,7 @@ def test_stop_tokens(seed, devices):
             model, local = scripted(**settings)
             expected = gen.greedy(local, prompt, 40, stops=stops)
             result = student().call("generate", model, prompt, 40, temperature=0.0, stop_tokens=list(stops),
-                                    calls=True, device=device)
+                                    device=device)
             check_token_list(result.value, 40, 64, stops, "generation with stop tokens")
             require(result.value == expected, "mismatch",
                     f"stop tokens {stops} ({device}): {first_difference(result.value, expected)}",
@@ -413,7 +416,7 @@ def test_lengths_and_cache_capacity(seed, devices):
     for device in devices:
         for count, room in ((0, 4), (1, 0), (rng.randint(5, 20), 0)):
             model, _ = scripted(vocab_size=32, seed=rng.getrandbits(31), max_seq_len=len(prompt) + count + room)
-            result = student().call("generate", model, prompt, count, temperature=0.7, calls=True, device=device,
+            result = student().call("generate", model, prompt, count, temperature=0.7, device=device,
                                     generator=SeededGenerator(rng.getrandbits(31)))
             check_token_list(result.value, count, 32, (), "generation")
             require(len(result.value) == count, "mismatch", f"max_new_tokens={count}: {len(result.value)} tokens",
@@ -451,7 +454,7 @@ def test_repetition_penalty_in_generation(seed, devices):
     for device in devices:
         model, _ = scripted(**settings)
         result = student().call("generate", model, prompt, 24, temperature=0.0, repetition_penalty=penalty,
-                                calls=True, device=device)
+                                device=device)
         check_token_list(result.value, 24, vocab, (), "generation with a repetition penalty")
         require(result.value == expected, "mismatch", f"penalty {penalty} ({device}): "
                 f"{first_difference(result.value, expected)}", "greedy generation with a repetition penalty differs: "
@@ -486,7 +489,7 @@ def test_sampled_generation(config, seed, devices):
         model, local = scripted(**settings)
         expected = gen.sampled(local, prompt, 30, draw_seed, device, temperature=sampling["temperature"],
                                top_k=sampling.get("top_k"), top_p=sampling.get("top_p"), penalty=penalty)
-        result = student().call("generate", model, prompt, 30, generator=SeededGenerator(draw_seed), calls=True,
+        result = student().call("generate", model, prompt, 30, generator=SeededGenerator(draw_seed),
                                 device=device, **sampling)
         tokens = result.value
         check_token_list(tokens, 30, 64, (), "sampled generation")
@@ -560,7 +563,7 @@ def test_stream_greedy_multibyte_text(seed, devices):
         model, local = scripted(**settings)
         expected = gen.greedy(local, prompt, count, stops=BYTES.stop_ids)
         result = student().call("stream", model, KitObject("byte_tokenizer"), prompt, count, temperature=0.0,
-                                stop_tokens=list(BYTES.stop_ids), drain=True, calls=True, device=device)
+                                stop_tokens=list(BYTES.stop_ids), drain=True, device=device)
         gen.check_stream(result.value, result.steps, expected, BYTES.decode, "streaming greedy text")
         gen.check_calls(result.calls, prompt, expected, count, "streaming")
 
@@ -617,9 +620,10 @@ def test_greedy_on_the_checkpoint(seed, devices):
         for text, count, room in runs:
             prompt = loaded.tokenizer.encode(text)
             max_seq_len = len(prompt) + count + room
-            tokens = checkpoint_call("generate", device, prompt, count, max_seq_len, temperature=0.0,
-                                     stop_tokens=list(loaded.tokenizer.stop_ids)).value
-            check_greedy_on_checkpoint(loaded, tokens, prompt, count)
+            result = checkpoint_call("generate", device, prompt, count, max_seq_len, temperature=0.0,
+                                     stop_tokens=list(loaded.tokenizer.stop_ids))
+            check_greedy_on_checkpoint(loaded, result.value, prompt, count)
+            gen.check_calls(result.calls, prompt, result.value, count, "greedy generation on the checkpoint")
 
 
 @pytest.mark.reproduce(f"{PUBLIC} (test_generation_on_the_shipped_model)")
@@ -661,3 +665,4 @@ def test_stream_on_the_checkpoint(seed, devices):
         result = checkpoint_call("stream", device, prompt, count, max_seq_len, KitObject("checkpoint_tokenizer"),
                                  temperature=0.0, stop_tokens=stops, drain=True)
         gen.check_stream(result.value, result.steps, tokens, tokenizer.decode, "streaming on the checkpoint")
+        gen.check_calls(result.calls, prompt, tokens, count, "streaming on the checkpoint")

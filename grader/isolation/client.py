@@ -5,11 +5,21 @@ it returns looks like the module: ``student.naive_attention(q, k, v, causal=True
 to the worker as plain data, waits (with a timeout), checks the reply and returns plain tensors on
 the inputs' device. Nothing the student wrote runs in this process.
 
-Arguments that are not data are named, and the worker builds them from the kit's own code on the call's
-device: ``KitObject("scripted_model", {...})`` (t7's models and tokenizers, a whitelist in worker.py) and
-``SeededGenerator(seed)`` (a ``torch.Generator``). ``StudentModule.call(..., drain=True)`` returns a stream's
-pieces with the model's call count at each; ``calls=True`` the scripted model's call log (both from the
-student's process: evidence the checks read beside the outputs).
+Arguments that are not data are named. ``KitObject("scripted_model", {...})`` (t7's models and tokenizers,
+t6's stand-in kernels: grader/isolation/served.py) is built HERE, in the checker, for the call, and served to
+the worker: the student's code gets a stand-in whose methods ask this process over the channel, which answers
+them while it waits for the call's reply (within the call's time limit). So the evidence the checks judge is
+recorded here as it happens: ``CallResult.calls`` is the record of the call's first served model (or kernels),
+and with ``drain=True`` a stream's pieces arrive one frame each as the student's generator yields them,
+``CallResult.steps`` holding how many model steps this process had served when each arrived.
+``SeededGenerator(seed)`` becomes a ``torch.Generator`` in the worker.
+
+What a student may be told about a failure is the checker's to say: the worker runs in the student's process,
+so its error texts (exception messages, tracebacks, type names, exit codes) may carry hidden inputs the student's
+code saw. ``WorkerFailure.feedback`` keeps to what the checker can vouch for: the kind of failure, an exception
+type the checker knows by name, the kit's own messages (stub texts, tripwire names, what a served kit object
+refused, with numbers masked), and a failed import's text while no call has yet sent the worker any data. The
+full text stays in ``str(failure)`` and ``detail``, for the checks and the instructor's grading.json.
 
 ``student_module("t6_kv_cache.py", driver="t6", kernels=(...))`` stands for a kit driver instead: its
 functions are scenarios of grader/isolation/t6_driver.py run around the student's module (a class with state that the
@@ -49,8 +59,8 @@ import torch
 
 import assignment.model as model_package
 from assignment.model import DEFAULT_CHECKPOINT
-from grader.isolation import sandbox
-from grader.isolation.worker import ProtocolError, read_frame, write_frame
+from grader.isolation import feedback, sandbox, served
+from grader.isolation.worker import MAX_DRAINED_ITEMS, SERVED_ERRORS, ProtocolError, read_frame, write_frame
 
 WORKER_SOURCE = Path(__file__).resolve().parent / "worker.py"
 DRIVER_SOURCES = (Path(__file__).resolve().parent / "t6_driver.py",)
@@ -60,26 +70,33 @@ ASSIGNMENT = MODEL_PACKAGE.parent
 CUDA_WRAPPER_FILES = ("impl.py", "starter.py", "registry.py", "cuda/__init__.py", "cuda/compiler.py",
                       "cuda/kernels.py", "checks.py", "testing.py")
 CHECKPOINT_IN_KIT = DEFAULT_CHECKPOINT.relative_to(MODEL_PACKAGE.parents[1])  # the same place under /kit
+MODEL_FILES_KEPT_OUT = ("scripted.py",)  # t7's test model: its logits live in the checker only (served.py)
 LOG_KEEP_BYTES = 32 * 1024  # of the worker's stderr: the first and the last this many bytes
+# Tensors one served call may send (a decode step's cache in the t6 scenarios is well under 1 MiB; the kit's
+# objects compute in this process, so what the student's code sends is work and memory here).
+SERVED_PAYLOAD_BYTES = 64 * 2**20
 
 
 @cache
 def _kit_dir(kernels: tuple[str, ...] = (), gpu: bool = False) -> Path:
-    """A private folder with what the sandbox mounts at /kit: worker.py, and the kit's model package and
-    shipped checkpoint that t7's objects are built from (all shipped to students; not the grader's package).
-    With ``kernels`` (t6): the kit's drivers, its CUDA wrappers and, for a GPU worker, the libraries built
-    from those files of ``IMPL``."""
+    """A private folder with what the sandbox mounts at /kit: worker.py. t7's models and tokenizers are served by
+    the checker (served.py), so a plain worker gets nothing else: no model code, no weights, no scripted model.
+    With ``kernels`` (t6, whose student file subclasses the kit's cache and whose scenarios run the kit's model
+    around it): the kit's model package but the scripted test model, the shipped checkpoint, the kit's drivers,
+    its CUDA wrappers and, for a GPU worker, the libraries built from those files of ``IMPL`` (all shipped to
+    students; not the grader's package)."""
     folder = Path(tempfile.mkdtemp(prefix="kit-worker-"))
     shutil.copyfile(WORKER_SOURCE, folder / "worker.py")
     (folder / "worker.py").chmod(0o644)
     package = folder / "assignment"
-    (package / "model").mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    for source in MODEL_PACKAGE.glob("*.py"):
-        shutil.copyfile(source, package / "model" / source.name)
-    if DEFAULT_CHECKPOINT.is_dir():
-        shutil.copytree(DEFAULT_CHECKPOINT, folder / CHECKPOINT_IN_KIT)
     if kernels:
+        (package / "model").mkdir(parents=True)
+        (package / "__init__.py").write_text("")
+        for source in MODEL_PACKAGE.glob("*.py"):
+            if source.name not in MODEL_FILES_KEPT_OUT:
+                shutil.copyfile(source, package / "model" / source.name)
+        if DEFAULT_CHECKPOINT.is_dir():
+            shutil.copytree(DEFAULT_CHECKPOINT, folder / CHECKPOINT_IN_KIT)
         for source in DRIVER_SOURCES:
             shutil.copyfile(source, folder / source.name)
         (package / "cuda").mkdir()
@@ -116,11 +133,14 @@ def _copy_libraries(folder: Path, files: tuple[str, ...]) -> None:
 
 
 class WorkerFailure(RuntimeError):
-    """A call did not produce a usable result. ``kind`` says how (the checker reports it)."""
+    """A call did not produce a usable result. ``kind`` says how (the checker reports it); ``str()`` and ``detail``
+    hold everything known (for the checks and the instructor), ``feedback`` what a student may be told (see the
+    module docstring; the message itself when the checker wrote it)."""
 
-    def __init__(self, kind: str, message: str, detail: str = ""):
+    def __init__(self, kind: str, message: str, detail: str = "", feedback: str | None = None):
         super().__init__(message)
         self.kind, self.detail = kind, detail
+        self.feedback = message if feedback is None else feedback
 
 
 @dataclass(frozen=True)
@@ -215,6 +235,8 @@ class Worker:
         self.next_id = 0
         self.killed_for = ""
         self.info: dict = {}
+        self.imported: dict[str, WorkerFailure | None] = {}  # file -> its import's failure (None: imported)
+        self.exposed = False  # a call has sent this worker data: a later import's text may carry some of it
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ lifecycle
@@ -249,6 +271,7 @@ class Worker:
                                      pass_fds=(info_w,) if info_w is not None else ())
         self.log = _CappedLog(self.proc.stderr)
         self.killed_for = ""
+        self.imported = {}
         if info_w is not None:
             os.close(info_w)
             self.init_pid = self._read_info(info_r)
@@ -319,16 +342,19 @@ class Worker:
         cap_kib = self.config.memory_cap_bytes // 1024
         while proc.poll() is None:
             rss = sum(_status_kib(pid, "VmRSS") or 0 for pid in self._sandbox_pids())
-            if rss > cap_kib:
-                self.stop(f"used {rss * 1024 / 2**30:.1f} GiB of memory (the limit is "
-                          f"{self.config.memory_cap_bytes / 2**30:.0f} GiB)")
+            if rss > cap_kib:  # how much is not said: the student's code could choose it to tell a hidden number
+                self.stop(f"used more memory than its limit of {self.config.memory_cap_bytes / 2**30:.0f} GiB")
                 return
             time.sleep(0.1)
 
     # ------------------------------------------------------------------ requests
-    def _request(self, header: dict, payload: bytes, timeout: float) -> tuple[dict, bytes]:
+    def _request(self, header: dict, payload: bytes, timeout: float,
+                 call: "_CallInFlight | None" = None) -> tuple[dict, bytes]:
+        """Send a request and wait for its reply, serving the call's kit objects and taking its streamed pieces as
+        their frames come; one deadline for all of it."""
         if not self.alive():
             raise WorkerFailure("crash", "the worker is not running")
+        call = call or _CallInFlight("cpu")
         self.next_id += 1
         header = dict(header, id=self.next_id)
         try:
@@ -343,15 +369,29 @@ class Worker:
             if not ready:
                 self.stop(f"took longer than {timeout:.0f} s")
                 raise WorkerFailure("timeout", f"the call took longer than {timeout:.0f} s (an infinite loop?)")
-            try:
-                reply, data = read_frame(self.proc.stdout, self.config.max_result_bytes)
+            try:  # unbuffered: a buffer would take in the frames behind this one, out of select's sight
+                frame, data = read_frame(self.proc.stdout.raw, self.config.max_result_bytes)
             except (EOFError, OSError):
                 raise self._died() from None
             except (ProtocolError, ValueError) as exc:
                 self.stop("protocol error")
-                raise WorkerFailure("protocol", f"the worker's reply could not be read ({exc})") from None
-            if reply.get("id") == header["id"]:
-                return reply, data
+                raise WorkerFailure("protocol", f"the worker's reply could not be read ({exc})",
+                                    feedback="the worker's reply could not be read") from None
+            op = frame.get("op")
+            if op == "serve":
+                answer, answer_data = call.answer(frame, data)
+                try:
+                    write_frame(self.proc.stdin, answer, answer_data)
+                except (BrokenPipeError, OSError):
+                    raise self._died() from None
+                continue
+            if op == "piece":
+                if not call.take_piece(frame):
+                    self.stop("streamed too many pieces")
+                    raise WorkerFailure("result", f"the stream yielded more than {MAX_DRAINED_ITEMS} pieces")
+                continue
+            if op is None and frame.get("id") == header["id"]:
+                return frame, data
             # A stale or forged frame: the worker's own replies always carry the request's id.
             self.stop("out-of-order reply")
             raise WorkerFailure("protocol", "the worker sent a reply to no request (something wrote to its channel)")
@@ -362,30 +402,47 @@ class Worker:
         if self.killed_for:
             return WorkerFailure("killed", f"the worker was stopped: it {self.killed_for}")
         if code is not None and code < 0:
-            why = f"signal {-code}"
+            signal_number = -code
         elif code is not None and code > 128 and self.init_pid is not None:
-            why = f"signal {code - 128}"  # bubblewrap exits with 128 + the signal that ended the worker
+            signal_number = code - 128  # bubblewrap exits with 128 + the signal that ended the worker
         else:
-            why = f"exit code {code}"
-        return WorkerFailure("crash", f"the student's code crashed the worker ({why})", self.log.text() if self.log else "")
+            signal_number = None
+        why = f"signal {signal_number}" if signal_number else f"exit code {code}"
+        # The student's code picks its exit code and can signal itself: only well-known crashes are named.
+        known = feedback.CRASH_SIGNALS.get(signal_number)
+        told = f"signal {signal_number}: {known}" if known else "a signal" if signal_number else "it exited"
+        return WorkerFailure("crash", f"the student's code crashed the worker ({why})",
+                             self.log.text() if self.log else "", f"the student's code crashed the worker ({told})")
+
+    def _import(self, filename: str) -> None:
+        """Import the student's file in the worker on its own (once per worker process), before any call sends it
+        data; a failed import fails every call of the file without sending it anything."""
+        if filename not in self.imported:
+            reply, _ = self._request({"op": "import", "file": filename}, b"", self.config.call_timeout_s)
+            self.imported[filename] = None if reply.get("ok") else self._failure(reply.get("error") or {}, filename)
+        if self.imported[filename] is not None:
+            raise self.imported[filename]
 
     def call(self, filename: str, function: str, args: tuple, kwargs: dict, *, track: bool = False,
-             measure_memory: bool = False, drain: bool = False, calls: bool = False,
+             measure_memory: bool = False, drain: bool = False,
              device: str | None = None, driver: str | None = None) -> "CallResult":
-        """One call of the student's function. ``device``: where the worker puts the call's tensors and kit
-        objects (default: the device of the first tensor argument, else the CPU); ``drain`` and ``calls``:
-        see worker.py (a stream's items with their step counts; the scripted model's call log); ``driver``:
-        call that kit driver's scenario ``function`` with the student's module instead (worker.KIT_DRIVERS)."""
+        """One call of the student's function. ``device``: where the worker puts the call's tensors and the checker
+        the call's kit objects (default: the device of the first tensor argument, else the CPU); ``drain``: the
+        result is an iterator whose items the worker streams here as they come (see the module docstring);
+        ``driver``: call that kit driver's scenario ``function`` with the student's module instead
+        (worker.KIT_DRIVERS)."""
         with self._lock:
             if not self.alive():
                 self._launch()
             if not self.info:
                 self._handshake()
+            self._import(filename)
             tensors: dict[str, torch.Tensor] = {}
             device = _canonical_device(device or _device_of(args, kwargs))
+            in_flight = _CallInFlight(device)
             request = {"op": "call", "file": filename, "function": function, "device": device, "track": track,
-                       "drain": drain, "calls": calls, "driver": driver,
-                       "args": _encode(list(args), tensors), "kwargs": _encode(dict(kwargs), tensors)}
+                       "drain": drain, "driver": driver, "args": _encode(list(args), tensors, in_flight),
+                       "kwargs": _encode(dict(kwargs), tensors, in_flight)}
             from safetensors.torch import save
 
             payload = save(tensors) if tensors else b""
@@ -393,21 +450,30 @@ class Worker:
             if measure_memory:
                 baseline = self._reset_peak()
             started = time.monotonic()
-            reply, data = self._request(request, payload, self.config.call_timeout_s)
+            self.exposed = True
+            reply, data = self._request(request, payload, self.config.call_timeout_s, in_flight)
             seconds = time.monotonic() - started
             peak = None
             if measure_memory and baseline is not None:
                 hwm = _status_kib(self.pid, "VmHWM")
                 peak = None if hwm is None else max(0, hwm - baseline) * 1024
             if not reply.get("ok"):
-                error = reply.get("error") or {}
-                raise WorkerFailure(str(error.get("kind", "exception")), _error_text(error),
-                                    str(error.get("traceback", ""))[-4000:])
+                raise self._failure(reply.get("error") or {}, filename, function, in_flight)
             from safetensors.torch import load
 
             received = load(data) if data else {}
-            value = _decode(reply.get("result"), received, device)
-            return CallResult(value, peak, reply.get("largest"), seconds, reply.get("steps"), reply.get("calls"))
+            value = in_flight.pieces if drain else _decode(reply.get("result"), received, device)
+            return CallResult(value, peak, reply.get("largest"), seconds, in_flight.arrivals if drain else None,
+                              in_flight.record())
+
+    def _failure(self, error: dict, filename: str, function: str = "",
+                 in_flight: "_CallInFlight | None" = None) -> WorkerFailure:
+        """The failure a worker's error reply stands for, with what a student may be told about it."""
+        kind = str(error.get("kind", "exception"))
+        refusal = in_flight.refusal(str(error.get("type"))) if in_flight is not None and kind == "exception" else None
+        return WorkerFailure(kind, _error_text(error), str(error.get("traceback", ""))[-4000:],
+                             feedback.told(kind, error, filename, function, self.exposed, self.config.forbidden,
+                                           refusal, in_flight.offers() if in_flight is not None else ""))
 
     def _reset_peak(self) -> int | None:
         if self.pid is None:
@@ -425,14 +491,14 @@ class CallResult:
     peak_bytes: int | None          # resident memory the call added (None: not measured)
     largest: dict | None            # the worker's own report of its largest tensor (informative only)
     seconds: float
-    steps: list | None = None       # drain: the kit model's step count as each item came out (the student's process)
-    calls: list | None = None       # calls: the scripted model's call log (the student's process: evidence, not proof)
+    steps: list | None = None       # drain: how many model steps the checker had served as each piece arrived
+    calls: list | None = None       # the checker's record of the call's first served model or kernels (served.py)
 
 
 @dataclass(frozen=True)
 class KitObject:
-    """An argument the worker builds itself from the kit's code: one of worker.KIT_OBJECTS (a model or a
-    tokenizer cannot cross the channel as data)."""
+    """An argument that is a kit object (a model, a tokenizer, stand-in kernels: a key of served.BUILDERS), built
+    in the checker for the call and served to the worker (it cannot cross the channel as data)."""
     name: str
     kwargs: dict = field(default_factory=dict)
 
@@ -441,6 +507,98 @@ class KitObject:
 class SeededGenerator:
     """An argument the worker turns into a ``torch.Generator`` on the call's device, seeded with ``seed``."""
     seed: int
+
+
+class _CallInFlight:
+    """The checker's side of one call while it runs: the kit objects it serves to the worker (by handle), and the
+    pieces a drained stream sent, each with how many model steps had been served when it arrived."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.served: dict[str, served.Served] = {}
+        self.pieces: list[str | None] = []   # None: an item that was not a string
+        self.arrivals: list[int] = []
+
+    def add(self, kit_object: KitObject, tensors: dict) -> dict:
+        """Build ``kit_object`` for this call; what the worker gets to stand for it."""
+        built = served.build(kit_object.name, dict(kit_object.kwargs), self.device)
+        handle = f"k{len(self.served)}"
+        self.served[handle] = built
+        return {"$served": handle, "what": built.what, "methods": sorted(built.methods),
+                "attributes": _encode(built.attributes(), tensors)}
+
+    def model_steps(self) -> int:
+        return sum(s.steps for s in self.served.values() if isinstance(s, served.ServedModel))
+
+    def take_piece(self, frame: dict) -> bool:
+        """Keep a streamed piece, stamped with the model steps served so far; False past MAX_DRAINED_ITEMS."""
+        text = frame.get("text")
+        self.pieces.append(text if isinstance(text, str) else None)
+        self.arrivals.append(self.model_steps())
+        return len(self.pieces) <= MAX_DRAINED_ITEMS
+
+    def answer(self, frame: dict, data: bytes) -> tuple[dict, bytes]:
+        """Serve one method call the worker asked for: the kit object's answer, or its error (type and message)."""
+        from safetensors.torch import load, save
+
+        try:
+            target = self.served.get(str(frame.get("object")))
+            if target is None:
+                raise RuntimeError("this call has no such kit object")
+            if len(data) > SERVED_PAYLOAD_BYTES:  # the work is this process's: the student's code picks its size
+                raise ValueError(f"the kit's {target.what} takes at most {SERVED_PAYLOAD_BYTES >> 20} MiB of tensors "
+                                 "per call")
+            tensors = load(data) if data else {}
+            args = _decode_served(frame.get("args", []), tensors, self.device)
+            kwargs = _decode_served(frame.get("kwargs", {}), tensors, self.device)
+            if not isinstance(args, list) or not isinstance(kwargs, dict):
+                raise TypeError("the arguments did not arrive as a list and a dict")
+            result = target.serve(str(frame.get("method")), args, kwargs)
+            out: dict = {}
+            encoded = _encode(result, out)
+            return {"op": "served", "ok": True, "result": encoded}, save(out) if out else b""
+        except Exception as exc:  # noqa: BLE001 - whatever the kit's object raised goes back to the student's code
+            name = type(exc).__name__ if type(exc).__name__ in SERVED_ERRORS else "RuntimeError"
+            return {"op": "served", "ok": False, "error": {"type": name, "message": str(exc)[:2000]}}, b""
+
+    def record(self) -> list | None:
+        """The record of the first served object that keeps one (a model's steps, stand-in kernels' calls)."""
+        return next((list(s.calls) for s in self.served.values() if s.calls is not None), None)
+
+    def offers(self) -> str:
+        """What the call's served kit objects offer the student's code (this process's own words)."""
+        return "; ".join(f"the kit's {s.what} offers {', '.join((*sorted(s.methods), *s.attributes()))}"
+                         for s in self.served.values())
+
+    def refusal(self, type_name: str) -> served.Refusal | None:
+        """The last call a served object refused with this type of error (what made the student's code fail)."""
+        refused = [r for s in self.served.values() for r in s.refusals if r.type == type_name]
+        return refused[-1] if refused else None
+
+
+def _decode_served(value, tensors: dict, device: str):
+    """A served call's arguments as the worker encoded them (worker.Worker._encode): plain data only. Each tensor is
+    placed where the student's code had it (the call's device or the CPU), so the kit's object can refuse a tensor
+    on the wrong device as it would in the student's own process."""
+    if isinstance(value, list):
+        return [_decode_served(v, tensors, device) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "$t" in value:
+        if str(value.get("type")) != "torch.Tensor" or value["$t"] not in tensors:
+            raise TypeError("a tensor argument must be a plain torch.Tensor")
+        where = str(value.get("device", "cpu"))
+        if where not in ("cpu", device):
+            raise ValueError(f"a tensor argument is on {where}, but this call runs on {device}")
+        return tensors[value["$t"]].to(where)
+    if "$tuple" in value or "$list" in value:
+        items = [_decode_served(v, tensors, device) for v in value.get("$tuple", value.get("$list", []))]
+        return tuple(items) if "$tuple" in value else items
+    if "$dict" in value:
+        return {str(k): _decode_served(v, tensors, device) for k, v in dict(value["$dict"]).items()}
+    if "$float" in value:
+        return float(value["$float"])
+    raise TypeError("the kit's objects take data: tensors, numbers, strings, and lists, tuples and dicts of them")
 
 
 def _error_text(error: dict) -> str:
@@ -472,9 +630,12 @@ def _canonical_device(device: str) -> str:
     return str(parsed)
 
 
-def _encode(value, tensors: dict):
+def _encode(value, tensors: dict, in_flight: _CallInFlight | None = None):
+    """Plain data for the worker (tensors go into ``tensors``); a KitObject is built for ``in_flight``."""
     if isinstance(value, KitObject):
-        return {"$object": value.name, "kwargs": _encode(dict(value.kwargs), tensors)}
+        if in_flight is None:
+            raise TypeError("a kit object can only be an argument of a call")
+        return in_flight.add(value, tensors)
     if isinstance(value, SeededGenerator):
         return {"$generator": int(value.seed)}
     if isinstance(value, torch.Tensor):
@@ -484,9 +645,9 @@ def _encode(value, tensors: dict):
     if isinstance(value, float) and not math.isfinite(value):
         return {"$float": repr(value)}
     if isinstance(value, (list, tuple)):
-        return [_encode(v, tensors) for v in value]
+        return [_encode(v, tensors, in_flight) for v in value]
     if isinstance(value, dict):
-        return {str(k): _encode(v, tensors) for k, v in value.items()}
+        return {str(k): _encode(v, tensors, in_flight) for k, v in value.items()}
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     raise TypeError(f"cannot send a {type(value).__name__} to the worker")
@@ -504,10 +665,11 @@ def _decode(value, tensors: dict, device: str):
                 raise WorkerFailure("result", "the reply refers to a tensor it does not carry")
             declared = str(value.get("type", "torch.Tensor"))
             if declared != "torch.Tensor":
-                raise ResultTypeError("result", f"returned a {declared.rsplit('.', 1)[-1]}, not a plain torch.Tensor")
-            if str(value.get("device", device)) != device:
-                raise ResultTypeError("result", f"returned a tensor on {value.get('device')}, but the inputs were on "
-                                                f"{device}")
+                raise ResultTypeError("result", f"returned {feedback.type_said(declared)}, not a plain torch.Tensor")
+            where = str(value.get("device", device))
+            if where != device:
+                said = "the CPU" if where == "cpu" else "a GPU" if where.startswith("cuda") else "another device"
+                raise ResultTypeError("result", f"returned a tensor on {said}, but the inputs were on {device}")
             return tensors[name].to(device)
         if "$tuple" in value or "$list" in value:
             items = [_decode(v, tensors, device) for v in value.get("$tuple", value.get("$list", []))]
@@ -517,12 +679,12 @@ def _decode(value, tensors: dict, device: str):
         if "$float" in value:
             return float(value["$float"])
         if "$other" in value:
-            what = str(value["$other"]).rsplit(".", 1)[-1]
+            what = feedback.type_said(str(value["$other"]))
             if value.get("iterator"):
-                raise ResultTypeError("result", f"returned a {what} (an iterator) where a value was expected: return "
+                raise ResultTypeError("result", f"returned {what} (an iterator) where a value was expected: return "
                                                 "the values themselves (a list, say), not a generator")
-            raise ResultTypeError("result", f"returned a {what}, not a plain torch.Tensor" if value.get("subclass")
-                                  else f"returned a {what}, not a tensor")
+            raise ResultTypeError("result", f"returned {what}, not a plain torch.Tensor" if value.get("subclass")
+                                  else f"returned {what}, not a tensor")
     return value
 
 
@@ -543,11 +705,11 @@ class StudentModule:
         return call
 
     def call(self, function: str, *args, track: bool = False, measure_memory: bool = False, drain: bool = False,
-             calls: bool = False, device: str | None = None, **kwargs) -> CallResult:
+             device: str | None = None, **kwargs) -> CallResult:
         """Like ``student.function(...)``, with the measurements and evidence: ``.value``, ``.peak_bytes``,
         ``.largest``, ``.steps``, ``.calls`` (the options are Worker.call's, so they are not the student's)."""
         return self._worker.call(self._filename, function, args, kwargs, track=track, measure_memory=measure_memory,
-                                 drain=drain, calls=calls, device=device, driver=self._driver)
+                                 drain=drain, device=device, driver=self._driver)
 
     @property
     def worker(self) -> Worker:

@@ -6,15 +6,19 @@ requests): each takes the student's module first, builds what the scenario needs
 (the cache, stand-in kernels, the shipped checkpoint, a random model, a CUDA graph) and returns plain
 tensors, numbers and strings. The checker computes every expected value itself, in its own process.
 
-What a scenario reports about how the student's code behaved (which kernel it called, with what) is
-evidence from the student's process, read beside the outputs the checker checks, never instead of them.
+How the student's cache dispatches to the kernels is the checker's record, not the worker's: the stand-in
+kernels of ``dispatch_step`` (``StandInKernels``, here) send each call's tensors to the checker, where this
+file's ``RecordingKernels`` (served by grader/isolation/served.py) checks the arguments as the kit's wrappers
+do, records the call and computes the answer in float64. What the other scenarios report about the cache
+object itself (its ``lengths``, whether ``update`` returned views, the launches the checkpoint scenario
+counted) is still the worker's, read beside the outputs the checker checks, never instead of them.
 
-The kernels: ``module.kernels`` is pointed at stand-ins (float64 PyTorch that record their calls) or at
+The kernels: ``module.kernels`` is pointed at those stand-ins or at
 ``PrebuiltKernels``, the kit's wrappers over libraries the checker built from the graded CUDA files and
 copied into /kit (no nvcc in the sandbox; the sources are not there either).
 
 Copied by grader/isolation/client.py into the worker's /kit beside worker.py; imports only torch and the
-kit's own ``assignment`` copy there.
+kit's own ``assignment`` copy there (the checker imports it too, for ``RecordingKernels``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import os
 import torch
 
 LIBRARIES = "libraries"            # beside this file: <stem>.so and manifest.json (client.py writes them)
-ENTRY_POINTS = ("update_scenario", "dispatch_scenario", "cpu_model_scenario", "checkpoint_scenario",
+ENTRY_POINTS = ("update_scenario", "dispatch_setup", "dispatch_step", "cpu_model_scenario", "checkpoint_scenario",
                 "timing_setup", "timing_step", "timing_echo")
 _state: dict = {}                  # loaded checkpoints (per device), the timing session, where the checkpoint is
 
@@ -122,64 +126,83 @@ def _attention64(q, k, v, causal: bool, scale: float | None, lengths=None):
 
 
 class StandInKernels:
-    """The kernels of t4/t5 and t6 in float64 PyTorch (any device), recording how the student's cache calls them.
-    Arguments are checked as the real wrappers check them, so a call the kernels would refuse fails here too."""
+    """The kernels of t4/t5 and t6 as the student's cache sees them in the worker: each call goes to the checker
+    (``served``: the worker's stand-in for a ``RecordingKernels`` there), which records it and computes the answer
+    in float64. Only what the checker cannot see from the data is checked here, as the real wrappers check it: the
+    tensors' layout (they cross the channel contiguous) and where a workspace came from."""
 
-    # Private attributes: a graded file may not reach them (assignment/policy.py), so it cannot forge the record.
-    def __init__(self, cache):
-        self._cache, self._calls = cache, []
+    def __init__(self, served):
+        self._served = served
         self._kernels = _kernels_module()
 
-    def _is_buffer(self, tensor, buffer) -> bool:
-        return isinstance(buffer, torch.Tensor) and tensor.data_ptr() == buffer.data_ptr()
+    @staticmethod
+    def _require_contiguous(kernel: str, **tensors) -> None:
+        for name, t in tensors.items():
+            if isinstance(t, torch.Tensor) and not t.is_contiguous():
+                raise ValueError(f"{kernel}: {name} must be contiguous (call .contiguous()), got strides {t.stride()}")
+
+    @staticmethod
+    def _written(o, l, out, lse):
+        return (o if out is None else out.copy_(o)), (l if lse is None else lse.copy_(l))
 
     def flash_attention(self, q, k, v, causal=False, scale=None, out=None, lse=None):
-        kernel = "t4_flash_attention_forward"
-        self._kernels._attention_shapes(kernel, q, k, v)
-        for name, t in (("q", q), ("k", k), ("v", v)):
-            if not t.is_contiguous():
-                raise ValueError(f"{kernel}: {name} must be contiguous (call .contiguous()), got strides {t.stride()}")
-        self._calls.append({"op": "flash_attention", "causal": bool(causal), "keys": int(k.shape[2]),
-                           "queries": int(q.shape[2]), "scale": None if scale is None else float(scale)})
-        o, l = _attention64(q, k, v, bool(causal), scale)
-        o, l = o.to(q.dtype), l.float()
-        if out is not None:
-            o = out.copy_(o)
-        if lse is not None:
-            l = lse.copy_(l)
-        return o, l
+        self._require_contiguous("t4_flash_attention_forward", q=q, k=k, v=v)
+        o, l = self._served.flash_attention(q, k, v, bool(causal), None if scale is None else float(scale))
+        return self._written(o, l, out, lse)
 
     def decode_workspace(self, q, k_cache, num_splits=None):
-        B, H, _, _, d = self._kernels._decode_shapes("t6_decode_attention", q, k_cache, k_cache)
-        self._calls.append({"op": "decode_workspace"})
-        return self._kernels.DecodeWorkspace(torch.empty(0, device=q.device), int(num_splits or 1), B, H, d)
+        splits = self._served.decode_workspace(q, k_cache, num_splits)
+        return self._kernels.DecodeWorkspace(torch.empty(0, device=q.device), int(splits), int(q.shape[0]),
+                                             int(q.shape[1]), int(q.shape[-1]))
 
     def decode_attention(self, q, k_cache, v_cache, lengths, scale=None, out=None, lse=None, workspace=None,
                          num_splits=None):
         kernel = "t6_decode_attention"
-        B, _, _, L_max, _ = self._kernels._decode_shapes(kernel, q, k_cache, v_cache)
+        self._require_contiguous(kernel, q=q, k_cache=k_cache, v_cache=v_cache, lengths=lengths)
+        if workspace is not None and not isinstance(workspace, self._kernels.DecodeWorkspace):
+            raise TypeError(f"{kernel}: workspace must come from decode_workspace(q, k_cache)")
+        o, l = self._served.decode_attention(q, k_cache, v_cache, lengths, None if scale is None else float(scale),
+                                             workspace is not None)
+        return self._written(o, l, out, lse)
+
+
+class RecordingKernels:
+    """The checker's half of the stand-in kernels (grader.isolation.served serves it to the worker's
+    ``StandInKernels``): the kit wrappers' argument checks, float64 attention on exactly the tensors the student's
+    cache passed, and ``calls``, the record the t6 checks judge (which kernel each step called, with how many
+    queries and keys, causal or not, which lengths and where they lived). Built by the checker for each call, so
+    the record holds that call's kernel calls only, and nothing in the worker can write to it."""
+
+    METHODS = ("flash_attention", "decode_workspace", "decode_attention")
+
+    def __init__(self):
+        self.calls: list[dict] = []
+
+    def flash_attention(self, q, k, v, causal: bool, scale):
+        _kernels_module()._attention_shapes("t4_flash_attention_forward", q, k, v)
+        self.calls.append({"op": "flash_attention", "causal": bool(causal), "keys": int(k.shape[2]),
+                           "queries": int(q.shape[2]), "scale": None if scale is None else float(scale)})
+        o, l = _attention64(q, k, v, bool(causal), scale)
+        return o.to(q.dtype), l.float()
+
+    def decode_workspace(self, q, k_cache, num_splits):
+        _kernels_module()._decode_shapes("t6_decode_attention", q, k_cache, k_cache)
+        self.calls.append({"op": "decode_workspace"})
+        return int(num_splits or 1)
+
+    def decode_attention(self, q, k_cache, v_cache, lengths, scale, workspace: bool):
+        kernel = "t6_decode_attention"
+        B, _, _, L_max, _ = _kernels_module()._decode_shapes(kernel, q, k_cache, v_cache)
         if not isinstance(lengths, torch.Tensor) or lengths.dtype not in (torch.int32, torch.int64) \
                 or lengths.dim() != 1 or lengths.shape[0] not in (B, 1):
             raise TypeError(f"{kernel}: lengths must be an int32 or int64 tensor of shape ({B},) or (1,)")
-        for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-            if not t.is_contiguous():
-                raise ValueError(f"{kernel}: {name} must be contiguous (call .contiguous()), got strides {t.stride()}")
-        if workspace is not None and not isinstance(workspace, self._kernels.DecodeWorkspace):
-            raise TypeError(f"{kernel}: workspace must come from decode_workspace(q, k_cache)")
         values = [min(max(int(x), 0), L_max) for x in lengths.tolist()]
-        self._calls.append({"op": "decode_attention", "capacity": int(L_max), "lengths": values,
+        self.calls.append({"op": "decode_attention", "capacity": int(L_max), "lengths": values,
                            "lengths_device": str(lengths.device), "lengths_dtype": str(lengths.dtype),
-                           "whole_buffers": self._is_buffer(k_cache, getattr(self._cache, "k_cache", None))
-                           and self._is_buffer(v_cache, getattr(self._cache, "v_cache", None)),
-                           "workspace": workspace is not None, "scale": None if scale is None else float(scale)})
+                           "workspace": bool(workspace), "scale": None if scale is None else float(scale)})
         q4 = q if q.dim() == 4 else q[:, :, None]
         o, l = _attention64(q4, k_cache, v_cache, False, scale, values * B if len(values) == 1 else values)
-        o, l = o.to(q.dtype).reshape(q.shape), l.float().reshape(q.shape[:-1])
-        if out is not None:
-            o = out.copy_(o)
-        if lse is not None:
-            l = lse.copy_(l)
-        return o, l
+        return o.to(q.dtype).reshape(q.shape), l.float().reshape(q.shape[:-1])
 
 
 # --------------------------------------------------------------------------- the cache on its own (CPU or GPU)
@@ -220,22 +243,18 @@ def update_scenario(module, max_batch: int, max_seq_len: int, n_kv_heads: int, h
     return {"steps": reports, "k_cache": cache.k_cache, "v_cache": cache.v_cache}
 
 
-def dispatch_scenario(module, max_batch: int, max_seq_len: int, q, k, v, chunks: list, scale: float) -> dict:
-    """``attend`` with stand-in kernels: ``chunks`` are (first, last, kv_len) runs of positions first..last-1 (one
-    token: a decode step; kv_len None as in a captured step). Each step's output and the kernel calls it made."""
-    device = str(q.device)
-    cache = _new_cache(module, max_batch, max_seq_len, k.shape[1], k.shape[3], device, None)
-    stand_in = StandInKernels(cache)
-    module.kernels = stand_in
-    reports = []
+def dispatch_setup(module, max_batch: int, max_seq_len: int, n_kv_heads: int, head_dim: int, device: str) -> None:
+    """A fresh cache for the ``dispatch_step`` calls that follow (one worker runs one scenario at a time)."""
+    _state["dispatch"] = _new_cache(module, max_batch, max_seq_len, n_kv_heads, head_dim, device, None)
+
+
+def dispatch_step(module, kernels, q, k, v, input_pos, scale: float, kv_len) -> torch.Tensor:
+    """``attend`` of the new tokens q, k, v at ``input_pos`` (kv_len None, as in a captured decode step) on the cache
+    of ``dispatch_setup``, its kernels the stand-ins of ``kernels``: the checker's record of this call is the kernel
+    calls of this step."""
+    module.kernels = StandInKernels(kernels)
     with torch.no_grad():
-        for first, last, kv_len in chunks:
-            stand_in._calls = []
-            positions = torch.arange(first, last, device=device)
-            chunk = [x[:, :, first:last].contiguous() for x in (q, k, v)]  # fresh tensors, as the model's are
-            out = cache.attend(*chunk, positions, scale, kv_len)
-            reports.append({"out": out, "calls": stand_in._calls})
-    return {"steps": reports}
+        return _state["dispatch"].attend(q, k, v, input_pos, scale, kv_len)
 
 
 # --------------------------------------------------------------------------- the cache in the kit's model

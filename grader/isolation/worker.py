@@ -3,24 +3,30 @@
     python -I worker.py '<json config>'          (started by grader.isolation.sandbox)
 
 Runs inside the sandbox with nothing of the instructor's in view, so it imports only the standard
-library, torch and safetensors, and the kit's model package (the copy the client puts beside this
-file, which students get anyway) only when a request names one of its objects. Before anything of
-the student's runs it drops to an unprivileged uid (when started as root), moves its protocol off
-stdin/stdout (a student's print goes to the log, not into the protocol) and replaces the operations
-the task forbids with tripwires.
+library, torch and safetensors (and, for a kit driver, the kit copy the client puts beside this file).
+Before anything of the student's runs it drops to an unprivileged uid (when started as root), moves its
+protocol off stdin/stdout (a student's print goes to the log, not into the protocol) and replaces the
+operations the task forbids with tripwires.
 
 Protocol: frames on the private descriptors, each ``HEADER`` (magic, JSON length, payload length),
 a JSON object, then a safetensors payload holding the tensors the JSON refers to as {"$t": name}.
 Tensors cross as plain data, so whatever a student's object pretends to be, the grader receives
-bytes with a dtype and a shape. Requests: {"op": "hello"} and {"op": "call", "file", "function",
-"args", "kwargs", "device", "track", "drain", "calls"}; every reply carries the request's "id". The
-grader trusts nothing a reply says except the data it checks itself.
+bytes with a dtype and a shape. Requests: {"op": "hello"}, {"op": "import", "file"} (the file alone,
+before any call sends it data) and {"op": "call", "file", "function", "args", "kwargs", "device",
+"track", "drain"}; every reply carries the request's "id". The grader trusts nothing a reply says
+except the data it checks itself.
 
-Arguments that are not data (t7's model, tokenizer and random generator) are built here from the
-kit's code: {"$object": name, "kwargs": {...}} (a name in KIT_OBJECTS) and {"$generator": seed}, on
-the call's device. "drain" iterates an iterator result here and returns its items, each with the
-step counter of the call's first kit model when it came out (streaming happens during generation,
-not after it); "calls" returns the call log of the call's first scripted model.
+Kit objects live in the checker (grader/isolation/served.py): a model, a tokenizer, t6's stand-in
+kernels. An argument {"$served": handle, "what", "attributes", "methods"} becomes a ``ServedObject``
+here: its attributes are plain values, and each method call is a frame {"op": "serve", "object",
+"method", "args", "kwargs"} to the checker, which runs the kit's object, records the call and answers
+{"op": "served", "ok", "result"} (or the kit's error, raised here with its type and message). So the
+call log the checks judge is the checker's, and nothing in this process can compute what the model
+would answer. {"$generator": seed} becomes a ``torch.Generator`` on the call's device.
+
+"drain" iterates an iterator result and sends each item to the checker as it comes out, one frame
+{"op": "piece", "text"} per item, before asking the iterator for the next: the checker notes, at each
+arrival, how many model steps it has served (streaming happens during generation, not after it).
 
 A request with "driver" (a name in KIT_DRIVERS) calls a function of that kit module beside this file,
 with the student's module first: t6's cache is a class the kit's model drives, not a function of data,
@@ -37,6 +43,7 @@ import math
 import os
 import struct
 import sys
+import threading
 import traceback
 
 MAGIC = b"KITW"
@@ -45,10 +52,12 @@ MAX_JSON_BYTES = 1 << 20
 # Where a tripwire is installed for each forbidden name found there.
 TRIPWIRE_HOMES = ("torch", "torch.nn", "torch.nn.functional", "torch.Tensor", "torch._C", "torch._C._nn",
                   "torch.linalg", "torch.special")
-KIT_OBJECTS = ("scripted_model", "byte_tokenizer", "checkpoint_model", "checkpoint_tokenizer")
 KIT_DRIVERS = {"t6": "t6_driver"}  # driver name -> kit module beside this file (its ENTRY_POINTS may be called)
 MAX_DRAINED_ITEMS = 100_000   # items of a drained iterator (a stream of a few hundred pieces is far below)
-MAX_LOG_ENTRIES = 10_000      # entries of a returned call log, and values in each
+MAX_PIECE_CHARS = 1 << 16     # a longer streamed piece crosses as "not text" (a frame's JSON is at most 1 MiB)
+# Errors a served call may raise here (the checker sends the type's name); any other becomes a RuntimeError.
+SERVED_ERRORS = {error.__name__: error for error in (ValueError, TypeError, IndexError, RuntimeError,
+                                                     NotImplementedError, AttributeError)}
 
 
 class ProtocolError(RuntimeError):
@@ -146,47 +155,63 @@ class _Largest:
         return Mode()
 
 
-class _CountingModel:
-    """The kit's transformer as the student's loop sees it, counting its prefill and decode calls (the
-    scripted model's ``steps``), so that a drained stream shows when each piece came out."""
+class Channel:
+    """The private descriptors to the checker: frames out and in, one exchange at a time (a student's thread
+    cannot interleave its frames with a served call's)."""
 
-    def __init__(self, model):
-        self._model, self.steps = model, 0
+    def __init__(self, out_stream, in_stream, max_payload: int):
+        self.out, self.inp, self.max_payload = out_stream, in_stream, max_payload
+        self._lock = threading.Lock()
 
-    def prefill(self, tokens, input_pos):
-        self.steps += 1
-        return self._model.prefill(tokens, input_pos)
+    def send(self, header: dict, payload: bytes = b"") -> None:
+        with self._lock:
+            write_frame(self.out, header, payload)
 
-    def decode_one_token(self, token, input_pos):
-        self.steps += 1
-        return self._model.decode_one_token(token, input_pos)
-
-    def __getattr__(self, name):  # max_seq_len, vocab_size, device, config, ...
-        return getattr(self._model, name)
-
-
-def _plain_log(calls) -> list | None:
-    """A scripted model's call log as plain JSON ({op, positions, tokens} entries, bounded in size), or None
-    when it is not one. It is an object of the student's process, which can rewrite it: the checker reads
-    it as evidence beside the outputs it checks itself, never as the only evidence."""
-    try:
-        entries, budget = [], MAX_LOG_ENTRIES
-        for entry in list(calls)[:MAX_LOG_ENTRIES]:
-            positions = [int(p) for p in list(entry["positions"])[:budget]]
-            tokens = [int(t) for t in list(entry["tokens"])[:budget]]
-            budget -= len(positions) + len(tokens)
-            entries.append({"op": str(entry["op"])[:16], "positions": positions, "tokens": tokens})
-            if budget <= 0:
-                break
-        return entries
-    except Exception:  # noqa: BLE001 - whatever the object is, it is not a call log
-        return None
+    def ask(self, header: dict, payload: bytes = b"") -> tuple[dict, bytes]:
+        """Send a frame and wait for the checker's answer to it."""
+        with self._lock:
+            write_frame(self.out, header, payload)
+            reply, data = read_frame(self.inp, self.max_payload)
+        if reply.get("op") != "served":
+            raise ProtocolError("the checker answered a served call with something else")
+        return reply, data
 
 
-def _error(kind: str, type_name: str, message: str, traceback_text: str = "") -> dict:
+class ServedObject:
+    """A kit object that lives in the checker (a model, a tokenizer, stand-in kernels), as the student's code sees
+    it: the attributes the checker sent, and methods that each send one call to the checker and return its answer
+    (tensors on the call's device). Nothing else: there is no model here to ask, and no record to rewrite."""
+
+    def __init__(self, worker: "Worker", handle: str, what: str, attributes: dict, methods: list, device: str):
+        self._worker, self._handle, self._what, self._device = worker, handle, what, device
+        self._methods = tuple(str(m) for m in methods)
+        for name, value in attributes.items():
+            setattr(self, name, value)
+
+    def __getattr__(self, name: str):
+        methods = vars(self).get("_methods", ())
+        if name.startswith("_") or name not in methods:
+            offered = ", ".join((*methods, *(k for k in vars(self) if not k.startswith("_"))))
+            raise AttributeError(f"the kit's {vars(self).get('_what', 'object')} offers {offered}; it has no "
+                                 f"attribute {name!r}")
+
+        def call(*args, **kwargs):
+            return self._worker.ask_checker(self._handle, name, args, kwargs, self._device)
+        call.__name__ = name
+        return call
+
+    def __repr__(self) -> str:
+        return f"<the kit's {self._what}, served by the grader>"
+
+
+def _error(kind: str, type_name: str, message: str, traceback_text: str = "", reason: str = "") -> dict:
+    """An error reply. The checker shows a student only what it can vouch for (worker.py runs in the student's
+    process, so any of this may be forged): the kind, a type name it knows, and its own text for ``reason``."""
     error = {"kind": kind, "type": type_name, "message": message[:4000]}
     if traceback_text:
         error["traceback"] = traceback_text
+    if reason:
+        error["reason"] = reason
     return {"ok": False, "error": error}
 
 
@@ -197,12 +222,15 @@ class Worker:
 
         self.torch, self.load, self.save = torch, load, save
         self.config = config
-        self.out, self.inp = out_stream, in_stream
-        self.modules: dict[str, object] = {}
         self.max_payload = int(config.get("max_payload", 8 << 30))
-        self.kit_root = os.path.dirname(os.path.abspath(__file__))  # the client's copy of the kit's model package
-        self.checkpoints: dict[str, object] = {}  # device -> the shipped checkpoint, loaded once
+        self.channel = Channel(out_stream, in_stream, self.max_payload)
+        self.modules: dict[str, object] = {}
+        self.kit_root = os.path.dirname(os.path.abspath(__file__))  # the client's copy of the kit (drivers)
         self.drivers: dict[str, object] = {}
+        if os.path.isdir(os.path.join(self.kit_root, "assignment")) and self.kit_root not in sys.path:
+            # The kit's package beside this file (a driver's task: t6's file subclasses the kit's cache) is
+            # importable by the student's file, as in the student's own checkout.
+            sys.path.insert(0, self.kit_root)
 
     def _module(self, filename: str):
         if filename not in self.modules:
@@ -221,8 +249,6 @@ class Worker:
         if name not in KIT_DRIVERS:
             raise ProtocolError(f"unknown driver {name!r}")
         if name not in self.drivers:
-            if self.kit_root not in sys.path:
-                sys.path.insert(0, self.kit_root)
             path = os.path.join(self.kit_root, KIT_DRIVERS[name] + ".py")
             spec = importlib.util.spec_from_file_location("kit_driver_" + name, path)
             driver = importlib.util.module_from_spec(spec)
@@ -231,45 +257,39 @@ class Worker:
             self.drivers[name] = driver
         return self.drivers[name]
 
-    def _decode(self, value, tensors: dict, device: str, made: list):
-        """Plain data back into Python values; kit objects are built here and listed in ``made``."""
+    def _decode(self, value, tensors: dict, device: str):
+        """Plain data back into Python values (tensors on ``device``); served kit objects become ServedObjects."""
         if isinstance(value, dict) and "$t" in value:
             return tensors[value["$t"]].to(device)
         if isinstance(value, dict) and "$float" in value:
             return float(value["$float"])
-        if isinstance(value, dict) and "$object" in value:
-            name = str(value["$object"])
-            made.append((name, self._kit_object(name, dict(value.get("kwargs") or {}), device)))
-            return made[-1][1]
+        if isinstance(value, dict) and "$tuple" in value:
+            return tuple(self._decode(v, tensors, device) for v in value["$tuple"])
+        if isinstance(value, dict) and "$device" in value:
+            return self.torch.device(str(value["$device"]))
+        if isinstance(value, dict) and "$served" in value:
+            attributes = self._decode(dict(value.get("attributes") or {}), tensors, device)
+            return ServedObject(self, str(value["$served"]), str(value.get("what", "object")), attributes,
+                                list(value.get("methods") or []), device)
         if isinstance(value, dict) and "$generator" in value:
             return self.torch.Generator(device=device).manual_seed(int(value["$generator"]))
         if isinstance(value, list):
-            return [self._decode(v, tensors, device, made) for v in value]
+            return [self._decode(v, tensors, device) for v in value]
         if isinstance(value, dict):
-            return {k: self._decode(v, tensors, device, made) for k, v in value.items()}
+            return {k: self._decode(v, tensors, device) for k, v in value.items()}
         return value
 
-    def _kit_object(self, name: str, kwargs: dict, device: str):
-        """One of KIT_OBJECTS, from the kit's model package beside this file (a fresh scripted model per call,
-        so its log holds that call only; the checkpoint is loaded once per device, its cache set up anew)."""
-        if name not in KIT_OBJECTS:
-            raise ProtocolError(f"unknown kit object {name!r}")
-        if self.kit_root not in sys.path:
-            sys.path.insert(0, self.kit_root)
-        if name in ("scripted_model", "byte_tokenizer"):
-            from assignment.model.scripted import ByteTokenizer, ScriptedModel
-
-            return ScriptedModel(device=device, **kwargs) if name == "scripted_model" else ByteTokenizer()
-        if device not in self.checkpoints:
-            from assignment.model import load_checkpoint
-
-            path = os.path.join(self.kit_root, self.config["checkpoint"])
-            self.checkpoints[device] = load_checkpoint(path, device=device, max_seq_len=1)
-        loaded = self.checkpoints[device]
-        if name == "checkpoint_tokenizer":
-            return loaded.tokenizer
-        loaded.model.setup_caches(1, int(kwargs["max_seq_len"]))
-        return _CountingModel(loaded.model)
+    def ask_checker(self, handle: str, method: str, args: tuple, kwargs: dict, device: str):
+        """One method call of a served object: the arguments go to the checker as data; its answer comes back
+        (tensors on ``device``), or its error is raised here."""
+        tensors: dict = {}
+        header = {"op": "serve", "object": handle, "method": method,
+                  "args": self._encode(list(args), tensors), "kwargs": self._encode(dict(kwargs), tensors)}
+        reply, data = self.channel.ask(header, self.save(tensors) if tensors else b"")
+        if not reply.get("ok"):
+            error = reply.get("error") or {}
+            raise SERVED_ERRORS.get(str(error.get("type")), RuntimeError)(str(error.get("message", "")))
+        return self._decode(reply.get("result"), self.load(data) if data else {}, device)
 
     def _encode(self, value, tensors: dict):
         torch = self.torch
@@ -298,16 +318,24 @@ class Worker:
         frames = [f for f in traceback.extract_tb(sys.exc_info()[2]) if f.filename.startswith(root)]
         return "".join(traceback.format_list(frames))[-4000:]
 
+    def import_file(self, request: dict) -> dict:
+        """Import the student's file on its own, before any call sends this process data: what a failed import
+        says comes from the student's file alone."""
+        try:
+            self._module(request["file"])
+        except BaseException as exc:  # noqa: BLE001 - any failure to import is the student's to see
+            return _error("import", type(exc).__name__, str(exc), self._student_traceback())
+        return {"ok": True}
+
     def call(self, request: dict, payload: bytes) -> tuple[dict, bytes]:
         torch = self.torch
         device = request.get("device", "cpu")
         tensors = self.load(payload) if payload else {}
-        made: list[tuple[str, object]] = []
         try:
-            args = self._decode(request.get("args", []), tensors, device, made)
-            kwargs = self._decode(request.get("kwargs", {}), tensors, device, made)
+            args = self._decode(request.get("args", []), tensors, device)
+            kwargs = self._decode(request.get("kwargs", {}), tensors, device)
         except BaseException as exc:  # noqa: BLE001 - the kit's own objects: an instructor's error, said as such
-            return _error("kit", type(exc).__name__, "the worker could not build the call's kit objects: "
+            return _error("kit", type(exc).__name__, "the worker could not build the call's arguments: "
                                                      f"{type(exc).__name__}: {exc}"), b""
         try:
             driver = self._driver(request["driver"]) if request.get("driver") else None
@@ -328,7 +356,7 @@ class Worker:
             function = getattr(module, request["function"], None)
         if not callable(function):
             return _error("missing", "AttributeError", f"{request['file']} has no function {request['function']}"), b""
-        largest, steps = None, None
+        largest = None
         try:
             if request.get("track"):
                 with _Largest() as mode:
@@ -338,10 +366,9 @@ class Worker:
                 result = function(*args, **kwargs)
             if request.get("drain"):
                 if not isinstance(result, collections.abc.Iterator):
-                    return _error("result", "TypeError", f"returned a {type(result).__name__}, not an iterator: "
-                                                         "write it as a generator that yields each piece as soon "
-                                                         "as it is ready"), b""
-                result, steps = self._drain(result, made)
+                    return _error("result", "TypeError", f"returned a {type(result).__name__}, not an iterator",
+                                  reason="not_an_iterator"), b""
+                result = self._drain(result)
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
         except ForbiddenOperation as exc:
@@ -355,42 +382,44 @@ class Worker:
             encoded = self._encode(result, out)
             data = self.save(out) if out else b""
         except BaseException as exc:  # noqa: BLE001
-            return _error("result", type(exc).__name__, f"the result could not be read: {str(exc)[:500]}"), b""
-        reply = {"ok": True, "result": encoded, "largest": largest, "steps": steps}
-        if request.get("calls"):
-            scripted = next((obj for name, obj in made if name == "scripted_model"), None)
-            reply["calls"] = _plain_log(getattr(scripted, "calls", None))
-        return reply, data
+            return _error("result", type(exc).__name__, f"the result could not be read: {str(exc)[:500]}",
+                          reason="unreadable"), b""
+        return {"ok": True, "result": encoded, "largest": largest}, data
 
-    @staticmethod
-    def _drain(iterator, made: list) -> tuple[list, list]:
-        """The iterator's items, and for each the step counter of the call's first kit model when it came out."""
-        model = next((obj for name, obj in made if name in ("scripted_model", "checkpoint_model")), None)
-        items, steps = [], []
+    def _drain(self, iterator) -> int:
+        """Send each item to the checker as it comes out (the checker keeps the pieces and when they came); the
+        count of items."""
+        count = 0
         for item in iterator:
-            items.append(item)
-            steps.append(int(model.steps) if model is not None else None)
-            if len(items) > MAX_DRAINED_ITEMS:
+            count += 1
+            if count > MAX_DRAINED_ITEMS:
                 raise RuntimeError(f"the iterator yielded more than {MAX_DRAINED_ITEMS} items")
-        return items, steps
+            if type(item) is str and len(item) <= MAX_PIECE_CHARS:
+                self.channel.send({"op": "piece", "text": item})
+            else:
+                self.channel.send({"op": "piece", "text": None})
+        return count
 
     def serve(self) -> None:
         while True:
             try:
-                request, payload = read_frame(self.inp, self.max_payload)
+                request, payload = read_frame(self.channel.inp, self.max_payload)
             except EOFError:
                 return
             op = request.get("op")
+            data = b""
             if op == "hello":
-                reply, data = {"ok": True, "uid": os.getuid(), "python": sys.version.split()[0],
-                               "torch": self.torch.__version__, "cuda": self.torch.cuda.is_available(),
-                               "tripwires": self.config.get("installed", [])}, b""
+                reply = {"ok": True, "uid": os.getuid(), "python": sys.version.split()[0],
+                         "torch": self.torch.__version__, "cuda": self.torch.cuda.is_available(),
+                         "tripwires": self.config.get("installed", [])}
+            elif op == "import":
+                reply = self.import_file(request)
             elif op == "call":
                 reply, data = self.call(request, payload)
             else:
-                reply, data = {"ok": False, "error": {"kind": "protocol", "message": f"unknown op {op!r}"}}, b""
+                reply = {"ok": False, "error": {"kind": "protocol", "message": f"unknown op {op!r}"}}
             reply["id"] = request.get("id")
-            write_frame(self.out, reply, data)
+            self.channel.send(reply, data)
 
 
 def main() -> None:
