@@ -55,7 +55,6 @@ _BEGIN = re.compile(r"^(?P<indent>\s*)(?P<c>#|//)\s*BEGIN SOLUTION\b\s*(?P<task>
 _END = re.compile(r"^\s*(?P<c>#|//)\s*END SOLUTION\b.*$")
 _PLAN = re.compile(r"^\s*(?:#|//)\s*PLAN:")
 _STUB = re.compile(r"^(?P<indent>\s*)(?:#|//)\s*STUB:\s?(?P<code>.*)$")
-_TODO_CALL = re.compile(r"\bKIT_TODO\(\s*(t[0-9]+)\s*\)")
 _BEGIN_OPEN = re.compile(r"^(?P<indent>\s*)(?P<c>#|//)\s*BEGIN OPEN\b\s*(?P<task>\S*?)\s*(?::\s*(?P<desc>.*?))?\s*$")
 _END_OPEN = re.compile(r"^\s*(?P<c>#|//)\s*END OPEN\b.*$")
 _BEGIN_GUIDED = re.compile(r"^\s*(?P<c>#|//)\s*BEGIN GUIDED\b\s*(?P<task>\S*?)\s*(?::.*)?$")
@@ -274,12 +273,12 @@ def solution_lines(text: str, filename: str, levels: dict[str, str] | None = Non
 
 
 def todo_lines(text: str) -> dict[str, list[int]]:
-    """Task id -> the 1-based lines that still call ``KIT_TODO(tN)`` in non-comment CUDA code."""
-    found: dict[str, list[int]] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        for task in _TODO_CALL.findall(line.split("//", 1)[0]):
-            found.setdefault(task, []).append(number)
-    return found
+    """Task id -> the 1-based lines that still call ``KIT_TODO(tN)`` in CUDA code, read as the compiler reads
+    the file (a stub in a comment or a literal is not a stub; any spacing of the call is one):
+    ``assignment.cuda.reading.todo_lines``."""
+    from assignment.cuda.reading import todo_lines as read_todo_lines
+
+    return read_todo_lines(text)
 
 
 def todo_tasks(text: str) -> set[str]:

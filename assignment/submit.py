@@ -22,11 +22,11 @@ Nothing is written until the files pass the checks the grader applies before it 
   unreadable (``theory_answers.toml``, read as the grader reads it), no nvcc to compile with.
 
 CUDA files are checked as the grader builds them: for each task that owns the file, the student's regions
-of that task spliced into the kit's file (``assignment.cuda.regions.splice``), built unless that task still
-has a TODO (the grader does not build those either). The kit's files are the reference solutions, which a
-student bundle does not have: there the regions are checked against the rules (``regions.check_file``)
-and the file is compiled as it is. Builds go through ``assignment.cuda.compiler`` (cached by content) for
-``KIT_CUDA_ARCH``, else this machine's GPU, else every architecture ``make check-cuda`` checks.
+of that task spliced into the kit's copy of the file (``assignment.cuda.regions.splice``; the reference
+solutions here, the starter as shipped in a student bundle), built as a device module unless that task still
+has a TODO (the grader does not build those either; their regions are checked against the rules). Builds go
+through ``assignment.cuda.compiler.build_module`` (cached by content) for ``KIT_CUDA_ARCH``, else this
+machine's GPU, else every architecture ``make check-cuda`` checks.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from pathlib import Path
 
 from assignment import feedback, policy
 from assignment.atomic import replacing
-from assignment.cuda import compiler, regions
+from assignment.cuda import compiler, confine, reading, regions, rules
 from assignment.impl import REPO_ROOT, ImplError, student_dir
 from assignment.registry import Registry, load_registry
 from assignment.starter import todo_counts
@@ -53,7 +53,6 @@ from assignment.theory import answers as theory_answers
 
 import tomllib
 
-KIT_SOURCES = REPO_ROOT / "solutions"  # the kit's own CUDA files (an instructor tree; a bundle has none)
 MANIFEST_NAME = "MANIFEST.json"
 DEFAULT_OUT_NAME = "submission.zip"
 COMPILE_ERROR_LINES = 3  # nvcc's first errors are the useful ones; the rest often cascade
@@ -150,47 +149,42 @@ def check_python(packed: PackedFile, text: str, registry: Registry, checks: Chec
 
 @dataclass(frozen=True)
 class Build:
-    """One text nvcc must accept: a task's splice, or the file as submitted."""
+    """One device module nvcc must accept: the student's regions of one task in the kit's file."""
     name: str
-    label: str                          # "t4" for a splice, "as submitted" otherwise
-    text: str
+    label: str                          # the task whose regions are the student's ("t4")
     student_text: str
-    origin: tuple[int | None, ...] | None  # built line -> the student's line (None: the kit's); None: identity
+    kit: Path
 
 
 def cuda_builds(packed: PackedFile, text: str, checks: Checks) -> tuple[list[Build], str]:
-    """What to compile for one CUDA file, and how it was checked; a region the grader refuses is an error."""
-    kit_file = KIT_SOURCES / packed.name
-    todo = todo_counts(text, packed.name)
-    if kit_file.is_file():
-        kit_text = kit_file.read_text(encoding="utf-8")
-        builds = []
-        for task in packed.tasks:
-            try:
-                spliced = regions.splice(kit_text, text, (task,), filename=packed.name)
-            except regions.RegionError as exc:
-                checks.errors.append(f"{packed.name}: the grader cannot splice its TODO regions into the kit's "
-                                     f"file:\n{_indent(str(exc))}")
-                return [], "REJECTED"
-            if task not in todo:  # as the grader: a task with a TODO left is not built
-                builds.append(Build(packed.name, task, spliced.text, text, tuple(spliced.origin)))
-        return builds, "spliced"
+    """What to compile for one CUDA file, and how it was checked; a region the grader refuses is an error.
+
+    As the grader: for each task that owns the file, its regions spliced into the kit's copy of the file
+    (solutions/ here, assignment/cuda/kit/ in a bundle), built unless that task still has a TODO; the rules of
+    what a region holds checked either way."""
     try:
-        found = {region.task for region in regions.student_regions(text, packed.name)}
-        problems = regions.check_file(text, None, packed.name)
-    except regions.RegionError as exc:
-        checks.errors.append(f"{packed.name}: the grader cannot read its TODO regions:\n{_indent(str(exc))}")
+        kit_file = compiler.kit_source(packed.name)
+    except compiler.CudaToolkitError as exc:
+        checks.errors.append(f"{packed.name}: {exc}")
         return [], "REJECTED"
-    lost = [task for task in packed.tasks if task not in found]
-    if lost:
-        problems = [f"no TODO({task}) region left in the file: keep every '// TODO({task}): ...' and "
-                    f"'// END TODO({task})' line of the starter" for task in lost] + [str(p) for p in problems]
-    if problems:
-        checks.errors.append(f"{packed.name}: the grader splices only the TODO regions into its own file and "
-                             "rejects:\n" + _indent("\n".join(str(p) for p in problems)))
-        return [], "REJECTED"
-    built = any(task not in todo for task in packed.tasks)
-    return ([Build(packed.name, "as submitted", text, text, None)] if built else []), "regions (no kit file here)"
+    kit_text = kit_file.read_text(encoding="utf-8")
+    todo = todo_counts(text, packed.name)
+    builds = []
+    for task in packed.tasks:
+        try:
+            spliced = regions.splice(kit_text, text, (task,), filename=packed.name)
+            problems = rules.check_regions(spliced.regions) if task in todo else []
+        except (regions.RegionError, reading.ReadingError) as exc:
+            checks.errors.append(f"{packed.name}: the grader cannot splice its TODO regions into the kit's "
+                                 f"file:\n{_indent(str(exc))}")
+            return [], "REJECTED"
+        if problems:
+            checks.errors.append(f"{packed.name}: the grader splices only the TODO regions into its own file and "
+                                 "rejects:\n" + _indent("\n".join(str(p) for p in problems)))
+            return [], "REJECTED"
+        if task not in todo:  # as the grader: a task with a TODO left is not built (its rules ran above)
+            builds.append(Build(packed.name, task, text, kit_file))
+    return builds, "spliced"
 
 
 def build_archs() -> tuple[str, ...]:
@@ -204,28 +198,29 @@ def build_archs() -> tuple[str, ...]:
 
 
 def compile_one(build: Build, arch: str, workdir: Path) -> str:
-    """'' when nvcc builds it, else the first errors in the student's own lines."""
-    folder = workdir / f"{build.label.replace(' ', '_')}-{arch}"
+    """'' when the grader's build of it succeeds (region rules, nvcc, the build's symbols), else why, in the
+    student's own lines."""
+    folder = workdir / f"{build.label}-{arch}"
     folder.mkdir(parents=True, exist_ok=True)
-    source = folder / build.name  # the library is named after the file; the cache is keyed by content
-    source.write_text(build.text, encoding="utf-8")
+    source = folder / build.name  # the module is named after the file; the cache is keyed by content
+    source.write_text(build.student_text, encoding="utf-8")
     try:
-        compiler.build(source, arch, quiet=True)
+        compiler.build_module(source, arch, kit=build.kit, tasks=(build.label,), quiet=True)
     except compiler.CudaCompileError as exc:
-        return compile_errors(exc, build, arch)
+        return f"{build.name}: nvcc rejects your {build.label} regions in the kit's file ({arch}):\n" \
+               + _indent(_first_lines(str(exc)))
+    except (regions.RegionError, reading.ReadingError) as exc:
+        return f"{build.name}: the grader rejects your {build.label} regions ({arch}):\n" + _indent(str(exc))
+    except confine.IsolationUnavailable as exc:
+        return f"{build.name}: cannot compile here: {exc}"
     return ""
 
 
-def compile_errors(exc: compiler.CudaCompileError, build: Build, arch: str) -> str:
-    what = f"your {build.label} regions in the kit's file" if build.origin is not None else "the file"
-    lines, count = regions.student_diagnostics(exc.diagnostics, build.student_text, build.name, build.origin,
-                                               COMPILE_ERROR_LINES)
-    parts = [f"{build.name}: nvcc rejects {what} ({arch}):", *("  " + line for line in lines)]
-    if count > COMPILE_ERROR_LINES:
-        parts.append(f"  ... and {count - COMPILE_ERROR_LINES} more")
-    if not exc.diagnostics:
-        parts += ["  " + line for line in (exc.output or str(exc)).strip().splitlines()[:COMPILE_ERROR_LINES]]
-    return "\n".join(parts)
+def _first_lines(message: str) -> str:
+    """A compile message cut to its first errors (each quotes a line: two lines per error)."""
+    lines = message.splitlines()
+    kept = lines[:1 + 2 * COMPILE_ERROR_LINES]
+    return "\n".join(kept + ([f"... and more ({len(lines) - len(kept)} lines)"] if len(lines) > len(kept) else []))
 
 
 def check_cuda(files: list[tuple[PackedFile, str]], checks: Checks) -> None:

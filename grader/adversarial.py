@@ -13,7 +13,8 @@ A fixture's graded file is written as UTF-8, with a byte-order mark when ``bom``
 between its lines (CR LF for a file saved on Windows). ``expect = { regrade_same = true }`` grades it with
 seeds derived from the course's salt (not the runner's fixed seed): twice as one student, whose every check
 must score the same both times, and once as another, whose seeds must differ (``REGRADE_IDS``). A fixture's
-``full`` means full marks of what ran on this host (a t6 fixture on a host without a GPU runs its CPU checks).
+``full`` means full marks of what ran on this host (a t6 fixture on a host without a GPU runs its CPU checks);
+``correctness_full`` every correctness and structure check's points, whatever the timing rules gave.
 """
 
 from __future__ import annotations
@@ -233,6 +234,10 @@ def judge(fixture: Fixture, result: SubmissionScore, out: Path) -> list[str]:
         problems.append(f"scored {ts.score:g}, expected 0")
     if expect.get("full") and ts.status == "ran" and ts.score < ts.max_ran - 1e-9:
         problems.append(f"scored {ts.score:g} of the {ts.max_ran:g} that ran, expected full marks")
+    if expect.get("correctness_full"):  # every correctness and structure check passed (timing may fall short)
+        lost = [t.name for t in ts.tests if "performance" not in t.tags and t.ran and t.score < t.max_score - 1e-9]
+        if ts.status != "ran" or lost:
+            problems.append(f"correctness points lost ({ts.status}): {lost[:3]}")
     if "score_at_most" in expect and ts.score > expect["score_at_most"] + 1e-9:
         problems.append(f"scored {ts.score:g}, expected at most {expect['score_at_most']:g}")
     if expect.get("not_run_reported"):

@@ -3,7 +3,11 @@
 #   bash grader/device_check.sh tests      # compile; every available task's public and hidden tests, the kit's GPU tests;
 #                                          # the starter fails cleanly; the preflight
 #   bash grader/device_check.sh grading    # grading time (a cold and a warm build), selfcheck x SELFCHECK_REPEATS
-#   bash grader/device_check.sh fixtures   # the GPU adversarial fixtures
+#   bash grader/device_check.sh fixtures   # the GPU adversarial fixtures (FIXTURES="name ..." for some of them)
+#   bash grader/device_check.sh repeat     # the solutions graded REPEATS times (full marks each, the time of each),
+#                                          # and a buggy t3 graded REPEATS times (the same points each time)
+#   bash grader/device_check.sh baseline   # grading time of another tree (BASELINE=dir: an earlier commit's
+#                                          # files), cold, beside this tree's, on the same GPU
 #   bash grader/device_check.sh verify     # tests, grading and fixtures
 #   bash grader/device_check.sh bench      # make bench tables, t4/t5 scaling plots, the profiler
 # Logs and figures go to $OUT (default build/device). PY defaults to python3 (a GPU host's python with
@@ -84,7 +88,27 @@ fi
 
 if stage fixtures; then
   say "adversarial fixtures that need a GPU"
-  $PY -m grader.adversarial --gpu
+  if [ -n "${FIXTURES:-}" ]; then $PY -m grader.adversarial --only $FIXTURES; else $PY -m grader.adversarial --gpu; fi
+fi
+
+if [ "$STAGE" = repeat ]; then
+  say "the solutions graded ${REPEATS:-5} times (make repeatability)"
+  $PY -m grader.repeatability solutions --repeats "${REPEATS:-5}" --out /tmp/repeat_solutions --json "$OUT/repeat_solutions.json" | tail -40
+  say "a buggy t3 (t3-k-edge-unguarded) graded ${REPEATS:-5} times"
+  $PY -c "from pathlib import Path; from grader.adversarial import build_submission, load_fixtures; \
+print(build_submission(next(f for f in load_fixtures() if f.name == 't3-k-edge-unguarded'), Path('/tmp/buggy')))"
+  $PY -m grader.repeatability /tmp/buggy/t3-k-edge-unguarded --repeats "${REPEATS:-5}" --task t3 | tail -25
+fi
+
+if [ "$STAGE" = baseline ]; then
+  say "grading time, cold: the baseline tree ($BASELINE), then this one"
+  for tree in "$BASELINE" "$PWD"; do
+    (cd "$tree" && rm -rf .kit_cache && KIT_CACHE_DIR="$PWD/.kit_cache" PYTHONPATH="$PWD:/tmp/site" \
+       /usr/bin/time -f "$tree: %e s wall" $PY -m grader.grade solutions --out "/tmp/grade_$(basename "$tree")" \
+       --skip-preflight | tail -3)
+    $PY -c "import json,sys; g=json.load(open(sys.argv[1])); print({k: round(v['duration_s'], 1) for k, v in g['tasks'].items()})" \
+        "/tmp/grade_$(basename "$tree")/grading.json"
+  done
 fi
 
 if stage bench; then

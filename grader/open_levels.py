@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from assignment.registry import Registry, load_registry
-from assignment.starter import levels_for, strip_solutions
+from assignment.starter import apply_levels, levels_for, strip_solutions
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "open"
@@ -116,11 +116,17 @@ def calibrate(task_id: str, repeats: int, registry: Registry) -> list[dict]:
     candidates = [("reference (open body)", reference_body(task.files[0], task_id, levels), task.files[0])]
     candidates += [(f.name, f.body, f.file) for f in fixtures(registry, task_id)]
     with tempfile.TemporaryDirectory(prefix="kit-open-") as tmp:
+        # The kit's file at the open level (the registry may grade at another): the regions are spliced into it.
+        kit = Path(tmp) / "kit"
+        kit.mkdir()
+        for file in {c[2] for c in candidates}:
+            (kit / file).write_text(apply_levels((SOLUTIONS / file).read_text(encoding="utf-8"), file, levels),
+                                    encoding="utf-8")
         for name, body, file in candidates:
             folder = Path(tmp) / name.split()[0]
             folder.mkdir()
             (folder / file).write_text(student_text(file, task_id, body, levels), encoding="utf-8")
-            kernels = Kernels(folder)
+            kernels = Kernels(folder, kit=kit)
             row = {"task": task_id, "kernel": name, "values": _check_values(kernels, task_id), "rules": []}
             for rule in task.timing:
                 values = []

@@ -25,8 +25,10 @@ from grader.runner import gpu_available
 
 # The reference may run this much slower than the registry's figure before the host is refused.
 REFERENCE_SLOWDOWN_LIMIT = 1.25
-GPU_TOOLS = {"nvcc": "building the CUDA tasks", "compute-sanitizer": "the memory and race checks",
-             "cuobjdump": "the local-memory check of t4/t5", "nm": "comparing a build's symbols with the kit's"}
+GPU_TOOLS = {"nvcc": "building the CUDA tasks", "g++": "the CUDA region rules (read with nvcc's host compiler)",
+             "compute-sanitizer": "the memory and race checks", "cuobjdump": "the local-memory check of t4/t5"}
+# cudaDevAttrPageableMemoryAccess: the GPU can read and write ordinary host memory (HMM), the checker's included.
+PAGEABLE_MEMORY_ACCESS = 88
 
 
 @dataclass
@@ -60,11 +62,12 @@ def decide_isolation(config: GradeConfig) -> tuple[str, str, str | None]:
 
 
 def isolation_check(tasks: list[Task], config: GradeConfig) -> Preflight:
-    """The isolation to grade ``tasks`` with, refused when it is not enough for their Python files."""
+    """The isolation to grade ``tasks`` with, refused when it is not enough for their Python files or for the
+    compiler that builds their CUDA files (nvcc runs in the same kind of sandbox)."""
     level, detail, problem = decide_isolation(config)
     result = Preflight(isolation=level, facts={"isolation": f"{level} ({detail})"})
-    if problem and any(f.endswith(".py") for t in tasks for f in t.files):
-        result.problems.append(problem)
+    if problem and any(f.endswith((".py", ".cu")) for t in tasks for f in t.files):
+        result.problems.append(problem.replace("student Python would run", "student Python and nvcc would run"))
     return result
 
 
@@ -87,9 +90,33 @@ def run_preflight(tasks: list[Task], config: GradeConfig, *, time_reference: boo
 
     gpu = torch.cuda.get_device_name()
     result.facts["gpu"] = gpu
+    _check_host_memory_reach(result)
     if time_reference and not result.problems:
         _check_reference_speed(gpu_tasks, gpu, result)
     return result
+
+
+def _check_host_memory_reach(result: Preflight) -> None:
+    """Student kernels run in the checker's process (device code only, launched by the kit's host code). Where the
+    driver lets a GPU dereference any host address (HMM, pageable memory access), a kernel could in principle reach
+    the checker's own memory: say so, with the remedy."""
+    from assignment.cuda.kernels import _cudart
+
+    runtime = _cudart()
+    if runtime is None:
+        return
+    import ctypes
+
+    import torch
+
+    value = ctypes.c_int(-1)
+    if runtime.cudaDeviceGetAttribute(ctypes.byref(value), PAGEABLE_MEMORY_ACCESS, torch.cuda.current_device()) != 0:
+        return
+    result.facts["pageable memory access"] = bool(value.value)
+    if value.value:
+        result.notes.append("this GPU can access pageable host memory (HMM): a student kernel could address the "
+                            "checker's memory directly; on a grading host, load nvidia_uvm with uvm_disable_hmm=1 "
+                            "(grader/notes/isolation.md)")
 
 
 def _check_reference_speed(tasks: list[Task], gpu: str, result: Preflight) -> None:

@@ -6,22 +6,23 @@ Nothing of the student's runs here. For each task:
   sandboxed worker through a config file; the checker process never imports them.
 * CUDA files are never built as submitted: the student's TODO regions of this task are spliced into
   the kit's own file (``assignment.cuda.regions``), with the kit's regions for every other task, so a
-  student who has not done t4 can still be graded on t5, and host code, includes and launches are
-  always the kit's. The spliced file is built into the submissions' cache, and the library's exported
-  and imported symbols are compared with the reference's built from the same kit file.
+  student who has not done t4 can still be graded on t5. The spliced file is compiled to device code
+  only (``compiler.build_module``: a cubin, in the compile sandbox, after the region rules on the
+  compiler's reading of it, its symbols checked against the kit's own build); the kit's host library,
+  built from the kit's file alone, launches it. Nothing the student wrote can run on the host.
 
 A task that cannot run ends here with the reason (rejected, compile error, missing files).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from assignment import policy
-from assignment.cuda import compiler, regions
+from assignment.cuda import compiler, confine, reading, regions, rules
 from assignment.registry import Task
 from grader.config import REPO_ROOT, GradeConfig
 
@@ -71,6 +72,26 @@ def prepare(task: Task, student_dir: Path, workdir: Path, config: GradeConfig, *
     return prepared
 
 
+def compile_isolation(config: GradeConfig) -> str:
+    """How nvcc is confined for a submission's files: inside bubblewrap, unless the instructor accepted weak
+    isolation (then bubblewrap where it runs, else a plain process with the same limits)."""
+    return "auto" if config.allow_weak_isolation or config.isolation == "process" else "bwrap"
+
+
+def _limits(config: GradeConfig) -> confine.CompileLimits:
+    return confine.CompileLimits(wall_seconds=config.build_timeout_s, isolation=compile_isolation(config))
+
+
+def _build(source: Path, config: GradeConfig, tasks: tuple[str, ...] | None = None) -> compiler.ModuleBuild:
+    """The device module of ``source`` (its regions of ``tasks``, all by default, in the kit's file) in the
+    submissions' cache (the kit's own build in the reference cache), and the kit's host library for it, with
+    nvcc confined as ``compile_isolation`` says. The checker's build of the spliced file is then a cache hit."""
+    built = compiler.build_module(source, cache=config.submission_cache, kit_cache=config.reference_cache,
+                                  quiet=True, limits=_limits(config), source_rules=config.cuda_rules, tasks=tasks)
+    compiler.build_library(built.kit, built.arch, cache=config.reference_cache, quiet=True)
+    return built
+
+
 def _add_companion(prepared: PreparedTask, name: str, workdir: Path, config: GradeConfig,
                    build: bool) -> PreparedTask | None:
     """The kit's own ``name`` beside the task's spliced files (built into the submissions' cache, where the
@@ -81,8 +102,8 @@ def _add_companion(prepared: PreparedTask, name: str, workdir: Path, config: Gra
     prepared.impl_dir = impl
     if build:
         try:
-            compiler.build(impl / name, cache=config.submission_cache, quiet=True, timeout_s=config.build_timeout_s)
-        except compiler.CudaCompileError as exc:
+            _build(impl / name, config)
+        except (compiler.CudaCompileError, regions.RegionError, confine.IsolationUnavailable) as exc:
             return prepared.fail("compile_error", f"the kit's {name} did not build (an instructor error): "
                                                   f"{str(exc).splitlines()[0][-300:]}")
     return None
@@ -92,7 +113,7 @@ def _prepare_cuda(prepared: PreparedTask, name: str, source: Path, workdir: Path
                   build: bool) -> PreparedTask | None:
     task = prepared.task
     kit_file = KIT_SOURCES / name
-    student_text = source.read_text(encoding="utf-8", errors="replace")
+    student_text = compiler.read_student_text(source)
     try:
         spliced = regions.splice(kit_file.read_text(encoding="utf-8"), student_text, (task.id,), filename=name)
     except regions.RegionError as exc:
@@ -100,54 +121,47 @@ def _prepare_cuda(prepared: PreparedTask, name: str, source: Path, workdir: Path
     if spliced.ignored_outside:
         prepared.notes.append(f"{name}: lines {regions.line_ranges(spliced.ignored_outside)} are outside the TODO "
                               "regions and differ from the starter; only the regions are graded (the kit's own "
-                              "host code ran instead)")
+                              "code ran instead)")
     impl = workdir / "impl" / task.id
     impl.mkdir(parents=True, exist_ok=True)
     target = impl / name
     target.write_text(spliced.text, encoding="utf-8")
     prepared.impl_dir = impl
-    todo = compiler.todo_lines(spliced.text)
-    if not build or task.id in todo:  # a TODO left: the checks fail cleanly with NotImplementedError
-        return None
+    will_build = build and task.id not in compiler.todo_lines(spliced.text)  # a TODO left: NotImplementedError
+    if not will_build:
+        # No build here (no GPU, or the task not written yet): the region rules alone, as the build would run them.
+        return _check_rules(prepared, spliced, name, config) if config.cuda_rules else None
     try:
-        built = compiler.build(target, cache=config.submission_cache, quiet=True, timeout_s=config.build_timeout_s)
+        _build(source, config, (task.id,))  # the student's own file: messages name their lines
     except compiler.CudaCompileError as exc:
-        return prepared.fail("compile_error", compile_feedback(exc, spliced, student_text, name))
-    reference = compiler.build(kit_file, cache=config.reference_cache, quiet=True)
-    problem = compare_symbols(built.library, reference.library)
-    if problem:
-        return prepared.fail("rejected", f"{name}: the built library {problem}")
+        return prepared.fail("compile_error", _student_facing(str(exc), name, source))
+    except (regions.RegionError, reading.ReadingError) as exc:
+        return prepared.fail("rejected", _student_facing(str(exc), name, source))
+    except confine.IsolationUnavailable as exc:
+        return prepared.fail("compile_error", f"{name} was not compiled: {exc}")
     return None
 
 
-def compile_feedback(exc: "compiler.CudaCompileError", spliced: "regions.Spliced", student_text: str,
-                     name: str, limit: int = 5) -> str:
-    """nvcc's errors in the student's own lines (regions.student_diagnostics); the kit's code is never quoted."""
-    lines, count = regions.student_diagnostics(exc.diagnostics, student_text, name, spliced.origin, limit)
-    parts = [f"{name} does not compile (nvcc, {count} error{'s' if count != 1 else ''}):", *lines]
-    if not exc.diagnostics:
-        parts.append(str(exc).splitlines()[0].split(": ", 1)[-1] if "took longer" in str(exc) else
-                     "(nvcc gave no diagnostics the grader could read)")
-    return "\n".join(parts)
+def _check_rules(prepared: PreparedTask, spliced: "regions.Spliced", name: str,
+                 config: GradeConfig) -> PreparedTask | None:
+    try:
+        problems = rules.check_regions(spliced.regions, limits=_limits(config))
+        if not problems and compiler.nvcc_path():
+            problems = rules.check_expansion(spliced.text, spliced.spans, name, _rules_arch(), spliced.origin,
+                                             limits=_limits(config))
+    except (reading.ReadingError, confine.IsolationUnavailable) as exc:
+        return prepared.fail("rejected", f"{name}: {exc}")
+    return prepared.fail("rejected", str(regions.problems_error(name, problems))) if problems else None
 
 
-def _symbols(library: Path, which: str) -> set[str] | None:
-    nm = shutil.which("nm")
-    if nm is None:
-        return None
-    proc = subprocess.run([nm, "-D", which, "--format=posix", str(library)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        return None
-    return {line.split()[0] for line in proc.stdout.splitlines() if line.strip()}
+def _rules_arch() -> str:
+    """The architecture the region rules preprocess for: the build's where a GPU is visible, else sm_80."""
+    try:
+        return compiler.detect_arch()
+    except compiler.CudaToolkitError:
+        return compiler.CHECK_ARCHS[0]
 
 
-def compare_symbols(student: Path, reference: Path) -> str:
-    """'' when the student's library exports and imports what the reference's does (or less)."""
-    for which, verb in (("--defined-only", "exports"), ("--undefined-only", "imports")):
-        mine, kit = _symbols(student, which), _symbols(reference, which)
-        if mine is None or kit is None:
-            return ""  # no nm on this host: the splice already keeps host code the kit's
-        extra = sorted(mine - kit)
-        if extra:
-            return f"{verb} symbols the kit's does not: {', '.join(extra[:5])}"
-    return ""
+def _student_facing(message: str, name: str, target: Path) -> str:
+    """A build's message as the student sees it: their file's name, never the grader's paths."""
+    return message.replace(str(target), name).replace(str(target.parent) + "/", "")

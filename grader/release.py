@@ -7,6 +7,7 @@ The bundle is what a student runs and nothing else:
 
     starter/          the student files (generated from solutions/, TODO regions)
     assignment/       the package the tests and the student's code run on, with the registry's student edition
+                      and assignment/cuda/kit/, the kit's copy of each CUDA file (the starter as shipped)
                       (no hidden shapes, no rubric reasoning, no proof rubric); the handout texts stay here,
                       rendered below; assignment/theory/ draws the theory questions (their key is grader/theory.py's)
     tests/            the public tests (not tests/kit/)
@@ -119,6 +120,13 @@ def write_bundle(repo: Path, dest: Path, pdf: bool = True, log=print) -> list[st
             target = dest / name
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(repo / name, target)
+    # The kit's own copy of each CUDA file, as shipped (the starter before the student edits it): the device build
+    # splices the student's regions into it and its host code launches them, as the grader does with its own.
+    kit_copies = dest / "assignment" / "cuda" / "kit"
+    for name in tracked_files(repo):
+        if name.startswith("starter/") and name.endswith(".cu"):
+            kit_copies.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(repo / name, kit_copies / Path(name).name)
     student_registry = student_edition((repo / "assignment" / "tasks.toml").read_text(encoding="utf-8"))
     (dest / "assignment" / "tasks.toml").write_text(student_registry, encoding="utf-8")
     registry = load_registry(dest / "assignment" / "tasks.toml")

@@ -20,11 +20,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from assignment.cuda.compiler import PRINTF_SETTING, SOURCE_RULES_SETTING
+from assignment.cuda.confine import ISOLATION_SETTING
 from assignment.registry import Task
 from grader.checker_plugin import HANG_EXIT_CODE
 from grader.config import HIDDEN_DIR, REPO_ROOT, GradeConfig
 from grader.isolation.client import WorkerConfig
-from grader.prepare import PreparedTask
+from grader.prepare import PreparedTask, compile_isolation
 
 
 @dataclass
@@ -62,6 +64,11 @@ class TaskRun:
     notes: list[str] = field(default_factory=list)       # shown to the student
     instructor: list[str] = field(default_factory=list)  # grading.json only
     log: str = ""
+
+
+# Device printf's buffer in a checker: a debugging printf left in a kernel prints at most this much per launch
+# (the rest is dropped by the device) instead of flooding the log and the time limits.
+GRADING_PRINTF_BYTES = 64 * 1024
 
 
 def gpu_available() -> bool:
@@ -131,6 +138,10 @@ def checker_environment(prepared: PreparedTask, workdir: Path, config: GradeConf
     for name in ("KIT_CUDA_ARCH", "KIT_BWRAP"):
         if name in os.environ:
             env[name] = os.environ[name]
+    # A build the checker makes (the prepared ones are cache hits) is confined and checked as prepare's were.
+    env[ISOLATION_SETTING] = compile_isolation(config)
+    env[SOURCE_RULES_SETTING] = "1" if config.cuda_rules else "0"
+    env[PRINTF_SETTING] = str(GRADING_PRINTF_BYTES)
     if prepared.impl_dir is not None:
         env["IMPL"] = str(prepared.impl_dir)
     if worker is not None:

@@ -1,7 +1,7 @@
 """What a task's files may use and what may change outside the TODOs, from the checks that enforce it.
 
 Python files: the registry's ``[task.rules]`` (imports allowed, names forbidden) and the kit-wide rules of
-``assignment.policy``. CUDA files: the region rules of ``assignment.cuda.regions`` (what a TODO region may
+``assignment.policy``. CUDA files: the region rules of ``assignment.cuda.rules`` (what a TODO region may
 not contain, and why). The handout prints these lists from the same constants the grader checks with, so
 a rule is never described in one place and enforced from another.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from assignment import policy
-from assignment.cuda import regions
+from assignment.cuda import rules as region_rules
 from assignment.registry import Task
 
 PUBLIC_TESTS = Path(__file__).resolve().parent.parent / "tests"
@@ -37,9 +37,9 @@ class FileRules:
 def _grouped_region_rules() -> tuple[tuple[str, tuple[str, ...]], ...]:
     """The identifiers and prefixes a CUDA region may not use, grouped by the reason the checker gives."""
     groups: dict[str, list[str]] = {}
-    for name, why in regions.FORBIDDEN_IDENTIFIERS.items():
+    for name, why in region_rules.FORBIDDEN_IDENTIFIERS.items():
         groups.setdefault(why, []).append(name)
-    for prefix, why in regions.FORBIDDEN_PREFIXES.items():
+    for prefix, why in region_rules.FORBIDDEN_PREFIXES.items():
         groups.setdefault(why, []).append(prefix + "…")
     return tuple((why, tuple(names)) for why, names in groups.items())
 

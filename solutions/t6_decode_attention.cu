@@ -436,6 +436,8 @@ decode_combine_kernel(const float* __restrict__ o_part, const float* __restrict_
 }
 
 // --------------------------------------------------------------------------- host (the kit's)
+// It runs in the host library, built from the kit's own copy of this file, and every kernel it launches
+// comes from the device module built from yours (kit.cuh: kit::launch).
 
 // Query heads per head slot (HPW: a lane serves that many) for a group of G query heads (a block takes at
 // most MAX_GROUP = 4 slots x 4 of them).
@@ -444,26 +446,23 @@ static int heads_per_slot(int G) {
     return gb <= LPK ? 1 : gb <= 2 * LPK ? 2 : 4;
 }
 
-// Allow the split kernel its shared memory, once per device (so a launch inside CUDA-graph capture
-// makes no call but the two launches), and report its resident blocks per SM when asked.
-constexpr int MAX_DEVICES = 64;
+// Allow the split kernel its shared memory, once per device and module (kit::memo: a launch inside
+// CUDA-graph capture then makes no call but the two launches), and report its resident blocks per SM
+// when asked.
 template <int D, int HPW>
 static cudaError_t configure(int* blocks_per_sm) {
-    static std::atomic<bool> done[MAX_DEVICES];
     auto kern = decode_split_kernel<D, HPW>;
     const int smem = (int)split_smem_bytes<D, HPW>();
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess) return e;
-    const bool known = dev >= 0 && dev < MAX_DEVICES;
-    if (!known || !done[dev].load()) {
-        e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (e != cudaSuccess) return e;
-        e = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-        if (e != cudaSuccess) return e;
-        if (known) done[dev].store(true);
-    }
-    if (blocks_per_sm) return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, kern, NT, smem);
+    const int set = kit::memo(reinterpret_cast<const void*>(kern), dev, [&] {
+        cudaError_t a = kit::set_attribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (a == cudaSuccess) a = kit::set_attribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+        return -(int)a;  // 0 when both were set (remembered); a negative error is asked again next time
+    });
+    if (set < 0) return (cudaError_t)-set;
+    if (blocks_per_sm) return kit::occupancy(blocks_per_sm, kern, NT, smem);
     return cudaSuccess;
 }
 
@@ -503,7 +502,9 @@ static int choose_splits(long long streams, int L_max, int sms, int blocks_per_s
 
 // Programmatic dependent launch of the combine: on sm_90 and later, unless KIT_T6_PDL=0 (A/B timing)
 // or the device refused one before (then the plain launch, which is always correct, takes over).
-static std::atomic<int> pdl_state[MAX_DEVICES];  // 0: not asked yet, 1: no, 2: yes
+// Remembered per device and module (kit::memo): 1 no, 2 yes.
+constexpr int MAX_DEVICES = 64;
+static std::atomic<bool> pdl_refused[MAX_DEVICES];
 
 static bool use_pdl(int* device) {
     int dev = 0;
@@ -512,8 +513,8 @@ static bool use_pdl(int* device) {
         return false;
     }
     *device = dev;
-    int state = pdl_state[dev].load();
-    if (state == 0) {
+    if (pdl_refused[dev].load()) return false;
+    const int state = kit::memo(reinterpret_cast<const void*>(&use_pdl), dev, [dev] {
         int major = 0;
         const char* env = getenv("KIT_T6_PDL");
         const bool off = env != nullptr && env[0] == '0';
@@ -521,9 +522,8 @@ static bool use_pdl(int* device) {
             cudaGetLastError();
             major = 0;
         }
-        state = !off && major >= 9 ? 2 : 1;
-        pdl_state[dev].store(state);
-    }
+        return !off && major >= 9 ? 2 : 1;
+    });
     return state == 2;
 }
 
@@ -542,13 +542,13 @@ static cudaError_t launch_combine(const float* o_part, const float* lse_part, fl
         config.stream = stream;
         config.attrs = attribute;
         config.numAttrs = 1;
-        if (cudaLaunchKernelEx(&config, decode_combine_kernel<D>, o_part, lse_part, out, lse, n_splits) == cudaSuccess)
+        if (kit::launch_ex(config, decode_combine_kernel<D>, o_part, lse_part, out, lse, n_splits) == cudaSuccess)
             return cudaSuccess;
         cudaGetLastError();  // refused at launch (nothing ran): never ask again on this device
-        pdl_state[dev].store(1);
+        pdl_refused[dev].store(true);
     }
-    decode_combine_kernel<D><<<(unsigned)rows, COMBINE_THREADS, 0, stream>>>(o_part, lse_part, out, lse, n_splits);
-    return cudaGetLastError();
+    return kit::launch(decode_combine_kernel<D>, (unsigned)rows, COMBINE_THREADS, 0, stream, o_part, lse_part, out, lse,
+                       n_splits);
 }
 
 template <int D, int HPW>
@@ -562,9 +562,8 @@ static int launch(const float* q, const float* k, const float* v, const void* le
     float* o_part = ws;                                        // [B][H][n_splits][D]
     float* lse_part = ws + (long long)B * H * n_splits * D;    // [B][H][n_splits], log2 units
     const dim3 grid(n_splits, H_kv * chunks, B);
-    decode_split_kernel<D, HPW><<<grid, NT, split_smem_bytes<D, HPW>(), stream>>>(
-        q, k, v, lengths, len64, per_batch, o_part, lse_part, H, H_kv, L_max, n_splits, chunks, scale * kLog2e);
-    e = cudaGetLastError();
+    e = kit::launch(decode_split_kernel<D, HPW>, grid, NT, split_smem_bytes<D, HPW>(), stream, q, k, v, lengths,
+                    len64, per_batch, o_part, lse_part, H, H_kv, L_max, n_splits, chunks, scale * kLog2e);
     if (e != cudaSuccess) return (int)e;
     return (int)launch_combine<D>(o_part, lse_part, out, lse, n_splits, (long long)B * H, stream);
 }
@@ -595,9 +594,11 @@ static bool valid_shape(int B, int H, int H_kv, int L_max, int d) {
 // length 0 gets O = 0 and LSE = -inf. workspace: t6_decode_workspace_floats(B, H, d, n_splits)
 // floats, no initialisation needed. Two kernel launches on `stream`, nothing allocated, no host
 // synchronisation: safe to capture in a CUDA graph.
-KIT_API int t6_decode_attention(const float* q, const float* k_cache, const float* v_cache, const void* lengths,
-                                int lengths_int64, int lengths_per_batch, float* out, float* lse, float* workspace,
-                                int B, int H, int H_kv, int L_max, int d, int n_splits, float scale, void* stream) {
+KIT_API int t6_decode_attention(void* module, const float* q, const float* k_cache, const float* v_cache,
+                                const void* lengths, int lengths_int64, int lengths_per_batch, float* out, float* lse,
+                                float* workspace, int B, int H, int H_kv, int L_max, int d, int n_splits, float scale,
+                                void* stream) {
+    kit::UseModule use(module);
     if (B == 0 || H == 0) return 0;
     if (!t6dec::valid_shape(B, H, H_kv, L_max, d)) return (int)cudaErrorInvalidValue;
     if (n_splits < 1 || n_splits > t6dec::MAX_SPLITS || lengths == nullptr) return (int)cudaErrorInvalidValue;
@@ -624,7 +625,8 @@ KIT_API int t6_decode_attention(const float* q, const float* k_cache, const floa
 
 // The split count the kit uses for this shape on the current device (>= 1), or -cudaError_t when
 // the shape is invalid (-1) or a device query fails.
-KIT_API int t6_decode_num_splits(int B, int H, int H_kv, int L_max, int d) {
+KIT_API int t6_decode_num_splits(void* module, int B, int H, int H_kv, int L_max, int d) {
+    kit::UseModule use(module);
     if (!t6dec::valid_shape(B, H, H_kv, L_max, d)) return -(int)cudaErrorInvalidValue;
     int dev = 0, sms = 0, per_sm = 0;
     cudaError_t e = cudaGetDevice(&dev);

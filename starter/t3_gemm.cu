@@ -234,7 +234,8 @@ gemm_kernel(const float* __restrict__ A, const float* __restrict__ B, float* __r
 }
 
 // ---------------------------------------------------------------------------
-// Host side.
+// Host side: the kit's. It runs in the host library, built from the kit's own copy of this file, and
+// every kernel it launches comes from the device module built from yours (kit.cuh: kit::launch).
 template <int BM, int BN, int BK, int TM, int TN, bool TA, bool TB, bool VEC>
 static cudaError_t launch(const float* A, const float* B, float* C, int batch, int M, int N, int K,
                           int64_t sa, int64_t sb, int64_t sc, float alpha, int cvec,
@@ -242,9 +243,8 @@ static cudaError_t launch(const float* A, const float* B, float* C, int batch, i
   constexpr int NT = (BM / TM) * (BN / TN);
   const unsigned gz = (unsigned)(batch < 65535 ? batch : 65535);  // kernel loops over the rest
   dim3 grid(kit_ceil_div(N, BN), kit_ceil_div(M, BM), gz);
-  gemm_kernel<BM, BN, BK, TM, TN, TA, TB, VEC><<<grid, NT, 0, st>>>(A, B, C, batch, M, N, K, sa, sb,
-                                                                    sc, alpha, cvec);
-  return cudaGetLastError();
+  return kit::launch(gemm_kernel<BM, BN, BK, TM, TN, TA, TB, VEC>, grid, NT, 0, st, A, B, C, batch, M, N, K, sa, sb,
+                     sc, alpha, cvec);
 }
 
 template <int BM, int BN, int BK, int TM, int TN>
@@ -294,9 +294,10 @@ static bool vector_loads(bool aligned_bases, int batch, int M, int N, int K, int
          (batch == 1 || (stride_a % 4 == 0 && stride_b % 4 == 0));
 }
 
-KIT_API int t3_gemm_batched(const float* A, const float* B, float* C, int batch, int M, int N,
+KIT_API int t3_gemm_batched(void* module, const float* A, const float* B, float* C, int batch, int M, int N,
                             int K, int trans_a, int trans_b, int64_t stride_a, int64_t stride_b,
                             int64_t stride_c, float alpha, void* stream) {
+  kit::UseModule use(module);
   if (batch <= 0 || M <= 0 || N <= 0 || K <= 0) return 0;
   if ((trans_a != 0 && trans_a != 1) || (trans_b != 0 && trans_b != 1)) return (int)cudaErrorInvalidValue;
   cudaStream_t st = (cudaStream_t)stream;

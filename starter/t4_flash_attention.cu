@@ -343,22 +343,25 @@ flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const
     // END TODO(t4)
 }
 
+// --------------------------------------------------------------------------- host (the kit's)
+// It runs in the host library, built from the kit's own copy of this file, and every kernel it launches
+// comes from the device module built from yours (kit.cuh: kit::launch).
+
 template <int D, bool CAUSAL, bool BIG = false>
 static int launch(const float* q, const float* k, const float* v, float* o, float* lse, int BH, int H, int H_kv,
                   int Lq, int Lk, float scale, cudaStream_t stream) {
     using C = Cfg<D, BIG>;
     auto kern = flash_fwd_kernel<D, C::BR, C::BC, C::CG, C::MINB, CAUSAL, CAUSAL ? C::KUC : C::KU>;
     const size_t smem = smem_bytes<D, C::BR, C::BC>();
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaError_t e = kit::set_attribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return (int)e;
-    e = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    e = kit::set_attribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     if (e != cudaSuccess) return (int)e;
     const bool vec = ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k) |
                        reinterpret_cast<uintptr_t>(v) | reinterpret_cast<uintptr_t>(o)) & 15) == 0;
     const dim3 grid(kit_ceil_div(Lq, C::BR), BH < 65535 ? BH : 65535, kit_ceil_div(BH, 65535));
-    kern<<<grid, (C::BR / 8) * C::CG, smem, stream>>>(q, k, v, o, lse, BH, H, H_kv, Lq, Lk, scale * kLog2e,
-                                                      vec ? 1 : 0);
-    KIT_RETURN_LAUNCH_STATUS();
+    return (int)kit::launch(kern, grid, (C::BR / 8) * C::CG, smem, stream, q, k, v, o, lse, BH, H, H_kv, Lq, Lk,
+                            scale * kLog2e, vec ? 1 : 0);
 }
 
 // d = 64: the big configuration is ~9% faster per tile but has half as many,
@@ -384,9 +387,10 @@ static bool use_big_d64(long long bh, int Lq) {
 
 // q, o: (B, H, Lq, d); k, v: (B, H_kv, Lk, d) with H % H_kv == 0 (query head h reads KV head
 // h / (H / H_kv)); lse: (B, H, Lq). All contiguous, fp32.
-KIT_API int t4_flash_attention_forward(const float* q, const float* k, const float* v, float* o, float* lse,
-                                       int B, int H, int H_kv, int Lq, int Lk, int d, float scale, int causal,
-                                       void* stream) {
+KIT_API int t4_flash_attention_forward(void* module, const float* q, const float* k, const float* v, float* o,
+                                       float* lse, int B, int H, int H_kv, int Lq, int Lk, int d, float scale,
+                                       int causal, void* stream) {
+    kit::UseModule use(module);
     if (B < 0 || H < 0 || H_kv < 0 || Lq < 0 || Lk < 0) return (int)cudaErrorInvalidValue;
     if (H > 0 && (H_kv == 0 || H % H_kv != 0)) return (int)cudaErrorInvalidValue;
     if (d != 32 && d != 64 && d != 128) return (int)cudaErrorInvalidValue;

@@ -1,11 +1,19 @@
-"""Build a student's ``.cu`` file into a shared library with nvcc and load it with ctypes.
+"""Build a task's CUDA file: the student's regions as a device module, the kit's host code as a library.
 
-Why not a PyTorch C++ extension: one nvcc call on one file takes seconds, a
-torch extension build takes close to a minute, and the student loop is
-edit -> test -> edit. Libraries are cached by content (source, kit.cuh, flags,
-nvcc version, architecture), so an unchanged file is never rebuilt, and two
-implementations (the student's and the reference) load side by side in one
-process: each library is its own ctypes handle.
+Two builds, never mixed (``include/kit.cuh`` says how they meet at run time):
+
+* the DEVICE MODULE (``build_module``): the student's TODO regions spliced into the kit's own copy of the file
+  (``regions.splice``: every line outside the regions is the kit's), checked against the region rules, and
+  compiled with ``nvcc -cubin`` inside the compile sandbox (``confine``): device code only, so nothing a
+  student writes can run on the host, and nvcc sees only that file and the kit's include directory.
+* the HOST LIBRARY (``build_library``): the kit's own copy of the file compiled into a shared library, loaded
+  with ctypes: the launch code. It is built only from the kit's sources (solutions/ in the instructor's tree;
+  in a student bundle assignment/cuda/kit/, the starter as shipped; the model's fused kernels); it refuses
+  any other file.
+
+``make test``, ``make bench`` and the grader take this one path. Both builds are cached by content (source,
+kit.cuh, flags, nvcc version, architecture), so an unchanged file is never rebuilt, and two implementations
+(a student's and the reference) load side by side in one process: each module is its own handle.
 
     python -m assignment.cuda.compiler --check-all [DIR ...]   # compile every .cu for sm_80 and sm_90 (CI)
 """
@@ -28,13 +36,23 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from assignment.starter import todo_lines
+from assignment.cuda import confine
+from assignment.cuda.reading import todo_lines
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-INCLUDE_DIR = Path(__file__).resolve().parent / "include"
+PACKAGE_DIR = Path(__file__).resolve().parent
+INCLUDE_DIR = PACKAGE_DIR / "include"
 KIT_HEADER = INCLUDE_DIR / "kit.cuh"
-NVCC_FLAGS = ("-O3", "-std=c++17", "-Xcompiler", "-fPIC", "-shared", "-lineinfo")
+SOLUTIONS_DIR = REPO_ROOT / "solutions"
+BUNDLE_KIT_DIR = PACKAGE_DIR / "kit"  # a student bundle's copy of the kit's CUDA files (the starter as shipped)
+# Where the kit's own sources live: only these are ever built into a shared library.
+KIT_SOURCE_ROOTS = (SOLUTIONS_DIR, REPO_ROOT / "assignment")
+NVCC_FLAGS = ("-O3", "-std=c++17", "-lineinfo")   # every build of a task's file: optimised, with line numbers
+MODULE_FLAGS = ("-cubin",)                        # the device module: device code only
+LIBRARY_FLAGS = ("-Xcompiler", "-fPIC", "-shared")  # the host library
 CHECK_ARCHS = ("sm_80", "sm_90")
+SOURCE_RULES_SETTING = "KIT_CUDA_SOURCE_RULES"  # 0: build without the region rules (the grader's own fixtures)
+PRINTF_SETTING = "KIT_PRINTF_BYTES"  # the device printf buffer of each GPU a module loads on (the grader caps it)
 # The CUDA toolkits (major versions) the kit is built and tested with; the handout quotes them.
 TOOLKIT_MAJORS = (12, 13)
 # Lazy module loading keeps context creation cheap when a library holds many kernels.
@@ -46,7 +64,7 @@ class CudaToolkitError(RuntimeError):
 
 
 class CudaCompileError(RuntimeError):
-    """nvcc rejected a file. The message leads with file:line and the offending source line."""
+    """nvcc rejected a file, or ran out of time or memory. The message names the student's lines only."""
 
     def __init__(self, message: str, source: Path, diagnostics: list["Diagnostic"], output: str):
         super().__init__(message)
@@ -63,10 +81,14 @@ class Diagnostic:
 
 @dataclass(frozen=True)
 class BuildResult:
-    library: Path
+    path: Path        # the .cubin (a device module) or the .so (a host library)
     arch: str
     seconds: float
     cached: bool
+
+    @property
+    def library(self) -> Path:  # the name older callers read
+        return self.path
 
 
 # --------------------------------------------------------------------------- toolchain
@@ -83,6 +105,21 @@ def nvcc_version() -> str:
         versions = " or ".join(f"{major}.x" for major in TOOLKIT_MAJORS)
         raise CudaToolkitError(f"nvcc not found on PATH: install the CUDA toolkit ({versions}) or add its bin/ to PATH")
     return subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+@lru_cache(maxsize=1)
+def nvcc_real_path() -> str:
+    """nvcc itself (a wrapper script on PATH resolved to the toolkit's binary): what the sandbox runs, and whose
+    toolkit it mounts."""
+    nvcc_version()
+    dry = subprocess.run([nvcc_path(), "--dryrun", "-cubin", "-arch=sm_80", "-x", "cu", os.devnull, "-o", os.devnull],
+                         capture_output=True, text=True)
+    for line in (dry.stdout + dry.stderr).splitlines():  # "#$ _HERE_=/usr/local/cuda-13.0/bin"
+        if line.startswith("#$ _HERE_="):
+            candidate = Path(line.split("=", 1)[1].strip()) / "nvcc"
+            if candidate.is_file():
+                return str(candidate.resolve())
+    return os.path.realpath(nvcc_path())
 
 
 def normalize_arch(arch: str) -> str:
@@ -107,23 +144,41 @@ def detect_arch() -> str:
     return f"sm_{major}{minor}"
 
 
-def nvcc_command(source: Path, output: Path, arch: str) -> list[str]:
-    number = arch.removeprefix("sm_")
-    return [
-        nvcc_path() or "nvcc", *NVCC_FLAGS, "-I", str(INCLUDE_DIR),
-        "-gencode", f"arch=compute_{number},code=sm_{number}", "-o", str(output), str(source),
-    ]
+def module_command(source: str, output: str, arch: str, include: str) -> list[str]:
+    """nvcc for a device module: ``source`` to a cubin for ``arch``, nothing for the host."""
+    return [nvcc_real_path(), *NVCC_FLAGS, *MODULE_FLAGS, f"-arch={normalize_arch(arch)}", "-I", include,
+            "-o", output, source]
+
+
+def library_command(source: Path, output: Path, arch: str) -> list[str]:
+    number = normalize_arch(arch).removeprefix("sm_")
+    return [nvcc_path() or "nvcc", *NVCC_FLAGS, *LIBRARY_FLAGS, "-I", str(INCLUDE_DIR),
+            "-gencode", f"arch=compute_{number},code=sm_{number}", "-o", str(output), str(source)]
+
+
+# --------------------------------------------------------------------------- where the kit's own files are
+
+
+def kit_source(filename: str) -> Path:
+    """The kit's own copy of a task's CUDA file: its host code, and every region the student's file does not
+    replace. solutions/ in the instructor's tree; in a student bundle, assignment/cuda/kit/."""
+    for folder in (SOLUTIONS_DIR, BUNDLE_KIT_DIR):
+        if (folder / filename).is_file():
+            return folder / filename
+    raise CudaToolkitError(f"the kit's own {filename} is missing (looked in {SOLUTIONS_DIR} and {BUNDLE_KIT_DIR})")
+
+
+def is_kit_source(path: Path) -> bool:
+    real = Path(path).resolve()
+    return any(real.is_relative_to(root.resolve()) for root in KIT_SOURCE_ROOTS)
 
 
 # --------------------------------------------------------------------------- cache
 
 
-SOLUTIONS_DIR = REPO_ROOT / "solutions"
-
-
 def cache_dir(source: Path | None = None) -> Path:
-    """Where built libraries live. The reference solutions' builds have a cache of their own
-    (``KIT_REFERENCE_CACHE_DIR``), so nothing built from other sources can stand in for them."""
+    """Where builds live. The kit's own files (solutions/) have a cache of their own
+    (``KIT_REFERENCE_CACHE_DIR``), so nothing built from other sources can stand in for the reference."""
     base = Path(os.environ.get("KIT_CACHE_DIR") or REPO_ROOT / ".kit_cache")
     if source is not None and Path(source).resolve().is_relative_to(SOLUTIONS_DIR.resolve()):
         return Path(os.environ.get("KIT_REFERENCE_CACHE_DIR") or base / "reference")
@@ -132,7 +187,7 @@ def cache_dir(source: Path | None = None) -> Path:
 
 def cache_key(source_text: str, arch: str, *, flags: tuple[str, ...] = NVCC_FLAGS,
               header_text: str | None = None, compiler: str | None = None) -> str:
-    """Content hash of everything that changes the library."""
+    """Content hash of everything that changes a build."""
     header_text = KIT_HEADER.read_text(encoding="utf-8") if header_text is None else header_text
     compiler = nvcc_version() if compiler is None else compiler
     digest = hashlib.sha256()
@@ -144,6 +199,10 @@ def cache_key(source_text: str, arch: str, *, flags: tuple[str, ...] = NVCC_FLAG
 
 def library_path(source: Path, arch: str, key: str, cache: Path | None = None) -> Path:
     return (cache or cache_dir(source)) / f"{source.stem}-{normalize_arch(arch)}-{key}.so"
+
+
+def module_path(source: Path, arch: str, key: str, cache: Path | None = None) -> Path:
+    return (cache or cache_dir(source)) / "modules" / f"{source.stem}-{normalize_arch(arch)}-{key}.cubin"
 
 
 # --------------------------------------------------------------------------- compile errors
@@ -171,6 +230,7 @@ def _source_line(file: str, line: int) -> str | None:
 
 
 def format_compile_error(source: Path, output: str, arch: str) -> tuple[str, list[Diagnostic]]:
+    """A kit file's compile error (the host library, the model's kernels): every line may be quoted."""
     diagnostics = parse_nvcc_output(output)
     errors = [d for d in diagnostics if "error" in d.severity] or diagnostics
     parts = [f"{source}: nvcc failed for {arch}"]
@@ -186,28 +246,13 @@ def format_compile_error(source: Path, output: str, arch: str) -> tuple[str, lis
     return "\n".join(parts), diagnostics
 
 
-# --------------------------------------------------------------------------- build and load
+# --------------------------------------------------------------------------- the host library (kit sources only)
 
 _announced: set[Path] = set()
 _handles: dict[tuple[Path, Path], ctypes.CDLL] = {}
 _lock = threading.Lock()
-_build_locks: dict[Path, threading.Lock] = {}  # one per library path, guarded by _build_locks_guard
+_build_locks: dict[Path, threading.Lock] = {}  # one per output path, guarded by _build_locks_guard
 _build_locks_guard = threading.Lock()  # not _lock: load_library holds that one while it builds
-
-
-def build(source: Path | str, arch: str | None = None, *, use_cache: bool = True, quiet: bool = False,
-          cache: Path | None = None, timeout_s: float | None = None) -> BuildResult:
-    """Compile ``source`` for ``arch`` into ``cache`` (default: ``cache_dir(source)``), reusing a build of the
-    same content. Raises CudaCompileError on a compile error, or when nvcc runs past ``timeout_s``."""
-    source = Path(source).resolve()
-    arch = normalize_arch(arch) if arch else detect_arch()
-    text = source.read_text(encoding="utf-8")
-    key = cache_key(text, arch)
-    target = library_path(source, arch, key, cache)
-    with _target_lock(target):  # threads building the same library (the grader's t4 and t5) build it once
-        if use_cache and target.is_file():
-            return BuildResult(target, arch, 0.0, cached=True)
-        return _compile(source, target, arch, quiet, timeout_s)
 
 
 def _target_lock(target: Path) -> threading.Lock:
@@ -215,30 +260,66 @@ def _target_lock(target: Path) -> threading.Lock:
         return _build_locks.setdefault(target, threading.Lock())
 
 
-def _compile(source: Path, target: Path, arch: str, quiet: bool, timeout_s: float | None) -> BuildResult:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Compile to a private name and rename: a reader sees no library or a whole one.
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=".so.tmp", dir=target.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    start = time.perf_counter()
-    try:
+def build_library(source: Path | str, arch: str | None = None, *, use_cache: bool = True, quiet: bool = False,
+                  cache: Path | None = None, timeout_s: float | None = None, trusted: bool = False) -> BuildResult:
+    """Compile the kit's ``source`` into a shared library for ``arch`` (cached). Refuses any file outside the
+    kit's sources: a student's code becomes a device module (``build_module``), never a library. ``trusted``:
+    an instructor's variant of a kit file kept elsewhere (an experiment; never a submission)."""
+    source = Path(source).resolve()
+    if not trusted and not is_kit_source(source):
+        raise CudaToolkitError(f"{source} is not one of the kit's sources: only the kit's own code is built into a "
+                               "shared library (a student's file is compiled to device code by build_module)")
+    arch = normalize_arch(arch) if arch else detect_arch()
+    text = source.read_text(encoding="utf-8")
+    key = cache_key(text, arch, flags=NVCC_FLAGS + LIBRARY_FLAGS)
+    target = library_path(source, arch, key, cache)
+    with _target_lock(target):  # threads building the same library (the grader's t4 and t5) build it once
+        if use_cache and target.is_file():
+            return BuildResult(target, arch, 0.0, cached=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # Compile to a private name and rename: a reader sees no library or a whole one.
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=".so.tmp", dir=target.parent)
+        os.close(fd)
+        tmp = Path(tmp_name)
+        start = time.perf_counter()
         try:
-            proc = subprocess.run(nvcc_command(source, tmp, arch), capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            raise CudaCompileError(f"{source}: nvcc took longer than {timeout_s:.0f} s", source, [],
-                                   "(timed out)") from None
-        if proc.returncode != 0:
-            message, diagnostics = format_compile_error(source, proc.stderr + proc.stdout, arch)
-            raise CudaCompileError(message, source, diagnostics, proc.stderr + proc.stdout)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+            try:
+                proc = subprocess.run(library_command(source, tmp, arch), capture_output=True, text=True,
+                                      timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                raise CudaCompileError(f"{source}: nvcc took longer than {timeout_s:.0f} s", source, [],
+                                       "(timed out)") from None
+            if proc.returncode != 0:
+                message, diagnostics = format_compile_error(source, proc.stderr + proc.stdout, arch)
+                raise CudaCompileError(message, source, diagnostics, proc.stderr + proc.stdout)
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
     seconds = time.perf_counter() - start
     if not quiet and source not in _announced:
         _announced.add(source)
-        print(f"[kit] built {source.name} for {arch} in {seconds:.1f} s -> {target}", file=sys.stderr)
+        print(f"[kit] built the kit's {source.name} (host code) for {arch} in {seconds:.1f} s", file=sys.stderr)
     return BuildResult(target, arch, seconds, cached=False)
+
+
+def load_library(source: Path | str, arch: str | None = None) -> ctypes.CDLL:
+    """Build (or reuse) and dlopen the kit's library for ``source``; one handle per (file, build)."""
+    source = Path(source).resolve()
+    with _lock:
+        result = build_library(source, arch)
+        handle_key = (source, result.path)
+        if handle_key not in _handles:
+            _handles[handle_key] = ctypes.CDLL(str(result.path))
+        return _handles[handle_key]
+
+
+# --------------------------------------------------------------------------- the device module (student code)
+
+
+@dataclass(frozen=True)
+class ModuleBuild(BuildResult):
+    kit: Path = Path()  # the kit's file the regions were spliced into (its host library launches the module)
+    isolation: str = ""  # how nvcc was confined ("" for a cache hit)
 
 
 def require_implemented(source: Path | str, tasks: tuple[str, ...] | list[str], kernel: str = "") -> None:
@@ -248,7 +329,7 @@ def require_implemented(source: Path | str, tasks: tuple[str, ...] | list[str], 
     __trap(), and a trap would poison the CUDA context of the whole test session.
     """
     source = Path(source)
-    missing = todo_lines(source.read_text(encoding="utf-8"))
+    missing = todo_lines(read_student_text(source))
     for task in tasks:
         if task in missing:
             lines = [str(i) for i in missing[task]]
@@ -257,29 +338,112 @@ def require_implemented(source: Path | str, tasks: tuple[str, ...] | list[str], 
             raise NotImplementedError(f"{task}: TODO({task}) in {source.name} is not implemented yet ({where}{what})")
 
 
-def load_library(source: Path | str, tasks: tuple[str, ...] | list[str] = (), arch: str | None = None) -> ctypes.CDLL:
-    """Build (or reuse) and dlopen the library for ``source``; one handle per (file, build)."""
+def read_student_text(source: Path) -> str:
+    """A student's file as text: UTF-8 (undecodable bytes replaced), a byte-order mark dropped, CRLF and CR line
+    ends read as LF (line numbers are unchanged)."""
+    text = Path(source).read_bytes().decode("utf-8", errors="replace")
+    return text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def build_module(source: Path | str, arch: str | None = None, *, kit: Path | None = None, use_cache: bool = True,
+                 quiet: bool = False, cache: Path | None = None, kit_cache: Path | None = None,
+                 limits: confine.CompileLimits = confine.CompileLimits(),
+                 source_rules: bool | None = None, tasks: tuple[str, ...] | None = None) -> ModuleBuild:
+    """The device module of a student's CUDA file: its TODO regions (of ``tasks``; all by default) spliced into the
+    kit's copy of the file (``kit``: ``kit_source`` of its name by default), checked by the region rules on the
+    compiler's reading,
+    compiled to a cubin in the compile sandbox, and its symbols checked against the kit's own build of the
+    file (``kit_cache``: where that one is kept; ``cache_dir(kit)`` by default). ``source_rules=False`` (default:
+    ``$KIT_CUDA_SOURCE_RULES`` != 0) skips the rules on the source (the kit's adversarial fixtures show that the
+    device-only build holds without them); the check of the build's symbols always runs.
+
+    Raises regions.RegionError when the regions cannot be spliced or break a rule, CudaCompileError when nvcc
+    rejects the result or runs out of time or memory (the message quotes the student's own lines only)."""
+    from assignment.cuda import regions, rules
+
     source = Path(source).resolve()
-    require_implemented(source, tasks)
-    with _lock:
-        result = build(source, arch)
-        handle_key = (source, result.library)
-        if handle_key not in _handles:
-            _handles[handle_key] = ctypes.CDLL(str(result.library))
-        return _handles[handle_key]
+    arch = normalize_arch(arch) if arch else detect_arch()
+    if source_rules is None:
+        source_rules = os.environ.get(SOURCE_RULES_SETTING, "1") != "0"
+    kit = Path(kit).resolve() if kit is not None else kit_source(source.name)
+    student_text = read_student_text(source)
+    if tasks is None:
+        tasks = tuple(dict.fromkeys(r.task for r in regions.student_regions(student_text, source.name)))
+    spliced = regions.splice(kit.read_text(encoding="utf-8"), student_text, tasks, filename=source.name)
+    key = cache_key(spliced.text, arch, flags=NVCC_FLAGS + MODULE_FLAGS + (() if source_rules else ("unruled",)))
+    target = module_path(source, arch, key, cache)
+    with _target_lock(target):
+        if use_cache and target.is_file():  # a module is written only after every check passed
+            return ModuleBuild(target, arch, 0.0, True, kit=kit)
+        problems = rules.check_regions(spliced.regions, limits=limits) if source_rules else []
+        if not problems and source_rules:
+            problems = rules.check_expansion(spliced.text, spliced.spans, source.name, arch, spliced.origin,
+                                             limits=limits)
+        if problems:
+            raise regions.problems_error(source.name, problems)
+        own = source == kit  # the kit's own file (make check-cuda): every line is the file's to quote
+        if own:
+            spliced.origin = list(range(1, spliced.text.count("\n") + 2))
+        reference = None if own else build_module(kit, arch, kit=kit, quiet=True, cache=kit_cache, limits=limits)
+        result = _compile_module(source, spliced, student_text if not own else spliced.text, target, arch, limits,
+                                 reference.path if reference is not None else None)
+    if not quiet and source not in _announced:
+        _announced.add(source)
+        print(f"[kit] built {source.name} for {arch} in {result.seconds:.1f} s (device code, {result.isolation})",
+              file=sys.stderr)
+    return ModuleBuild(target, arch, result.seconds, False, kit=kit, isolation=result.isolation)
+
+
+def _compile_module(source: Path, spliced, student_text: str, target: Path, arch: str,
+                    limits: confine.CompileLimits, reference: Path | None) -> confine.Confined:
+    from assignment.cuda import regions, rules
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="kit-nvcc-") as work:
+        workdir = Path(work)
+        (workdir / source.name).write_text(spliced.text, encoding="utf-8")
+        output = f"{source.stem}.cubin"
+        command = module_command(f"{confine.WORK_MOUNT}/{source.name}", f"{confine.WORK_MOUNT}/{output}", arch,
+                                 confine.INCLUDE_MOUNT)
+        result = confine.run(command, workdir, INCLUDE_DIR, nvcc_real_path(), limits)
+        built = workdir / output
+        if result.timed_out or result.returncode != 0 or not built.is_file():
+            diagnostics = parse_nvcc_output(result.output)
+            raise CudaCompileError(regions.compile_message(source.name, diagnostics, student_text, spliced.origin,
+                                                           _resource_trouble(result, limits)),
+                                   source, diagnostics, result.output)
+        if reference is not None:
+            problems = rules.check_module(built, reference)
+            if problems:
+                raise regions.problems_error(source.name, problems)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        shutil.copyfile(built, tmp)
+        os.replace(tmp, target)  # a reader sees no module or a whole one
+    return result
+
+
+def _resource_trouble(result: confine.Confined, limits: confine.CompileLimits) -> str:
+    """Why nvcc stopped, when it was a limit rather than an error in the code (else '')."""
+    if result.timed_out:
+        return f"nvcc ran past its {limits.wall_seconds:.0f} s limit and was stopped"
+    if result.returncode is not None and result.returncode < 0:
+        return f"nvcc was stopped by signal {-result.returncode} (CPU time or memory limit?)"
+    if re.search(r"out of memory|std::bad_alloc|Cannot allocate memory|memory exhausted", result.output, re.I):
+        return f"nvcc ran out of memory (the limit is {limits.address_space_bytes >> 30} GB of address space)"
+    return ""
 
 
 _STACK = re.compile(r"STACK:(\d+)")
 _LOCAL = re.compile(r"LOCAL:(\d+)")
 
 
-def local_memory_bytes(library: Path) -> int | None:
-    """The largest per-thread stack frame plus local memory of any kernel in ``library`` (cuobjdump's
-    resource report), or None where cuobjdump is missing."""
+def local_memory_bytes(binary: Path) -> int | None:
+    """The largest per-thread stack frame plus local memory of any kernel in ``binary`` (a cubin or a library;
+    cuobjdump's resource report), or None where cuobjdump is missing."""
     tool = shutil.which("cuobjdump")
     if tool is None:
         return None
-    proc = subprocess.run([tool, "--dump-resource-usage", str(library)], capture_output=True, text=True)
+    proc = subprocess.run([tool, "--dump-resource-usage", str(binary)], capture_output=True, text=True)
     sizes = [int(a) + int(b) for a, b in zip(_STACK.findall(proc.stdout), _LOCAL.findall(proc.stdout))]
     return max(sizes, default=0)
 
@@ -288,12 +452,29 @@ def local_memory_bytes(library: Path) -> int | None:
 
 
 def _check_one(source: Path, arch: str, use_cache: bool) -> tuple[Path, str, float | None, str]:
+    """A task's file as the kit builds it: its device module (its regions in the kit's copy of the file, or in
+    itself where the kit has no copy of that name) and the kit's host library; a model kernel file: its
+    library."""
+    from assignment.cuda.reading import ReadingError
+    from assignment.cuda.regions import RegionError
+
     start = time.perf_counter()
+    cached = []
     try:
-        result = build(source, arch, use_cache=use_cache, quiet=True)
-    except CudaCompileError as exc:
-        return source, arch, None, str(exc)
-    return source, arch, time.perf_counter() - start, "cached" if result.cached else ""
+        if source.parent.resolve() == (REPO_ROOT / "assignment" / "model").resolve():
+            cached.append(build_library(source, arch, use_cache=use_cache, quiet=True).cached)
+        else:
+            try:
+                kit = kit_source(source.name)
+            except CudaToolkitError:
+                kit = source
+            built = build_module(source, arch, kit=kit, use_cache=use_cache, quiet=True)
+            cached.append(built.cached)
+            if is_kit_source(built.kit):
+                cached.append(build_library(built.kit, arch, use_cache=use_cache, quiet=True).cached)
+    except (CudaCompileError, RegionError, ReadingError, confine.IsolationUnavailable) as exc:
+        return source, arch, None, f"{source}: {exc}"
+    return source, arch, time.perf_counter() - start, "cached" if cached and all(cached) else ""
 
 
 def check_all(dirs: list[Path], archs: tuple[str, ...] = CHECK_ARCHS, jobs: int = 2, use_cache: bool = True) -> int:
@@ -343,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
                                                              REPO_ROOT / "assignment" / "model") if d.is_dir()]
     try:
         return check_all(dirs, tuple(args.arch or CHECK_ARCHS), args.jobs, use_cache=not args.no_cache)
-    except CudaToolkitError as exc:
+    except (CudaToolkitError, confine.IsolationUnavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

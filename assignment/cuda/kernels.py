@@ -4,7 +4,9 @@ Tests, benchmarks and the grader call the kernels only through this module.
 Every wrapper, in this order:
   1. refuses a file whose task still has ``KIT_TODO`` (NotImplementedError, no GPU touched),
   2. checks dtype, shapes, contiguity, then device (TypeError / ValueError naming the argument),
-  3. builds/loads the library (cached), launches on the current PyTorch stream,
+  3. builds (cached) the student's file as a device module and the kit's host library, loads the module into
+     the library (``compiler``: the host code that launches is always the kit's), launches on the current
+     PyTorch stream,
   4. turns a non-zero cudaError_t into ``RuntimeError("<kernel> failed: <reason>")``.
 Steps 1 and 2 need no GPU, so a starter or a wrong call fails cleanly on any machine.
 
@@ -16,9 +18,11 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import glob
 import math
 import os
+import threading
 from ctypes import c_float, c_int, c_int64, c_void_p
 from dataclasses import dataclass
 from functools import lru_cache
@@ -27,7 +31,8 @@ from typing import NamedTuple
 
 import torch
 
-from assignment.cuda.compiler import load_library, require_implemented
+from assignment.cuda import compiler
+from assignment.cuda.compiler import require_implemented
 from assignment.impl import student_dir
 
 SOFTMAX_FILE = "t2_softmax.cu"
@@ -41,10 +46,13 @@ INT32_MAX = 2**31 - 1
 
 @dataclass(frozen=True)
 class _Export:
+    """A KIT_API function of a task file's host library. ``module``: it launches kernels, so it takes the
+    device module first (the wrapper passes it)."""
     file: str
     symbol: str
     argtypes: tuple
     restype: type = c_int
+    module: bool = True
 
 
 SOFTMAX = _Export(SOFTMAX_FILE, "t2_softmax_forward", (c_void_p, c_void_p, c_int64, c_int64, c_void_p))
@@ -57,8 +65,9 @@ DECODE = _Export(DECODE_FILE, "t6_decode_attention", (c_void_p, c_void_p, c_void
                                                       c_void_p, c_void_p, c_int, c_int, c_int, c_int, c_int, c_int,
                                                       c_float, c_void_p))
 DECODE_SPLITS = _Export(DECODE_FILE, "t6_decode_num_splits", (c_int, c_int, c_int, c_int, c_int))
-DECODE_WORKSPACE = _Export(DECODE_FILE, "t6_decode_workspace_floats", (c_int, c_int, c_int, c_int), c_int64)
-DECODE_MAX_SPLITS = _Export(DECODE_FILE, "t6_decode_max_splits", ())
+DECODE_WORKSPACE = _Export(DECODE_FILE, "t6_decode_workspace_floats", (c_int, c_int, c_int, c_int), c_int64,
+                           module=False)
+DECODE_MAX_SPLITS = _Export(DECODE_FILE, "t6_decode_max_splits", (), module=False)
 
 # A few cudaError_t names, used only when libcudart cannot be found to ask it.
 _KNOWN_ERRORS = {1: "invalid argument", 2: "out of memory", 9: "invalid configuration argument",
@@ -154,6 +163,72 @@ def _launch(function, device: torch.device, kernel: str, *args) -> None:
         _check_status(function(*args, c_void_p(stream)), kernel)
 
 
+# --------------------------------------------------------------------------- loading a student's file
+
+
+@dataclass(frozen=True)
+class LoadedKernels:
+    """A student's CUDA file ready to call: the kit's host library for it, and the module it launches from."""
+    host: ctypes.CDLL
+    module: c_void_p
+    cubin: Path
+
+
+_loaded: dict[tuple[Path, Path], LoadedKernels] = {}  # (host library, cubin) -> loaded, once per process
+_load_lock = threading.Lock()
+
+
+def load_kernels(source: Path, arch: str | None = None, kit: Path | None = None) -> LoadedKernels:
+    """Build ``source`` as a device module (its regions in the kit's file, compiled in the sandbox) and load it
+    into the kit's host library built from that same kit file; cached by content, loaded once per process.
+    ``kit``: an instructor's variant of the kit's file to use instead of the kit's own (``Kernels.kit``)."""
+    built = compiler.build_module(source, arch, kit=kit, source_rules=False if kit is not None else None)
+    host_build = compiler.build_library(built.kit, built.arch, trusted=kit is not None)
+    return load_module(host_build.path, built.path)
+
+
+def load_module(host_library: Path | str, cubin: Path | str) -> LoadedKernels:
+    """dlopen the kit's host library and load the cubin into it (cudaLibraryLoadData); once per process."""
+    key = (Path(host_library), Path(cubin))
+    with _load_lock:
+        if key not in _loaded:
+            host = ctypes.CDLL(str(host_library))
+            host.kit_module_load.argtypes = (ctypes.c_char_p, ctypes.POINTER(c_void_p))
+            host.kit_module_load.restype = c_int
+            _limit_printf(host)
+            handle = c_void_p()
+            code = host.kit_module_load(Path(cubin).read_bytes(), ctypes.byref(handle))
+            if code != 0:
+                raise RuntimeError(f"loading the device module {Path(cubin).name} failed: {cuda_error_string(code)}")
+            _loaded[key] = LoadedKernels(host, handle, Path(cubin))
+        return _loaded[key]
+
+
+def bind(loaded: LoadedKernels, export: _Export):
+    """The export of ``loaded``'s host library as a callable; the module is passed first where it launches."""
+    function = getattr(loaded.host, export.symbol, None)
+    if function is None:
+        raise RuntimeError(f"the kit's {export.file} has no {export.symbol} (an instructor error)")
+    function.argtypes = ((c_void_p,) if export.module else ()) + export.argtypes
+    function.restype = export.restype
+    return functools.partial(function, loaded.module) if export.module else function
+
+
+_printf_limited: set[int] = set()  # GPUs whose device printf buffer was set (KIT_PRINTF_BYTES)
+
+
+def _limit_printf(host: ctypes.CDLL) -> None:
+    """Cap device printf on the current GPU when ``KIT_PRINTF_BYTES`` asks (the grader: a debugging printf left in
+    a kernel then costs a little time, not the task); once per GPU, before any module of it is loaded."""
+    wanted = os.environ.get(compiler.PRINTF_SETTING)
+    device = torch.cuda.current_device() if wanted and torch.cuda.is_available() else None
+    if device is None or device in _printf_limited:
+        return
+    host.kit_limit_printf.argtypes = (ctypes.c_size_t,)
+    host.kit_limit_printf(int(wanted))  # refused only once a printf ran on this GPU: nothing to do then
+    _printf_limited.add(device)
+
+
 # --------------------------------------------------------------------------- the wrappers
 
 class _FileState(NamedTuple):
@@ -174,10 +249,14 @@ _functions: dict[tuple, object] = {}  # (file state, symbol, arch override) -> c
 
 
 class Kernels:
-    """The kernels of one implementation directory (None: whatever ``IMPL`` names, looked up per call)."""
+    """The kernels of one implementation directory (None: whatever ``IMPL`` names, looked up per call).
 
-    def __init__(self, impl: str | os.PathLike | None = None):
+    ``kit``: an instructor's experiment, a folder whose files are whole variants of the kit's own (host code
+    included), each built as its own kit: never a student's folder (its host code would run)."""
+
+    def __init__(self, impl: str | os.PathLike | None = None, kit: str | os.PathLike | None = None):
         self.impl = None if impl is None else str(impl)
+        self.kit = None if kit is None else Path(kit)
 
     def source(self, filename: str) -> Path:
         path = student_dir(self.impl) / filename
@@ -195,15 +274,10 @@ class Kernels:
         return state
 
     def _function(self, export: _Export, state: _FileState):
-        key = (state, export.symbol, os.environ.get("KIT_CUDA_ARCH"))
+        key = (state, export.symbol, os.environ.get("KIT_CUDA_ARCH"), self.kit)
         if key not in _functions:
-            source = Path(state.path)
-            library = load_library(source, state.tasks)
-            function = getattr(library, export.symbol, None)
-            if function is None:
-                raise RuntimeError(f"{source.name} does not export {export.symbol} (declare it KIT_API with this exact name)")
-            function.argtypes, function.restype = export.argtypes, export.restype
-            _functions[key] = function
+            kit = self.kit / export.file if self.kit is not None else None
+            _functions[key] = bind(load_kernels(Path(state.path), kit=kit), export)
         return _functions[key]
 
     # ----------------------------------------------------------------- t2

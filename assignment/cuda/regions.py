@@ -1,4 +1,4 @@
-"""The TODO regions of a student's CUDA file: find them, check them, splice them into the kit's file.
+"""The TODO regions of a student's CUDA file: find them and splice them into the kit's file.
 
 Students write device code only. In a starter file each region reads
 
@@ -7,22 +7,13 @@ Students write device code only. In a starter file each region reads
     KIT_TODO(t4);
     // END TODO(t4)
 
-and the student replaces the lines between the two markers. The grader never compiles the student's
-file as it is: it takes the kit's own file (host code, launches, includes), puts the student's
-regions where the kit's regions were, and builds that (``splice``). So host code, ``#include``s and
-launch configurations are always the kit's, and a change outside the regions has no effect (the
-grader says so). ``check_region`` rejects what could reach past device code from inside a region:
-
-* preprocessor lines other than ``#pragma unroll [N]``, and digraphs, trigraphs or backslashes that
-  could make one;
-* ``asm``, storage that outlives a call (``static``, ``extern``, ``__device__``/``__constant__``/
-  ``__managed__`` variables), new functions or kernels (``__global__``, ``__host__``, ``template``),
-  allocation (``malloc``, ``new``), any ``cuda*``/``cublas*`` API;
-* braces, parentheses or brackets that close what the region did not open (leaving the function),
-  and comments or string literals left open at the region's end (swallowing the kit's next lines);
-* characters outside ASCII in code (identifiers that only look like the kit's).
-
-Public tests run the same check on a student's file, so a rejection shows up locally first.
+and the student replaces the lines between the two markers. Nothing compiles the student's file as it is:
+the kit takes its own copy of the file (its host code, launches, includes), puts the student's regions where
+its regions were, and compiles that to device code (``splice``, then ``compiler.build_module``). So host code,
+``#include``s and launch configurations are always the kit's, and a change outside the regions has no
+effect (the grader says so). What a region may contain is checked on the compiler's own reading of it
+(``assignment.cuda.rules``); public tests run the same checks on a student's file, so a rejection shows up
+locally first.
 """
 
 from __future__ import annotations
@@ -38,25 +29,6 @@ _TODO = re.compile(r"^(?P<indent>\s*)//\s*TODO\((?P<task>t[0-9]+)\):\s*(?P<desc>
 _END = re.compile(r"^\s*//\s*END TODO\((?P<task>t[0-9]+)\)\s*$")
 _BEGIN_SOLUTION = re.compile(r"^\s*//\s*BEGIN SOLUTION\s+(?P<task>t[0-9]+)\b\s*(?::\s*(?P<desc>.*?))?\s*$")
 _END_SOLUTION = re.compile(r"^\s*//\s*END SOLUTION\b")
-_PRAGMA_UNROLL = re.compile(r"^\s*#\s*pragma\s+unroll(?:\s+\(?\s*[0-9]+\s*\)?)?\s*$")
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-# Identifiers a region may not use, and why (the message a student sees).
-FORBIDDEN_IDENTIFIERS = {
-    "asm": "inline assembly", "__asm__": "inline assembly", "__asm": "inline assembly",
-    "static": "storage that outlives a call", "extern": "declarations outside the region",
-    "thread_local": "storage that outlives a call", "__thread": "storage that outlives a call",
-    "__device__": "new device functions or variables", "__global__": "new kernels",
-    "__host__": "host code", "__constant__": "constant-memory variables", "__managed__": "managed memory",
-    "template": "templates (write the code inline)", "namespace": "namespaces",
-    "malloc": "allocation", "free": "allocation", "new": "allocation", "delete": "allocation",
-    "__attribute__": "attributes", "_Pragma": "pragmas", "__pragma": "pragmas", "__declspec": "attributes",
-    "__launch_bounds__": "launch configuration (the kit's)", "__noinline__": "function attributes",
-}
-FORBIDDEN_PREFIXES = {"cuda": "CUDA runtime calls (host API)", "cublas": "library calls", "cudnn": "library calls",
-                      "cufft": "library calls", "cusparse": "library calls", "cutlass": "library code",
-                      "cub": "library code", "thrust": "library code"}
-_PAIRS = {")": "(", "]": "[", "}": "{"}
 
 
 class RegionError(ValueError):
@@ -72,20 +44,19 @@ class Region:
     body: tuple[str, ...]  # the lines between the markers, newline-terminated
 
 
-@dataclass(frozen=True)
-class Problem:
-    line: int  # 1-based line in the student's file
-    message: str
-
-    def __str__(self) -> str:
-        return f"line {self.line}: {self.message}"
-
-
 @dataclass
 class Spliced:
     text: str
     origin: list[int | None] = field(default_factory=list)  # spliced line i (0-based) -> student line (1-based)
     ignored_outside: list[int] = field(default_factory=list)  # student lines outside regions that differ
+    spans: list[tuple[int, int]] = field(default_factory=list)  # the student's regions: marker lines in text
+    regions: list[Region] = field(default_factory=list)  # the student's regions spliced in (student lines)
+
+
+def problems_error(filename: str, problems: list) -> "RegionError":
+    """One RegionError listing ``problems`` (rules.Problem), the first eight of them."""
+    return RegionError(f"{filename}: " + "; ".join(str(p) for p in problems[:8])
+                       + (f"; ... and {len(problems) - 8} more" if len(problems) > 8 else ""))
 
 
 def _lines(text: str) -> list[str]:
@@ -143,106 +114,18 @@ def solution_regions(text: str, levels: dict[str, str] | None = None, filename: 
 # --------------------------------------------------------------------------- the rules
 
 
-def _code_only(body: list[str], first_line: int) -> tuple[list[tuple[int, str]], list[Problem]]:
-    """Each line with comments and literals blanked out, and the lexical problems found on the way.
+def check_file(text: str, tasks: tuple[str, ...] | list[str] | None = None, filename: str = "the file",
+               arch: str | None = None) -> list:
+    """Problems in the regions of ``tasks`` (all when None) of a student's CUDA file, by the region rules
+    (``rules``); with ``arch``, also as the device compiler receives the file as it is (nvcc -E)."""
+    from assignment.cuda import rules
 
-    Runs like the compiler's first phases: comments and literals are recognised before anything
-    else, so what is left is exactly what the compiler reads as code.
-    """
-    problems: list[Problem] = []
-    out: list[tuple[int, str]] = []
-    in_block: int | None = None  # line where an open /* started
-    for offset, raw in enumerate(body):
-        number = first_line + offset
-        line = raw.rstrip("\n")
-        if line.endswith("\\"):
-            problems.append(Problem(number, "a line may not end with a backslash (it would join the next line)"))
-        code, i, n = [], 0, len(line)
-        while i < n:
-            if in_block is not None:
-                close = line.find("*/", i)
-                if close < 0:
-                    code.append(" " * (n - i))
-                    i = n
-                    continue
-                code.append(" " * (close + 2 - i))
-                i, in_block = close + 2, None
-                continue
-            two = line[i:i + 2]
-            ch = line[i]
-            if two == "//":
-                break
-            if two == "/*":
-                in_block = number
-                code.append("  ")
-                i += 2
-                continue
-            if ch in "\"'":
-                if ch == '"' and i > 0 and line[i - 1] == "R":
-                    problems.append(Problem(number, "raw string literals are not allowed"))
-                j = i + 1
-                while j < n and line[j] != ch:
-                    j += 2 if line[j] == "\\" else 1
-                if j >= n:
-                    problems.append(Problem(number, "a string or character literal is not closed on its line"))
-                code.append(" " * (min(j, n - 1) + 1 - i))
-                i = j + 1
-                continue
-            code.append(ch)
-            i += 1
-        out.append((number, "".join(code)))
-    if in_block is not None:
-        problems.append(Problem(in_block, "a /* comment is not closed inside the region (it would swallow the "
-                                          "kit's code after it)"))
-    return out, problems
-
-
-def check_region(region: Region) -> list[Problem]:
-    """Every rule the region's body breaks (empty: it may be spliced)."""
-    code_lines, problems = _code_only(list(region.body), region.body_start)
-    stack: list[tuple[str, int]] = []
-    for number, code in code_lines:
-        stripped = code.strip()
-        if stripped.startswith("#"):
-            if not _PRAGMA_UNROLL.match(stripped):
-                problems.append(Problem(number, "preprocessor lines are not allowed in a TODO region (only "
-                                                "'#pragma unroll' or '#pragma unroll N')"))
-            continue
-        if "#" in code or "%:" in code or "<%" in code or "%>" in code or "??" in code:
-            problems.append(Problem(number, "'#', digraphs and trigraphs are not allowed in a TODO region"))
-        if "\\" in code:
-            problems.append(Problem(number, "backslashes are not allowed in code (only inside literals)"))
-        if any(ord(c) > 127 for c in code):
-            problems.append(Problem(number, "non-ASCII characters are not allowed in code (only in comments)"))
-        for match in _IDENTIFIER.finditer(code):
-            word = match.group()
-            why = FORBIDDEN_IDENTIFIERS.get(word)
-            if why is None:
-                why = next((w for p, w in FORBIDDEN_PREFIXES.items() if word.startswith(p)), None)
-            if why is not None:
-                problems.append(Problem(number, f"'{word}' is not allowed in a TODO region ({why}): write device "
-                                                "code that uses the kit's variables and helpers"))
-        for ch in code:
-            if ch in "([{":
-                stack.append((ch, number))
-            elif ch in ")]}":
-                if not stack or stack[-1][0] != _PAIRS[ch]:
-                    problems.append(Problem(number, f"'{ch}' closes something the region did not open (a TODO "
-                                                    "region must stay inside its function)"))
-                    return problems
-                stack.pop()
-    for ch, number in stack:
-        problems.append(Problem(number, f"'{ch}' opened here is not closed inside the region"))
-    return problems
-
-
-def check_file(text: str, tasks: tuple[str, ...] | list[str] | None = None,
-               filename: str = "the file") -> list[Problem]:
-    """Problems in the regions of ``tasks`` (all when None) of a student's CUDA file."""
-    problems: list[Problem] = []
-    for region in student_regions(text, filename):
-        if tasks is None or region.task in tasks:
-            problems.extend(check_region(region))
+    text = apply_levels(text, filename)  # the kit's own file: regions count lines of the levelled text
+    mine = [r for r in student_regions(text, filename) if tasks is None or r.task in tasks]
+    problems = rules.check_regions(mine)
+    if arch is not None and not problems:
+        spans = [(r.marker_line, r.body_start + len(r.body)) for r in mine]
+        problems = rules.check_expansion(text, spans, filename, arch)
     return problems
 
 
@@ -253,31 +136,29 @@ def splice(kit_text: str, student_text: str, tasks: tuple[str, ...] | list[str],
            filename: str = "the file") -> Spliced:
     """The kit's file with the student's regions of ``tasks``; every other region stays the kit's.
 
-    Raises RegionError when the student's file does not have the kit's regions (same tasks, same
-    order) or when a spliced region breaks a rule (the message lists each problem with its line).
+    Raises RegionError when the student's file does not have the kit's regions (same tasks, same order).
+    The rules of what a region holds are ``rules``' (``compiler.build_module`` runs them on the result).
     """
     kit_text = apply_levels(kit_text, filename)
     student_text = apply_levels(student_text, filename)  # a solution file graded as a submission (the self-check)
-    kit_regions = solution_regions(kit_text, filename=filename)
+    kit_regions = student_regions(kit_text, filename)  # the reference (solutions/) or a bundle's starter copy
     mine = student_regions(student_text, filename)
     if [r.task for r in mine] != [r.task for r in kit_regions]:
         want = ", ".join(f"{r.task} '{r.description}'" for r in kit_regions)
         have = ", ".join(f"{r.task} (line {r.marker_line})" for r in mine) or "none"
         raise RegionError(f"{filename}: the TODO regions do not match the starter's (expected, in order: {want}; "
                           f"found: {have}). Keep every '// TODO(tN): ...' and '// END TODO(tN)' line of the starter.")
-    problems = [p for kit, student in zip(kit_regions, mine) if kit.task in tasks for p in check_region(student)]
-    if problems:
-        raise RegionError(f"{filename}: " + "; ".join(str(p) for p in problems[:8])
-                          + (f"; ... and {len(problems) - 8} more" if len(problems) > 8 else ""))
     kit_lines = _lines(kit_text)
     out: list[str] = []
     origin: list[int | None] = []
+    spans: list[tuple[int, int]] = []
     cursor = 0  # next kit line (0-based) to copy
     for kit, student in zip(kit_regions, mine):
         body_begin = kit.body_start - 1  # 0-based index of the kit body's first line
         out.extend(kit_lines[cursor:body_begin])
         origin.extend([None] * (body_begin - cursor))
         if kit.task in tasks:
+            spans.append((len(out), len(out) + len(student.body) + 1))  # the opening and closing marker lines
             out.extend(student.body)
             origin.extend(range(student.body_start, student.body_start + len(student.body)))
         else:
@@ -286,7 +167,8 @@ def splice(kit_text: str, student_text: str, tasks: tuple[str, ...] | list[str],
         cursor = body_begin + len(kit.body)
     out.extend(kit_lines[cursor:])
     origin.extend([None] * (len(kit_lines) - cursor))
-    return Spliced("".join(out), origin, _changed_outside(kit_text, student_text, mine, filename))
+    return Spliced("".join(out), origin, _changed_outside(kit_text, student_text, mine, filename), spans,
+                   [r for r in mine if r.task in tasks])
 
 
 def _changed_outside(kit_text: str, student_text: str, mine: list[Region], filename: str) -> list[int]:
@@ -344,3 +226,16 @@ def student_diagnostics(diagnostics: list, student_text: str, name: str,
         if 0 < line <= len(student_lines):
             lines.append(f"    {line:5d} | {student_lines[line - 1].rstrip()}")
     return lines, len(errors)
+
+
+def compile_message(name: str, diagnostics: list, student_text: str, origin: list[int | None] | None,
+                    trouble: str = "", limit: int = 5) -> str:
+    """What a student is told when their file does not compile: nvcc's errors on their own lines
+    (``student_diagnostics``), or why nvcc was stopped (``trouble``: a time or memory limit)."""
+    lines, count = student_diagnostics(diagnostics, student_text, name, origin, limit)
+    if trouble:
+        return "\n".join([f"{name} did not compile: {trouble}", *lines])
+    parts = [f"{name} does not compile (nvcc, {count} error{'s' if count != 1 else ''}):", *lines]
+    if not diagnostics:
+        parts.append("(nvcc gave no diagnostics the kit could read)")
+    return "\n".join(parts)

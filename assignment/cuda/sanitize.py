@@ -1,10 +1,12 @@
 """``make sanitize T=t4``: run a task's kernels under compute-sanitizer, memcheck and racecheck.
 
-The grader runs the same two tools on the same launches (``sanitize_driver.cpp``: shapes that reach
-every path of the kit's host code, buffers allocated to their exact size), so a memory error or a
-shared-memory race shows up here first.
+The grader runs the same two tools on the same launches (``sanitize_driver.cpp``: the student's device
+module loaded into the kit's host library, shapes that reach every path of the kit's host code, buffers
+allocated to their exact size), so a memory error or a shared-memory race shows up here first.
 
     python -m assignment.cuda.sanitize --task t2|t3|t4|t5|t6 [--tool memcheck|racecheck]
+    python -m assignment.cuda.sanitize --task t4 --driver-command [--module my_debug.cubin]
+        # prints the driver's command line (for another compute-sanitizer tool, or cuda-gdb on a -G build)
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from assignment.cuda.compiler import CudaCompileError, CudaToolkitError, build, cache_dir, require_implemented
+from assignment.cuda.compiler import (CudaCompileError, CudaToolkitError, build_library, build_module, cache_dir,
+                                      require_implemented)
+from assignment.cuda.reading import ReadingError
+from assignment.cuda.regions import RegionError
 from assignment.impl import student_file
 from assignment.registry import load_registry
 
@@ -54,13 +59,22 @@ def driver() -> Path:
     return path
 
 
-def run(task: str, tool: str, library: Path, timeout_s: float = 600) -> SanitizerResult:
+def driver_command(task: str, source: Path, module: Path | None = None) -> list[str]:
+    """The driver's command line for ``task``: the kit's host library for ``source``'s file and its device module
+    (``module``: a cubin of your own instead, such as a -G build for cuda-gdb)."""
+    built = build_module(source, quiet=True)
+    host = build_library(built.kit, built.arch, quiet=True)
+    args = TARGETS[task][1]
+    return [str(driver()), args[0], str(host.path), str(module or built.path), *args[1:]]
+
+
+def run(task: str, tool: str, source: Path, timeout_s: float = 600) -> SanitizerResult:
+    """``tool`` on ``task``'s launches of the student's ``source``: its device module in the kit's host library."""
     sanitizer = shutil.which("compute-sanitizer")
     if sanitizer is None:
         raise SanitizerMissing("compute-sanitizer is not on PATH (it ships with the CUDA toolkit)")
-    args = TARGETS[task][1]
-    proc = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "97", str(driver()), args[0], str(library),
-                           *args[1:]], capture_output=True, text=True, timeout=timeout_s)
+    proc = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "97", *driver_command(task, source)],
+                          capture_output=True, text=True, timeout=timeout_s)
     output = (proc.stdout + proc.stderr)[-6000:]
     summary = "\n".join(line for line in output.splitlines() if "SUMMARY" in line or "launches failed" in line)
     clean = "ERROR SUMMARY: 0 errors" in output or "RACECHECK SUMMARY: 0 hazards" in output
@@ -71,20 +85,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", required=True, choices=sorted(TARGETS))
     parser.add_argument("--tool", choices=TOOLS, action="append")
+    parser.add_argument("--driver-command", action="store_true",
+                        help="print the sanitize driver's command line for this task instead of running the tools")
+    parser.add_argument("--module", type=Path, help="with --driver-command: a cubin of your own (e.g. a -G build)")
     args = parser.parse_args(argv)
     load_registry().task(args.task)
     filename = TARGETS[args.task][0]
     source = student_file(filename)
     try:
         require_implemented(source, ("t4", "t5") if args.task == "t5" else (args.task,))
-        library = build(source).library
+        if args.driver_command:
+            print(" ".join(driver_command(args.task, source, args.module)))
+            return 0
         failed = 0
         for tool in args.tool or TOOLS:
-            result = run(args.task, tool, library)
+            result = run(args.task, tool, source)
             print(f"== compute-sanitizer --tool {tool}: {'clean' if result.ok else 'ERRORS'}")
             print(result.output if not result.ok else result.summary)
             failed += not result.ok
-    except (NotImplementedError, CudaCompileError, CudaToolkitError, SanitizerMissing) as exc:
+    except (NotImplementedError, CudaCompileError, CudaToolkitError, RegionError, ReadingError,
+            SanitizerMissing) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 1 if failed else 0

@@ -1,13 +1,15 @@
-// A small host program that loads a compiled task library and launches its kernels on shapes that
-// reach every path of the kit's host code, so compute-sanitizer can check them without starting
-// Python and PyTorch under the sanitizer (minutes -> seconds).
+// A small host program that loads a task's device module (the student's cubin) into the kit's host library
+// for that file and launches its kernels on shapes that reach every path of the kit's host code, so
+// compute-sanitizer can check them without starting Python and PyTorch under the sanitizer (minutes ->
+// seconds).
 //
-//   sanitize_driver t2 <library.so>          softmax: every row-length path, float4 and scalar
-//   sanitize_driver t3 <library.so>          GEMM: every tile configuration and transpose, both loaders
-//   sanitize_driver t4 <library.so> <0|1>    FlashAttention, non-causal (0) or causal (1), with
-//                                            grouped-query shapes (K and V with fewer heads than Q)
-//   sanitize_driver t6 <library.so>          decode attention: every head-per-warp configuration, group
-//                                            chunks, empty splits, per-row / broadcast / int64 lengths
+//   sanitize_driver t2 <host.so> <module.cubin>          softmax: every row-length path, float4 and scalar
+//   sanitize_driver t3 <host.so> <module.cubin>          GEMM: every tile configuration and transpose, both loaders
+//   sanitize_driver t4 <host.so> <module.cubin> <0|1>    FlashAttention, non-causal (0) or causal (1), with
+//                                                        grouped-query shapes (K and V with fewer heads than Q)
+//   sanitize_driver t6 <host.so> <module.cubin>          decode attention: every head-per-warp configuration,
+//                                                        group chunks, empty splits, per-row / broadcast / int64
+//                                                        lengths
 //
 // Buffers are exactly the size a call may touch (cudaMalloc each), so a read or write one element
 // past them is an error memcheck reports. Exit code: 0 when every launch returned success.
@@ -18,17 +20,23 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <vector>
 
-typedef int (*softmax_fn)(const float*, float*, int64_t, int64_t, void*);
-typedef int (*gemm_fn)(const float*, const float*, float*, int, int, int, int, int, int, int64_t, int64_t,
+// The host library's exports: those that launch take the device module first.
+typedef int (*load_fn)(const void*, void**);
+typedef int (*softmax_fn)(void*, const float*, float*, int64_t, int64_t, void*);
+typedef int (*gemm_fn)(void*, const float*, const float*, float*, int, int, int, int, int, int, int64_t, int64_t,
                        int64_t, float, void*);
-typedef int (*flash_fn)(const float*, const float*, const float*, float*, float*, int, int, int, int, int, int,
-                        float, int, void*);
-typedef int (*decode_fn)(const float*, const float*, const float*, const void*, int, int, float*, float*, float*,
-                         int, int, int, int, int, int, float, void*);
-typedef int (*splits_fn)(int, int, int, int, int);
+typedef int (*flash_fn)(void*, const float*, const float*, const float*, float*, float*, int, int, int, int, int,
+                        int, float, int, void*);
+typedef int (*decode_fn)(void*, const float*, const float*, const float*, const void*, int, int, float*, float*,
+                         float*, int, int, int, int, int, int, float, void*);
+typedef int (*splits_fn)(void*, int, int, int, int, int);
 typedef long long (*workspace_fn)(int, int, int, int);
+
+static void* module = nullptr;  // the student's device module, loaded into the host library
 
 // A device buffer of n floats holding deterministic pseudo-random values in [-1, 1) (never zeros).
 // `offset` floats are allocated in front and skipped, to hand the kernels a pointer that is not
@@ -71,7 +79,7 @@ static int run_t2(void* lib) {
       Buffer x(s[0] * s[1], 1, offset), y(s[0] * s[1], 2, offset);
       char what[96];
       std::snprintf(what, sizeof what, "t2 rows %lld cols %lld offset %d", (long long)s[0], (long long)s[1], offset);
-      failures += report(what, softmax(x.ptr, y.ptr, s[0], s[1], nullptr));
+      failures += report(what, softmax(module, x.ptr, y.ptr, s[0], s[1], nullptr));
     }
   }
   return failures;
@@ -92,7 +100,7 @@ static int run_t3(void* lib) {
       Buffer a((size_t)batch * M * K, 3), b((size_t)batch * K * N, 4), c((size_t)batch * M * N, 5);
       char what[96];
       std::snprintf(what, sizeof what, "t3 batch %d M %d N %d K %d ta %d tb %d", batch, M, N, K, ta, tb);
-      failures += report(what, gemm(a.ptr, b.ptr, c.ptr, batch, M, N, K, ta, tb, (int64_t)M * K, (int64_t)K * N,
+      failures += report(what, gemm(module, a.ptr, b.ptr, c.ptr, batch, M, N, K, ta, tb, (int64_t)M * K, (int64_t)K * N,
                                     (int64_t)M * N, 1.5f, nullptr));
     }
   }
@@ -106,7 +114,7 @@ static int run_flash(flash_fn flash, int B, int H, int H_kv, int Lq, int Lk, int
   Buffer o((size_t)B * H * Lq * d, 9), lse((size_t)B * H * Lq, 10);
   char what[112];
   std::snprintf(what, sizeof what, "t4 B %d H %d H_kv %d Lq %d Lk %d d %d causal %d", B, H, H_kv, Lq, Lk, d, causal);
-  return report(what, flash(q.ptr, k.ptr, v.ptr, o.ptr, lse.ptr, B, H, H_kv, Lq, Lk, d, 0.125f, causal, nullptr));
+  return report(what, flash(module, q.ptr, k.ptr, v.ptr, o.ptr, lse.ptr, B, H, H_kv, Lq, Lk, d, 0.125f, causal, nullptr));
 }
 
 static int run_t4(void* lib, int causal) {
@@ -134,7 +142,7 @@ static int run_decode(void* lib, int B, int H, int H_kv, int L_max, int d, std::
   auto splits = (splits_fn)dlsym(lib, "t6_decode_num_splits");
   auto workspace = (workspace_fn)dlsym(lib, "t6_decode_workspace_floats");
   if (!decode || !splits || !workspace) return std::fprintf(stderr, "t6 exports missing\n"), 2;
-  const int n = n_splits > 0 ? n_splits : splits(B, H, H_kv, L_max, d);
+  const int n = n_splits > 0 ? n_splits : splits(module, B, H, H_kv, L_max, d);
   if (n <= 0) return std::fprintf(stderr, "t6_decode_num_splits returned %d\n", n), 1;
   Buffer q((size_t)B * H * d, 11), k((size_t)B * H_kv * L_max * d, 12), v((size_t)B * H_kv * L_max * d, 13);
   Buffer o((size_t)B * H * d, 14), lse((size_t)B * H, 15), ws((size_t)workspace(B, H, d, n), 16);
@@ -146,7 +154,7 @@ static int run_decode(void* lib, int B, int H, int H_kv, int L_max, int d, std::
   char what[128];
   std::snprintf(what, sizeof what, "t6 B %d H %d H_kv %d L_max %d d %d lengths[0] %lld (%zu, %s) splits %d", B, H,
                 H_kv, L_max, d, lengths[0], lengths.size(), int64 ? "int64" : "int32", n);
-  const int status = decode(q.ptr, k.ptr, v.ptr, len, int64 ? 1 : 0, lengths.size() > 1 ? 1 : 0, o.ptr, lse.ptr,
+  const int status = decode(module, q.ptr, k.ptr, v.ptr, len, int64 ? 1 : 0, lengths.size() > 1 ? 1 : 0, o.ptr, lse.ptr,
                             ws.ptr, B, H, H_kv, L_max, d, n, 0.125f, nullptr);
   const int failed = report(what, status);
   cudaFree(len);
@@ -167,8 +175,8 @@ static int run_t6(void* lib) {
 }
 
 int main(int argc, char** argv) {
-  if (argc < 3) {
-    std::fprintf(stderr, "usage: %s t2|t3|t4|t6 <library.so> [causal 0|1]\n", argv[0]);
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: %s t2|t3|t4|t6 <host.so> <module.cubin> [causal 0|1]\n", argv[0]);
     return 2;
   }
   void* lib = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
@@ -176,10 +184,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dlopen: %s\n", dlerror());
     return 2;
   }
+  std::ifstream file(argv[3], std::ios::binary);
+  std::vector<char> image((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  auto load = (load_fn)dlsym(lib, "kit_module_load");
+  if (image.empty() || !load) return std::fprintf(stderr, "cannot read %s or load it\n", argv[3]), 2;
+  const int loaded = load(image.data(), &module);
+  if (loaded != 0) return std::fprintf(stderr, "loading %s: %s\n", argv[3], cudaGetErrorString((cudaError_t)loaded)), 2;
   int failures;
   if (!std::strcmp(argv[1], "t2")) failures = run_t2(lib);
   else if (!std::strcmp(argv[1], "t3")) failures = run_t3(lib);
-  else if (!std::strcmp(argv[1], "t4")) failures = run_t4(lib, argc > 3 ? std::atoi(argv[3]) : 0);
+  else if (!std::strcmp(argv[1], "t4")) failures = run_t4(lib, argc > 4 ? std::atoi(argv[4]) : 0);
   else if (!std::strcmp(argv[1], "t6")) failures = run_t6(lib);
   else return std::fprintf(stderr, "unknown task %s\n", argv[1]), 2;
   std::printf("%d launches failed\n", failures);

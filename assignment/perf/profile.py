@@ -235,13 +235,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _prebuild(task: str) -> None:
-    from assignment.cuda.compiler import build, require_implemented
+    from assignment.cuda.compiler import build_library, build_module, require_implemented
     from assignment.cuda.kernels import ATTENTION_FILE, DECODE_FILE, GEMM_FILE, SOFTMAX_FILE, Kernels
 
     filename = {"t2": SOFTMAX_FILE, "t3": GEMM_FILE, "t6": DECODE_FILE}.get(task, ATTENTION_FILE)
     source = Kernels().source(filename)
     require_implemented(source, ("t4", "t5") if task == "t5" else (task,))
-    build(source)
+    built = build_module(source)
+    build_library(built.kit, built.arch)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import pytest
 
 from assignment.checks import require
 from assignment.cuda import sanitize
-from assignment.cuda.compiler import build, require_implemented
+from assignment.cuda.compiler import require_implemented
 from assignment.cuda.kernels import Kernels
 from assignment.impl import student_file
 from assignment.pytest_plugin import grading_seed
@@ -32,7 +32,7 @@ def check_sanitizer(task_id: str, tool: str) -> None:
     require_implemented(source, ("t4", "t5") if task_id == "t5" else (task_id,))
     if shutil.which("compute-sanitizer") is None:
         pytest.skip("compute-sanitizer is not on PATH on this host")
-    result = sanitize.run(task_id, tool, build(source, quiet=True).library)
+    result = sanitize.run(task_id, tool, source)
     require(result.ok, "memory_error", f"compute-sanitizer --tool {tool} reported errors:\n{result.output[-2500:]}",
             f"compute-sanitizer --tool {tool} found {'races' if tool == 'racecheck' else 'memory errors'}")
 

@@ -68,7 +68,7 @@ MODEL_PACKAGE = Path(model_package.__file__).resolve().parent
 ASSIGNMENT = MODEL_PACKAGE.parent
 # What `from assignment.cuda import kernels` needs (all shipped to students): the wrappers and their imports.
 CUDA_WRAPPER_FILES = ("impl.py", "starter.py", "registry.py", "cuda/__init__.py", "cuda/compiler.py",
-                      "cuda/kernels.py", "checks.py", "testing.py")
+                      "cuda/confine.py", "cuda/reading.py", "cuda/kernels.py", "checks.py", "testing.py")
 CHECKPOINT_IN_KIT = DEFAULT_CHECKPOINT.relative_to(MODEL_PACKAGE.parents[1])  # the same place under /kit
 MODEL_FILES_KEPT_OUT = ("scripted.py",)  # t7's test model: its logits live in the checker only (served.py)
 LOG_KEEP_BYTES = 32 * 1024  # of the worker's stderr: the first and the last this many bytes
@@ -111,9 +111,11 @@ def _kit_dir(kernels: tuple[str, ...] = (), gpu: bool = False) -> Path:
 
 
 def _copy_libraries(folder: Path, files: tuple[str, ...]) -> None:
-    """Build (a cache hit when the grader's prepare step built them) the CUDA files of ``IMPL`` the worker's kit
-    wrappers run, and copy the libraries with a manifest: each file's library and its TODO lines by task."""
-    from assignment.cuda import compiler
+    """Build (cache hits when the grader's prepare step built them) the CUDA files of ``IMPL`` the worker's kit
+    wrappers run, and copy each one's device module (the cubin: device code only) and the kit's host library
+    that launches it (built from the kit's own copy of the file) with a manifest: the two files and the TODO
+    lines by task. The worker gets no source and no compiler."""
+    from assignment.cuda import compiler, confine, reading, regions
     from assignment.impl import ImplError, student_file
 
     folder.mkdir()
@@ -121,14 +123,17 @@ def _copy_libraries(folder: Path, files: tuple[str, ...]) -> None:
     for name in files:
         try:
             source = student_file(name)
-            built = compiler.build(source, quiet=True)
-        except (ImplError, compiler.CudaCompileError, compiler.CudaToolkitError) as exc:
+            built = compiler.build_module(source, quiet=True)
+            host = compiler.build_library(built.kit, built.arch, quiet=True)
+        except (ImplError, compiler.CudaCompileError, compiler.CudaToolkitError, regions.RegionError,
+                reading.ReadingError, confine.IsolationUnavailable) as exc:
             manifest[name] = {"error": str(exc).splitlines()[0][:300]}
             continue
-        library = f"{source.stem}.so"
-        shutil.copyfile(built.library, folder / library)
-        todo = compiler.todo_lines(source.read_text(encoding="utf-8"))
-        manifest[name] = {"library": library, "todo": {task: list(lines) for task, lines in todo.items()}}
+        shutil.copyfile(built.path, folder / f"{source.stem}.cubin")
+        shutil.copyfile(host.path, folder / f"{source.stem}.so")
+        todo = compiler.todo_lines(compiler.read_student_text(source))
+        manifest[name] = {"module": f"{source.stem}.cubin", "host": f"{source.stem}.so",
+                          "todo": {task: list(lines) for task, lines in todo.items()}}
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
 
 

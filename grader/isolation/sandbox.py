@@ -29,24 +29,20 @@ from __future__ import annotations
 import json
 import os
 import resource
-import shutil
 import site
-import subprocess
 import sys
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 
-FULL, FALLBACK = "bwrap", "process"
-SANDBOX_UID = 65534  # nobody
+# bubblewrap's discovery and the read-only system view are the compile sandbox's too (assignment/cuda/confine.py).
+from assignment.cuda.confine import (FALLBACK, FULL, SANDBOX_UID, find_bwrap, probe,  # noqa: F401
+                                     processes_of, system_binds)
+
 SUBMISSION_MOUNT = "/submission"
 KIT_MOUNT = "/kit"
 # Passed through when set: what the CUDA driver and PyTorch need to find the GPU. Nothing else leaks.
 PASSTHROUGH_ENV = ("LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
                    "CUDA_MODULE_LOADING")
-ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/passwd",
-             "/etc/group", "/etc/nsswitch.conf", "/etc/localtime")
-SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/bin", "/sbin")
 
 
 @dataclass(frozen=True)
@@ -80,31 +76,6 @@ class SandboxUnavailable(RuntimeError):
 # --------------------------------------------------------------------------- what this host can do
 
 
-def find_bwrap(setting: str | None = None) -> str | None:
-    candidate = setting or os.environ.get("KIT_BWRAP") or shutil.which("bwrap")
-    if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-        return candidate
-    return None
-
-
-@lru_cache(maxsize=None)
-def probe(bwrap: str | None) -> tuple[bool, str]:
-    """(True, version) when bubblewrap can start a sandbox here, else (False, why)."""
-    if bwrap is None:
-        return False, "bubblewrap (bwrap) is not installed: apt-get install bubblewrap, or set KIT_BWRAP"
-    args = [bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--die-with-parent"]
-    if os.geteuid() != 0:
-        args.append("--unshare-user")
-    try:
-        proc = subprocess.run(args + ["true"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, f"{bwrap} could not start: {exc}"
-    if proc.returncode != 0:
-        return False, f"{bwrap} cannot create namespaces here: {proc.stderr.strip()[:300]}"
-    version = subprocess.run([bwrap, "--version"], capture_output=True, text=True).stdout.strip()
-    return True, version or "bubblewrap"
-
-
 def best_isolation(bwrap_setting: str | None = None) -> tuple[str, str]:
     """(level, detail): the strongest isolation this host offers, and why not more."""
     ok, detail = probe(find_bwrap(bwrap_setting))
@@ -126,15 +97,7 @@ def _python_paths() -> list[str]:
 
 def _mounts(spec: SandboxSpec) -> tuple[list[str], list[str]]:
     """bwrap arguments for the read-only view, and the sys.path entries it keeps."""
-    args: list[str] = []
-    for path in SYSTEM_DIRS:
-        if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
-    for path in ETC_FILES:
-        if os.path.exists(path):
-            args += ["--ro-bind", path, path]
+    args = system_binds()
     deny = [os.path.realpath(p) for p in spec.deny]
     allow = [os.path.realpath(p) for p in spec.allow]
     bound = ["/usr"]
@@ -215,7 +178,7 @@ def limit_child(spec: SandboxSpec):
     limits = spec.limits
     nproc = limits.processes
     if os.geteuid() != 0:  # the limit counts every process of this uid on the host, not only the sandbox's
-        nproc += _processes_of(os.getuid())
+        nproc += processes_of(os.getuid())
 
     def apply() -> None:
         os.setsid()
@@ -227,17 +190,6 @@ def limit_child(spec: SandboxSpec):
         if not spec.gpu:
             resource.setrlimit(resource.RLIMIT_AS, (limits.address_space_bytes, limits.address_space_bytes))
     return apply
-
-
-def _processes_of(uid: int) -> int:
-    count = 0
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                count += len(list((entry / "task").iterdir())) if entry.stat().st_uid == uid else 0
-            except OSError:
-                continue
-    return count
 
 
 def environment_for_launcher(spec: SandboxSpec) -> dict[str, str]:

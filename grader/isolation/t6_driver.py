@@ -14,8 +14,9 @@ object itself (its ``lengths``, whether ``update`` returned views, the launches 
 counted) is still the worker's, read beside the outputs the checker checks, never instead of them.
 
 The kernels: ``module.kernels`` is pointed at those stand-ins or at
-``PrebuiltKernels``, the kit's wrappers over libraries the checker built from the graded CUDA files and
-copied into /kit (no nvcc in the sandbox; the sources are not there either).
+``PrebuiltKernels``, the kit's wrappers over what the checker built from the graded CUDA files and copied into
+/kit: each file's device module (a cubin) and the kit's host library that launches it (no nvcc in the sandbox;
+the sources are not there either).
 
 Copied by grader/isolation/client.py into the worker's /kit beside worker.py; imports only torch and the
 kit's own ``assignment`` copy there (the checker imports it too, for ``RecordingKernels``).
@@ -23,13 +24,12 @@ kit's own ``assignment`` copy there (the checker imports it too, for ``Recording
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 
 import torch
 
-LIBRARIES = "libraries"            # beside this file: <stem>.so and manifest.json (client.py writes them)
+LIBRARIES = "libraries"            # beside this file: <stem>.cubin, <stem>.so, manifest.json (client.py writes them)
 ENTRY_POINTS = ("update_scenario", "dispatch_setup", "dispatch_step", "cpu_model_scenario", "checkpoint_scenario",
                 "timing_setup", "timing_step", "timing_echo")
 _state: dict = {}                  # loaded checkpoints (per device), the timing session, where the checkpoint is
@@ -60,7 +60,7 @@ def prebuilt_kernels():
     if os.path.isfile(manifest_path):
         with open(manifest_path) as file:
             manifest = json.load(file)
-    handles: dict[str, ctypes.CDLL] = {}
+    loaded: dict[str, object] = {}  # module path -> kernels.LoadedKernels
 
     class PrebuiltKernels(kernels.Kernels):
         """Counts its calls of the two attention kernels (a private attribute: a graded file may not reach it)."""
@@ -81,8 +81,8 @@ def prebuilt_kernels():
             entry = manifest.get(export.file)
             if entry is None:
                 raise RuntimeError(f"{kernel}: {export.file} was not built for the grader's worker (a GPU worker "
-                                   "gets the libraries of the files its suite names)")
-            if "library" not in entry:
+                                   "gets the builds of the files its suite names)")
+            if "module" not in entry:
                 raise RuntimeError(f"{kernel}: {export.file} could not be built: {entry.get('error', '?')}")
             for task in tasks:
                 lines = entry.get("todo", {}).get(task)
@@ -90,16 +90,15 @@ def prebuilt_kernels():
                     where = f"KIT_TODO({task}) on line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}"
                     raise NotImplementedError(f"{task}: TODO({task}) in {export.file} is not implemented yet "
                                               f"({where}; {kernel} was not launched)")
-            return kernels._FileState(os.path.join(folder, entry["library"]), 0, 0, tuple(tasks))
+            return kernels._FileState(os.path.join(folder, entry["module"]), 0, 0, tuple(tasks))
 
         def _function(self, export, state):
             key = (state.path, export.symbol)
             if key not in kernels._functions:
-                if state.path not in handles:
-                    handles[state.path] = ctypes.CDLL(state.path)
-                function = getattr(handles[state.path], export.symbol)
-                function.argtypes, function.restype = export.argtypes, export.restype
-                kernels._functions[key] = function
+                if state.path not in loaded:
+                    entry = next(e for e in manifest.values() if e.get("module") == os.path.basename(state.path))
+                    loaded[state.path] = kernels.load_module(os.path.join(folder, entry["host"]), state.path)
+                kernels._functions[key] = kernels.bind(loaded[state.path], export)
             return kernels._functions[key]
 
     _state["prebuilt"] = PrebuiltKernels()

@@ -73,7 +73,10 @@ def test_every_class_of_the_issue_has_fixtures():
     for wanted in ("student code in the checker's process", "reading and writing the instructor's tree", "timing",
                    "structure checks a student can defeat", "leaks through feedback", "submission handling",
                    "crashes, hangs and out-of-memory", "student CUDA outside device code", "honest bug",
-                   "rubric consistency"):
+                   "rubric consistency",
+                   # issue 25: the classes of attack and of honest file it names
+                   "lexer mismatch", "preprocessor escape", "includes out of the sandbox", "compiler resource bomb",
+                   "forged outputs and evidence", "fake streaming", "regrade drift", "honest file"):
         assert wanted in classes, wanted
     assert len({f.name for f in FIXTURES}) == len(FIXTURES), "fixture names must be unique"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import shutil
 import statistics
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,9 +24,9 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CU
 
 TINY_KERNEL = """#include "kit.cuh"
 __global__ void fill(float* x, float v) { x[threadIdx.x] = v; }
-KIT_API int tiny_fill(float* x, float v, void* stream) {
-  fill<<<1, 32, 0, (cudaStream_t)stream>>>(x, v);
-  KIT_RETURN_LAUNCH_STATUS();
+KIT_API int tiny_fill(void* module, float* x, float v, void* stream) {
+  kit::UseModule use(module);
+  return (int)kit::launch(fill, 1, 32, 0, (cudaStream_t)stream, x, v);
 }
 """
 BROKEN_KERNEL = """#include "kit.cuh"
@@ -33,6 +34,7 @@ __global__ void broken(float* x) {
   x[0] = not_declared_anywhere + 1.0f;
 }
 """
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -58,17 +60,32 @@ def test_parse_nvcc_output_reads_nvcc_and_host_compiler_forms():
 
 @pytest.mark.kit
 @needs_nvcc
-def test_compile_error_names_file_line_and_source_line(tmp_path, cache):
+def test_compile_error_names_the_students_line_and_never_quotes_the_kit(tmp_path, cache):
     source = tmp_path / "t2_softmax.cu"
-    source.write_text(BROKEN_KERNEL)
+    starter = (REPO / "starter" / "t2_softmax.cu").read_text()
+    student = starter.replace("  KIT_TODO(t2);\n", "  v = not_declared_anywhere;\n", 1)
+    source.write_text(student)
+    line = next(i for i, text in enumerate(student.splitlines(), 1) if "not_declared_anywhere" in text)
     with pytest.raises(cuda.CudaCompileError) as info:
-        cuda.build(source, "sm_80")
+        cuda.build_module(source, "sm_80")
     message = str(info.value)
-    assert f"{source}:3: error:" in message
-    assert "not_declared_anywhere" in message.splitlines()[1]
-    assert "x[0] = not_declared_anywhere + 1.0f;" in message  # the offending source line itself
-    assert "--- full nvcc output ---" in message
-    assert not list(cache.glob("*.so")), "a failed build must not leave a library in the cache"
+    assert f"t2_softmax.cu:{line}: error:" in message and "not_declared_anywhere" in message
+    assert f"{line:5d} |   v = not_declared_anywhere;" in message  # the student's own line, quoted
+    assert "BEGIN SOLUTION" not in message and "warp_allreduce(v, op)" not in message, "no line of the kit's"
+    assert not list(cache.rglob("*.cubin")), "a failed build must not leave a module in the cache"
+
+
+@pytest.mark.kit
+@needs_nvcc
+def test_a_student_file_is_compiled_to_device_code_only(tmp_path, cache):
+    """The student's build is a cubin (no host code); a shared library is built only from the kit's sources."""
+    source = tmp_path / "t2_softmax.cu"
+    source.write_text((REPO / "starter" / "t2_softmax.cu").read_text())
+    built = cuda.build_module(source, "sm_80")
+    assert built.path.suffix == ".cubin" and built.path.read_bytes()[:4] == b"\x7fELF"
+    assert built.kit == (REPO / "solutions" / "t2_softmax.cu").resolve()
+    with pytest.raises(cuda.CudaToolkitError, match="only the kit's own code"):
+        cuda.build_library(source, "sm_80")
 
 
 # --------------------------------------------------------------------------- cache
@@ -98,23 +115,25 @@ def test_arch_from_environment(monkeypatch):
 
 @pytest.mark.kit
 @needs_nvcc
-def test_second_build_is_a_cache_hit_and_two_implementations_load_side_by_side(tmp_path, cache, monkeypatch):
+def test_second_build_is_a_cache_hit_and_two_implementations_build_side_by_side(tmp_path, cache, monkeypatch):
     monkeypatch.setenv("KIT_CUDA_ARCH", "sm_80")
-    first, second = tmp_path / "a" / "tiny.cu", tmp_path / "b" / "tiny.cu"
+    starter = (REPO / "starter" / "t2_softmax.cu").read_text()
+    first, second = tmp_path / "a" / "t2_softmax.cu", tmp_path / "b" / "t2_softmax.cu"
     first.parent.mkdir()
     second.parent.mkdir()
-    first.write_text(TINY_KERNEL)
-    second.write_text(TINY_KERNEL.replace("x[threadIdx.x] = v", "x[threadIdx.x] = 2 * v"))
-    built = cuda.build(first)
-    assert not built.cached and built.library.is_file() and built.library.parent == cache
-    again = cuda.build(first)
-    assert again.cached and again.library == built.library
-    assert not [p for p in cache.iterdir() if p.name.endswith(".tmp")], "temporary files must be renamed or removed"
-    # dlopen needs no GPU: the static CUDA runtime starts only at the first CUDA call.
-    lib_a, lib_b = cuda.load_library(first), cuda.load_library(second)
-    assert lib_a is not lib_b and lib_a._name != lib_b._name
-    assert cuda.load_library(first) is lib_a
-    assert hasattr(lib_a, "tiny_fill") and hasattr(lib_b, "tiny_fill")
+    first.write_text(starter)
+    second.write_text(starter.replace("  KIT_TODO(t2);\n", "  v = op(v, v);\n", 1))
+    built = cuda.build_module(first)
+    assert not built.cached and built.path.is_file() and built.path.parent == cache / "modules"
+    again = cuda.build_module(first)
+    assert again.cached and again.path == built.path
+    other = cuda.build_module(second)
+    assert other.path != built.path and other.path.is_file()
+    assert not [p for p in cache.rglob("*.tmp")], "temporary files must be renamed or removed"
+    # The kit's host library: dlopen needs no GPU (the static CUDA runtime starts at the first CUDA call).
+    host = cuda.load_library(built.kit)
+    assert hasattr(host, "kit_module_load") and hasattr(host, "t2_softmax_forward")
+    assert cuda.load_library(built.kit) is host
 
 
 # --------------------------------------------------------------------------- TODO refusal

@@ -299,7 +299,7 @@ def test_every_available_task_has_objectives_common_mistakes_rules_limits_and_a_
 
 def test_the_rules_section_lists_what_the_grader_checks(html, registry):
     from assignment import policy
-    from assignment.cuda import regions
+    from assignment.cuda import rules as region_rules
 
     for task in registry.available:
         rules = re.search(rf'id="{task.id}-rules">(.*?)<h3>How to test', _task_section(html, task.id), re.DOTALL)
@@ -310,7 +310,7 @@ def test_the_rules_section_lists_what_the_grader_checks(html, registry):
             for name in (*task.rules.imports, *task.rules.forbidden, *policy.KIT_FORBIDDEN_ATTRIBUTES):
                 assert f"<code>{escape(name)}</code>" in text, (task.id, name)
         if any(name.endswith(".cu") for name in task.files):
-            for name in (*regions.FORBIDDEN_IDENTIFIERS, *(p + "…" for p in regions.FORBIDDEN_PREFIXES)):
+            for name in (*region_rules.FORBIDDEN_IDENTIFIERS, *(p + "…" for p in region_rules.FORBIDDEN_PREFIXES)):
                 assert f"<code>{escape(name)}</code>" in text, (task.id, name)
     # A public test is named only where the task has one: t6's Python file is checked by make submit alone.
     t6 = re.search(r'id="t6-rules">(.*?)<h3>How to test', _task_section(html, "t6"), re.DOTALL).group(1)

@@ -183,12 +183,24 @@ def test_a_cuda_file_that_does_not_compile_is_an_error_with_nvccs_first_lines(tm
     assert re.search(r"t2_softmax\.cu .* COMPILE ERROR", output)
 
 
-@pytest.mark.parametrize("kit_file", [True, False], ids=["instructor-tree", "student-bundle"])
-def test_a_region_the_grader_cannot_splice_is_an_error(tmp_path, capsys, monkeypatch, kit_file):
-    """A preprocessor line compiles in the file alone, but the grader refuses it inside a region. Without the
-    kit's files (a student bundle) the same region rules apply to the file as submitted."""
-    if not kit_file:
-        monkeypatch.setattr(submit, "KIT_SOURCES", tmp_path / "no-kit-files-here")
+def as_a_bundle(tmp_path, monkeypatch):
+    """The kit's CUDA files as a student bundle has them: no solutions/, the starter's copy in assignment/cuda/kit/."""
+    from assignment.cuda import compiler
+
+    kit = tmp_path / "kit-copies"
+    kit.mkdir()
+    for source in (REPO / "starter").glob("*.cu"):
+        (kit / source.name).write_text(source.read_text())
+    monkeypatch.setattr(compiler, "SOLUTIONS_DIR", tmp_path / "no-solutions-here")
+    monkeypatch.setattr(compiler, "BUNDLE_KIT_DIR", kit)
+
+
+@pytest.mark.parametrize("bundle", [False, True], ids=["instructor-tree", "student-bundle"])
+def test_a_region_the_grader_cannot_splice_is_an_error(tmp_path, capsys, monkeypatch, bundle):
+    """A preprocessor line compiles in the file alone, but the grader refuses it inside a region; a student bundle
+    checks the region against its own copy of the kit's file, as the grader does with its."""
+    if bundle:
+        as_a_bundle(tmp_path, monkeypatch)
     student = make_bundle(tmp_path / "bundle", "starter")
     path = student / "t3_gemm.cu"
     marker = re.search(r"^\s*// TODO\(t3\):.*\n", path.read_text(), re.MULTILINE)
@@ -200,12 +212,12 @@ def test_a_region_the_grader_cannot_splice_is_an_error(tmp_path, capsys, monkeyp
     assert re.search(r"t3_gemm\.cu .* REJECTED", output)
 
 
-def test_a_bundle_without_the_kits_files_checks_regions_and_the_file_as_submitted(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(submit, "KIT_SOURCES", tmp_path / "no-kit-files-here")
+def test_a_bundle_checks_the_regions_against_its_copy_of_the_kits_files(tmp_path, capsys, monkeypatch):
+    as_a_bundle(tmp_path, monkeypatch)
     student = make_bundle(tmp_path / "bundle", "starter")
     code, output = run_submit(tmp_path / "bundle", capsys)
-    assert code == 0 and "ok: regions (no kit file here), not built (TODO left)" in output, output
+    assert code == 0 and "ok: spliced, not built (TODO left)" in output, output
     path = student / "t4_flash_attention.cu"  # a student who deleted t5's markers loses t5
     path.write_text(re.sub(r"^\s*// (END )?TODO\(t5\).*\n", "", path.read_text(), flags=re.MULTILINE))
     code, output = run_submit(tmp_path / "bundle", capsys)
-    assert code == 1 and "no TODO(t5) region left in the file" in output, output
+    assert code == 1 and "TODO regions do not match the starter's" in output, output

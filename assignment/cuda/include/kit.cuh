@@ -1,7 +1,13 @@
 // kit.cuh: the few definitions every task's CUDA file shares.
 //
-// Each student .cu file exports plain C functions (KIT_API) that the Python
-// side loads with ctypes. They return a cudaError_t as int: 0 on success.
+// A task's .cu file is built twice, never mixing the two builds:
+//   * the DEVICE MODULE: the file with the student's TODO regions, compiled to a cubin (device code only:
+//     nothing of it can run on the host) and loaded at run time with cudaLibraryLoadData;
+//   * the HOST LIBRARY: the kit's own copy of the file (its regions are the kit's), compiled into a shared
+//     library whose KIT_API functions the Python side calls with ctypes. They return a cudaError_t as int
+//     (0 on success) and take the device module as their first argument: every kernel they launch is looked
+//     up in that module by name (kit::launch below), so the host code is always the kit's and the kernels
+//     are always the module's.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,9 +20,6 @@
 // NotImplementedError("tN: ..."), so this trap is only a last line of defence
 // (for instance if a file is compiled and launched by hand).
 #define KIT_TODO(task) __trap()
-
-// Return the launch error of the kernel just launched (0 when it started).
-#define KIT_RETURN_LAUNCH_STATUS() return (int)cudaGetLastError()
 
 static inline unsigned kit_ceil_div(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 
@@ -51,3 +54,174 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 }  // namespace kit
+
+// --------------------------------------------------------------------------- the host side (the kit's)
+//
+// Only the host library runs this: in the device module these functions are parsed and dropped.
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+
+namespace kit {
+
+// A loaded device module: the cubin's kernels, looked up once each by the name of the kit's kernel of the
+// same template instance, and what the host code remembers per device about them (kit::memo).
+struct Module {
+    cudaLibrary_t library = nullptr;
+    std::mutex lock;
+    std::unordered_map<const void*, cudaKernel_t> kernels;  // the kit's kernel (host stub) -> the module's
+    std::map<std::pair<const void*, int>, int> memo;        // (key, device) -> value
+};
+
+// The module the exported function running on this thread was given (kit::UseModule).
+inline thread_local Module* current_module = nullptr;
+
+// Every KIT_API function that launches opens with one: the module its launches come from, for this call.
+struct UseModule {
+    Module* previous;
+    explicit UseModule(void* module) : previous(current_module) { current_module = static_cast<Module*>(module); }
+    ~UseModule() { current_module = previous; }
+    UseModule(const UseModule&) = delete;
+    UseModule& operator=(const UseModule&) = delete;
+};
+
+// The current module's kernel that has the name of the kit's kernel `kit_kernel` (the same template
+// instance of the same source): both files are the kit's outside the TODO regions, so the names agree.
+inline cudaError_t module_kernel(const void* kit_kernel, cudaKernel_t* out) {
+    Module* module = current_module;
+    if (module == nullptr || module->library == nullptr) return cudaErrorInvalidResourceHandle;
+    std::lock_guard<std::mutex> guard(module->lock);
+    auto found = module->kernels.find(kit_kernel);
+    if (found != module->kernels.end()) {
+        *out = found->second;
+        return cudaSuccess;
+    }
+    const char* name = nullptr;
+    cudaError_t e = cudaFuncGetName(&name, kit_kernel);
+    if (e == cudaSuccess) e = cudaLibraryGetKernel(out, module->library, name);
+    if (e != cudaSuccess) return e;
+    module->kernels.emplace(kit_kernel, *out);
+    return cudaSuccess;
+}
+
+template <class... P>
+inline cudaError_t module_kernel(void (*kernel)(P...), cudaKernel_t* out) {
+    return module_kernel(reinterpret_cast<const void*>(kernel), out);
+}
+
+// The arguments of a launch, converted to the kernel's own parameter types (its signature is known from
+// the kit's kernel, so a launch cannot pass an int where the kernel reads an int64_t).
+template <class... P>
+struct Arguments {
+    std::tuple<std::decay_t<P>...> values;
+    void* pointers[sizeof...(P) + 1];
+    template <class... A>
+    explicit Arguments(A&&... args) : values(static_cast<std::decay_t<P>>(std::forward<A>(args))...) {
+        fill(std::index_sequence_for<P...>{});
+    }
+    template <std::size_t... I>
+    void fill(std::index_sequence<I...>) {
+        ((pointers[I] = static_cast<void*>(&std::get<I>(values))), ...);
+        pointers[sizeof...(P)] = nullptr;
+    }
+    Arguments(const Arguments&) = delete;
+    Arguments& operator=(const Arguments&) = delete;
+};
+
+// kernel<<<grid, block, smem, stream>>>(args...), with the current module's kernel.
+template <class... P, class... A>
+inline cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                          A&&... args) {
+    static_assert(sizeof...(P) == sizeof...(A), "kit::launch: one argument per kernel parameter");
+    cudaKernel_t k;
+    cudaError_t e = module_kernel(kernel, &k);
+    if (e != cudaSuccess) return e;
+    Arguments<P...> arguments(std::forward<A>(args)...);
+    return cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, block, arguments.pointers, smem, stream);
+}
+
+// cudaLaunchKernelEx(config, kernel, args...) (clusters, programmatic dependent launch), likewise.
+template <class... P, class... A>
+inline cudaError_t launch_ex(const cudaLaunchConfig_t& config, void (*kernel)(P...), A&&... args) {
+    static_assert(sizeof...(P) == sizeof...(A), "kit::launch_ex: one argument per kernel parameter");
+    cudaKernel_t k;
+    cudaError_t e = module_kernel(kernel, &k);
+    if (e != cudaSuccess) return e;
+    Arguments<P...> arguments(std::forward<A>(args)...);
+    return cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(k), arguments.pointers);
+}
+
+// cudaFuncSetAttribute, cudaFuncGetAttributes and the occupancy query, on the current module's kernel.
+template <class... P>
+inline cudaError_t set_attribute(void (*kernel)(P...), cudaFuncAttribute attribute, int value) {
+    cudaKernel_t k;
+    cudaError_t e = module_kernel(kernel, &k);
+    return e != cudaSuccess ? e : cudaFuncSetAttribute(reinterpret_cast<const void*>(k), attribute, value);
+}
+template <class... P>
+inline cudaError_t attributes(void (*kernel)(P...), cudaFuncAttributes* out) {
+    cudaKernel_t k;
+    cudaError_t e = module_kernel(kernel, &k);
+    return e != cudaSuccess ? e : cudaFuncGetAttributes(out, reinterpret_cast<const void*>(k));
+}
+template <class... P>
+inline cudaError_t occupancy(int* blocks_per_sm, void (*kernel)(P...), int threads, size_t smem) {
+    cudaKernel_t k;
+    cudaError_t e = module_kernel(kernel, &k);
+    return e != cudaSuccess ? e : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                                      blocks_per_sm, reinterpret_cast<const void*>(k), threads, smem);
+}
+
+// What the host code remembers about the current module on one device (an attribute already set, a
+// capability): `compute()` runs the first time (key, device) is asked for, under no lock, and a value it
+// returns below zero (an error) is not remembered. A module of its own, so a student's build and the
+// reference's, loaded side by side, never share what was set up for the other.
+template <class F>
+inline int memo(const void* key, int device, F compute) {
+    Module* module = current_module;
+    if (module == nullptr) return compute();
+    {
+        std::lock_guard<std::mutex> guard(module->lock);
+        auto found = module->memo.find({key, device});
+        if (found != module->memo.end()) return found->second;
+    }
+    const int value = compute();
+    if (value >= 0) {
+        std::lock_guard<std::mutex> guard(module->lock);
+        module->memo[{key, device}] = value;
+    }
+    return value;
+}
+
+}  // namespace kit
+
+// Load a cubin (the bytes of a device module built by the kit) into a module handle for the functions above.
+KIT_API int kit_module_load(const void* image, void** module) {
+    if (image == nullptr || module == nullptr) return (int)cudaErrorInvalidValue;
+    kit::Module* loaded = new kit::Module();
+    cudaError_t e = cudaLibraryLoadData(&loaded->library, image, nullptr, nullptr, 0, nullptr, nullptr, 0);
+    if (e != cudaSuccess) {
+        delete loaded;
+        return (int)e;
+    }
+    *module = loaded;
+    return 0;
+}
+
+KIT_API int kit_module_unload(void* module) {
+    kit::Module* loaded = static_cast<kit::Module*>(module);
+    if (loaded == nullptr) return 0;
+    const cudaError_t e = cudaLibraryUnload(loaded->library);
+    delete loaded;
+    return (int)e;
+}
+
+// The device printf buffer of the current GPU, in bytes: what one launch can print before the device drops the
+// rest. It takes effect only before the first kernel that calls printf runs on that GPU (the grader sets it).
+KIT_API int kit_limit_printf(size_t bytes) { return (int)cudaDeviceSetLimit(cudaLimitPrintfFifoSize, bytes); }
+
+// The runtime's text for a code this library returned.
+KIT_API const char* kit_error_string(int code) { return cudaGetErrorString((cudaError_t)code); }

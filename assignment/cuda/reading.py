@@ -1,0 +1,254 @@
+"""How the compiler reads a CUDA file: its tokens, line by line, with the compiler's own handling of comments
+and macros.
+
+C++ is read in phases: line splices, then comments and literals (the preprocessing tokens), then directives
+and macros. The kit does not re-implement the hard part. It asks the compiler nvcc uses (its host compiler,
+whose preprocessor nvcc runs) for two readings, inside the compile sandbox:
+
+* ``decommented``: ``g++ -fpreprocessed -E``: comments removed by gcc's own lexer, nothing expanded,
+  directives left as text, line numbers kept (line markers). This is the file as written, minus comments.
+* ``expanded``: ``nvcc -E`` for the device: every directive done, every macro expanded, as the device
+  compiler receives it.
+
+What comes back has no comment left, so splitting it into tokens (``tokenize``) is the standard's grammar of
+preprocessing tokens and nothing more: identifiers, numbers with digit separators, character and string
+literals with their prefixes, raw strings with their delimiters, user-defined-literal suffixes, punctuators
+and digraphs. Line splices (a backslash before a line end) are found in the raw text: phase 2 of the
+language is textual, so that reading is exact.
+
+Without a host compiler (a machine that cannot build CUDA at all) ``decommented`` returns the text as it is:
+a stub in a comment then still counts as a stub, which can only make the kit refuse to run more, never less.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from assignment.cuda import confine
+
+HOST_COMPILER = "g++"  # what nvcc runs as its preprocessor and host compiler unless told otherwise (-ccbin)
+_STANDARD = "-std=c++17"  # the kit's (compiler.NVCC_FLAGS); trigraphs are not read in C++17
+
+
+class ReadingError(RuntimeError):
+    """The compiler could not read the file (it ran out of time or memory); the message says why."""
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: str    # identifier | number | string | char | punct | other
+    text: str
+    line: int    # 1-based line of the file where the token starts
+    first: bool  # the first token on its line (a directive starts with # or %: there)
+
+    @property
+    def is_literal(self) -> bool:
+        return self.kind in ("string", "char")
+
+
+# --------------------------------------------------------------------------- the tokenizer (comment-free text)
+
+_PUNCTUATORS = sorted("""%:%: ... <<= >>= ->* <=> :: ## %: <: :> <% %> -> ++ -- << >> <= >= == != && || += -= *= /= %=
+&= |= ^= .* { } [ ] ( ) # ; : ? . ~ ! + - * / % ^ & | = < > ,""".split(), key=len, reverse=True)
+# Identifier characters: letters, _, $ (gcc allows it), anything beyond ASCII, and universal character names (gcc
+# writes an identifier's non-ASCII letters as \uXXXX in its output).
+_UCN = r"\\u[0-9A-Fa-f]{4}|\\U[0-9A-Fa-f]{8}"
+_IDENTIFIER = re.compile(rf"(?:[A-Za-z_$\u0080-\U0010ffff]|{_UCN})(?:[A-Za-z0-9_$\u0080-\U0010ffff]|{_UCN})*")
+_NUMBER = re.compile(r"\.?[0-9](?:[eEpP][+-]|'[0-9A-Za-z_]|[0-9A-Za-z_.])*")
+_ENCODING = re.compile(r"(?:u8|u|U|L)?")
+_RAW_OPEN = re.compile(r"(?:u8|u|U|L)?R\"([^()\\\s]{0,16})\(")
+_MARKER = re.compile(r'#\s*(\d+)(?:\s+"((?:[^"\\]|\\.)*)")?')
+
+
+def _quoted(text: str, start: int, quote: str) -> int:
+    """The index just past the literal opened by ``quote`` at ``start``, or -1 when the line ends first."""
+    i = start + 1
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == quote:
+            return i + 1
+        if ch == "\n":
+            return -1
+        i += 1
+    return -1
+
+
+def tokenize(text: str, first_line: int = 1, markers: bool = True, main_file: str | None = None) -> list[Token]:
+    """The preprocessing tokens of comment-free ``text`` (a compiler's -E output), with their lines.
+
+    ``markers``: lines of the form ``# 12 "file"`` at column 0 set the line (and file) of what follows, as the
+    compiler writes them; with ``main_file`` set, only the tokens of that file are returned (an expansion's
+    headers are skipped). Text the compiler copies from a source never starts at column 0 in what the kit
+    gives it to read (regions.py prefixes every line), except inside a literal, which is one token."""
+    tokens: list[Token] = []
+    line = first_line
+    current_file = main_file
+    at_line_start = True
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\n":
+            line += 1
+            at_line_start = True
+            i += 1
+            continue
+        if ch in " \t\f\v\r":
+            i += 1
+            continue
+        if markers and ch == "#" and (i == 0 or text[i - 1] == "\n"):  # the compiler writes markers at column 0
+            end = text.find("\n", i)
+            end = n if end < 0 else end
+            marker = _MARKER.match(text, i, end)
+            if marker and text[i:end].split()[0] == "#":
+                line = int(marker[1])
+                if marker[2] is not None:
+                    current_file = marker[2]
+                i = end + 1
+                continue  # at_line_start stays True: the next line starts fresh
+        keep = main_file is None or current_file == main_file
+        start, start_line, first = i, line, at_line_start
+        at_line_start = False
+        raw = _RAW_OPEN.match(text, i)
+        if raw:
+            close = text.find(")" + raw[1] + '"', raw.end())
+            end = n if close < 0 else close + len(raw[1]) + 2
+            kind = "string" if close >= 0 else "other"
+        elif (enc := _ENCODING.match(text, i)) and enc.end() < n and text[enc.end()] in "\"'":
+            quote = text[enc.end()]
+            end = _quoted(text, enc.end(), quote)
+            kind = ("string" if quote == '"' else "char") if end >= 0 else "other"
+            if end < 0:  # an unterminated quote: gcc reads the quote alone
+                end = enc.end() + 1
+            elif (suffix := _IDENTIFIER.match(text, end)) is not None:  # a user-defined literal
+                end = suffix.end()
+        elif number := _NUMBER.match(text, i):
+            end, kind = number.end(), "number"
+        elif identifier := _IDENTIFIER.match(text, i):
+            end, kind = identifier.end(), "identifier"
+        else:
+            kind, end = "other", i + 1
+            for punct in _PUNCTUATORS:
+                if text.startswith(punct, i):
+                    kind, end = "punct", i + len(punct)
+                    break
+            if text.startswith("<::", i) and not text.startswith("<:::", i) and not text.startswith("<::>", i):
+                kind, end = "punct", i + 1  # C++11: <:: is < followed by ::
+        token_text = text[start:end]
+        line += token_text.count("\n")
+        if keep:
+            tokens.append(Token(kind, token_text, start_line, first))
+        i = end
+    return tokens
+
+
+# --------------------------------------------------------------------------- the compiler's readings
+
+_SPLICE = re.compile(r"\\[ \t\f\v]*(?:\r\n|\n|\r)")
+
+
+def splices(text: str, first_line: int = 1) -> list[int]:
+    """Lines that end in a line splice (a backslash, then only spaces, then the line end: gcc joins those too)."""
+    return [first_line + text.count("\n", 0, m.start()) for m in _SPLICE.finditer(text)]
+
+
+def host_compiler() -> str | None:
+    return shutil.which(HOST_COMPILER)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a compiler made of a text: its output (empty when it stopped) and the errors it gave, each with the
+    1-based line of the text it read."""
+    text: str
+    errors: tuple[tuple[int, str], ...] = ()
+
+
+def decommented(text: str, *, limits: confine.CompileLimits | None = None) -> Reading:
+    """``text`` with its comments removed by the host compiler's own lexer (``-fpreprocessed -E``), nothing
+    else changed; line markers keep the line numbers. The text as it is where no host compiler is installed.
+    Where the lexer fails (an unterminated comment or raw string, a character it cannot read) its errors say
+    where."""
+    compiler = host_compiler()
+    if compiler is None:
+        return Reading(text)
+    return _run(lambda src, out: [compiler, _STANDARD, "-fpreprocessed", "-E", "-x", "c++", "-o", out, src],
+                text, "in.cc", limits or confine.CompileLimits(wall_seconds=60), what="read")
+
+
+def expanded(text: str, filename: str, arch: str, *, limits: confine.CompileLimits | None = None) -> Reading:
+    """``text`` (a .cu file with the kit's includes) preprocessed for the device as nvcc does (``nvcc -E``):
+    the device compiler's input, with line markers. Remembered per process (the kit's file with its regions
+    emptied is read once for every build of it)."""
+    key = (hashlib.sha256(text.encode()).hexdigest(), filename, arch, _header_stamp())
+    if key not in _expanded:
+        _expanded[key] = _expand(text, filename, arch, limits)
+        while len(_expanded) > 32:
+            _expanded.pop(next(iter(_expanded)))
+    return _expanded[key]
+
+
+_expanded: dict[tuple, "Reading"] = {}
+
+
+def _header_stamp() -> int:
+    from assignment.cuda.compiler import KIT_HEADER
+
+    return KIT_HEADER.stat().st_mtime_ns
+
+
+def _expand(text: str, filename: str, arch: str, limits: confine.CompileLimits | None) -> Reading:
+    from assignment.cuda import compiler as nvcc
+
+    return _run(lambda src, out: [nvcc.nvcc_real_path(), *nvcc.NVCC_FLAGS, "-E", f"-arch={nvcc.normalize_arch(arch)}",
+                                  "-I", confine.INCLUDE_MOUNT, "-o", out, src],
+                text, filename, limits or confine.CompileLimits(wall_seconds=120), what="preprocess")
+
+
+_ERROR = re.compile(r"^[^:\s]*:(\d+):(?:\d+:)? (?:fatal )?error: (.*)$", re.MULTILINE)
+
+
+def _run(command, text: str, filename: str, limits: confine.CompileLimits, what: str) -> Reading:
+    from assignment.cuda.compiler import INCLUDE_DIR, nvcc_path
+
+    with tempfile.TemporaryDirectory(prefix="kit-read-") as work:
+        workdir = Path(work)
+        (workdir / filename).write_text(text, encoding="utf-8")
+        out = "out.ii"
+        argv = command(f"{confine.WORK_MOUNT}/{filename}", f"{confine.WORK_MOUNT}/{out}")
+        result = confine.run(argv, workdir, INCLUDE_DIR, nvcc_path() or argv[0], limits)
+        if result.timed_out:
+            raise ReadingError(f"the compiler could not {what} {filename} within {limits.wall_seconds:.0f} s")
+        errors = tuple((int(m[1]), m[2].strip()) for m in _ERROR.finditer(result.output))
+        produced = workdir / out
+        if result.returncode != 0 and not errors:
+            raise ReadingError(f"the compiler could not {what} {filename}: {result.output.strip()[-600:]}")
+        output = produced.read_text(encoding="utf-8", errors="replace") if produced.is_file() else ""
+        return Reading(output if result.returncode == 0 else "", errors)
+
+
+# --------------------------------------------------------------------------- what the kit reads with them
+
+_TODO_NAME = "KIT_TODO"
+
+
+def todo_lines(text: str) -> dict[str, list[int]]:
+    """Task id -> the 1-based lines where code (not a comment, not a literal) calls ``KIT_TODO(tN)``, with any
+    spacing, as the compiler reads the file."""
+    read = decommented(text)
+    tokens = tokenize(read.text if not read.errors else text)  # a file the lexer cannot read: as written
+    found: dict[str, list[int]] = {}
+    for at, token in enumerate(tokens):
+        if token.kind == "identifier" and token.text == _TODO_NAME and at + 3 < len(tokens):
+            paren, task, close = tokens[at + 1], tokens[at + 2], tokens[at + 3]
+            if paren.text == "(" and task.kind == "identifier" and re.fullmatch(r"t[0-9]+", task.text) \
+                    and close.text == ")":
+                found.setdefault(task.text, []).append(token.line)
+    return found
