@@ -72,6 +72,11 @@ def prepare(task: Task, student_dir: Path, workdir: Path, config: GradeConfig, *
     return prepared
 
 
+# Device printf in every build of a grading: 0 compiles it out of the student's module (compiler.PRINTF_SETTING), so a
+# debugging printf left in a kernel costs neither time nor output (in every thread of a timed launch it took minutes).
+GRADING_PRINTF_BYTES = 0
+
+
 def compile_isolation(config: GradeConfig) -> str:
     """How nvcc is confined for a submission's files: inside bubblewrap, unless the instructor accepted weak
     isolation (then bubblewrap where it runs, else a plain process with the same limits)."""
@@ -86,6 +91,7 @@ def _build(source: Path, config: GradeConfig, tasks: tuple[str, ...] | None = No
     """The device module of ``source`` (its regions of ``tasks``, all by default, in the kit's file) in the
     submissions' cache (the kit's own build in the reference cache), and the kit's host library for it, with
     nvcc confined as ``compile_isolation`` says. The checker's build of the spliced file is then a cache hit."""
+    os.environ[compiler.PRINTF_SETTING] = str(GRADING_PRINTF_BYTES)  # as the checker's (runner.checker_environment)
     built = compiler.build_module(source, cache=config.submission_cache, kit_cache=config.reference_cache,
                                   quiet=True, limits=_limits(config), source_rules=config.cuda_rules, tasks=tasks)
     compiler.build_library(built.kit, built.arch, cache=config.reference_cache, quiet=True)

@@ -26,7 +26,7 @@ from assignment.registry import Task
 from grader.checker_plugin import HANG_EXIT_CODE
 from grader.config import HIDDEN_DIR, REPO_ROOT, GradeConfig
 from grader.isolation.client import WorkerConfig
-from grader.prepare import PreparedTask, compile_isolation
+from grader.prepare import GRADING_PRINTF_BYTES, PreparedTask, compile_isolation
 
 
 @dataclass
@@ -64,11 +64,6 @@ class TaskRun:
     notes: list[str] = field(default_factory=list)       # shown to the student
     instructor: list[str] = field(default_factory=list)  # grading.json only
     log: str = ""
-
-
-# Device printf's buffer in a checker: a debugging printf left in a kernel prints at most this much per launch
-# (the rest is dropped by the device) instead of flooding the log and the time limits.
-GRADING_PRINTF_BYTES = 64 * 1024
 
 
 def gpu_available() -> bool:

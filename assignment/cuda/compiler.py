@@ -52,7 +52,10 @@ MODULE_FLAGS = ("-cubin",)                        # the device module: device co
 LIBRARY_FLAGS = ("-Xcompiler", "-fPIC", "-shared")  # the host library
 CHECK_ARCHS = ("sm_80", "sm_90")
 SOURCE_RULES_SETTING = "KIT_CUDA_SOURCE_RULES"  # 0: build without the region rules (the grader's own fixtures)
-PRINTF_SETTING = "KIT_PRINTF_BYTES"  # the device printf buffer of each GPU a module loads on (the grader caps it)
+# Device printf in student modules: unset, as written; N > 0, the printf buffer capped at N bytes per launch; 0, the
+# calls compiled out (-DKIT_NO_DEVICE_PRINTF, kit.cuh): the grader's, so a debugging printf left in a kernel costs
+# nothing (a printf in every thread of a large launch takes minutes, even when its output is dropped).
+PRINTF_SETTING = "KIT_PRINTF_BYTES"
 # The CUDA toolkits (major versions) the kit is built and tested with; the handout quotes them.
 TOOLKIT_MAJORS = (12, 13)
 # Lazy module loading keeps context creation cheap when a library holds many kernels.
@@ -144,9 +147,14 @@ def detect_arch() -> str:
     return f"sm_{major}{minor}"
 
 
+def module_flags() -> tuple[str, ...]:
+    """The flags of a device module: MODULE_FLAGS, and printf compiled out where ``KIT_PRINTF_BYTES`` is 0."""
+    return MODULE_FLAGS + (("-DKIT_NO_DEVICE_PRINTF",) if os.environ.get(PRINTF_SETTING, "").strip() == "0" else ())
+
+
 def module_command(source: str, output: str, arch: str, include: str) -> list[str]:
     """nvcc for a device module: ``source`` to a cubin for ``arch``, nothing for the host."""
-    return [nvcc_real_path(), *NVCC_FLAGS, *MODULE_FLAGS, f"-arch={normalize_arch(arch)}", "-I", include,
+    return [nvcc_real_path(), *NVCC_FLAGS, *module_flags(), f"-arch={normalize_arch(arch)}", "-I", include,
             "-o", output, source]
 
 
@@ -370,7 +378,7 @@ def build_module(source: Path | str, arch: str | None = None, *, kit: Path | Non
     if tasks is None:
         tasks = tuple(dict.fromkeys(r.task for r in regions.student_regions(student_text, source.name)))
     spliced = regions.splice(kit.read_text(encoding="utf-8"), student_text, tasks, filename=source.name)
-    key = cache_key(spliced.text, arch, flags=NVCC_FLAGS + MODULE_FLAGS + (() if source_rules else ("unruled",)))
+    key = cache_key(spliced.text, arch, flags=NVCC_FLAGS + module_flags() + (() if source_rules else ("unruled",)))
     target = module_path(source, arch, key, cache)
     with _target_lock(target):
         if use_cache and target.is_file():  # a module is written only after every check passed

@@ -218,10 +218,10 @@ _printf_limited: set[int] = set()  # GPUs whose device printf buffer was set (KI
 
 
 def _limit_printf(host: ctypes.CDLL) -> None:
-    """Cap device printf on the current GPU when ``KIT_PRINTF_BYTES`` asks (the grader: a debugging printf left in
-    a kernel then costs a little time, not the task); once per GPU, before any module of it is loaded."""
-    wanted = os.environ.get(compiler.PRINTF_SETTING)
-    device = torch.cuda.current_device() if wanted and torch.cuda.is_available() else None
+    """Cap device printf on the current GPU when ``KIT_PRINTF_BYTES`` is a size (0 compiles printf out instead:
+    compiler.module_flags); once per GPU, before any module of it is loaded."""
+    wanted = os.environ.get(compiler.PRINTF_SETTING, "").strip()
+    device = torch.cuda.current_device() if wanted not in ("", "0") and torch.cuda.is_available() else None
     if device is None or device in _printf_limited:
         return
     host.kit_limit_printf.argtypes = (ctypes.c_size_t,)
