@@ -21,7 +21,7 @@ import pytest
 
 from assignment.impl import default_impl, student_dir
 from assignment.registry import RegistryError, check_markers, load_registry
-from assignment.starter import STUB_MESSAGE
+from assignment.markers import STUB_MESSAGE
 
 
 def _cuda_available() -> bool:

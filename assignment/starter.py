@@ -42,27 +42,17 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from assignment.markers import (BEGIN_GUIDED, BEGIN_OPEN, BEGIN_SOLUTION, COMMENT_FOR_SUFFIX, END_GUIDED, END_OPEN,
+                                 END_SOLUTION, GOAL, PLAN, STUB, STUB_MESSAGE, TASK_ID, end_todo_marker, todo_marker)
 from assignment.registry import Registry, load_registry
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-COMMENT_FOR_SUFFIX = {".py": "#", ".cu": "//", ".cuh": "//", ".h": "//", ".cpp": "//"}
-_BEGIN = re.compile(r"^(?P<indent>\s*)(?P<c>#|//)\s*BEGIN SOLUTION\b\s*(?P<task>\S*?)\s*(?::\s*(?P<desc>.*?))?\s*$")
-_END = re.compile(r"^\s*(?P<c>#|//)\s*END SOLUTION\b.*$")
-_PLAN = re.compile(r"^\s*(?:#|//)\s*PLAN:")
-_STUB = re.compile(r"^(?P<indent>\s*)(?:#|//)\s*STUB:\s?(?P<code>.*)$")
-_BEGIN_OPEN = re.compile(r"^(?P<indent>\s*)(?P<c>#|//)\s*BEGIN OPEN\b\s*(?P<task>\S*?)\s*(?::\s*(?P<desc>.*?))?\s*$")
-_END_OPEN = re.compile(r"^\s*(?P<c>#|//)\s*END OPEN\b.*$")
-_BEGIN_GUIDED = re.compile(r"^\s*(?P<c>#|//)\s*BEGIN GUIDED\b\s*(?P<task>\S*?)\s*(?::.*)?$")
-_END_GUIDED = re.compile(r"^\s*(?P<c>#|//)\s*END GUIDED\b.*$")
-_GOAL = re.compile(r"^(?P<indent>\s*)(?P<c>#|//)\s*GOAL:(?P<text>.*)$")
 LEVELS = ("guided", "open")
 IGNORED_NAMES = {"__pycache__", ".pytest_cache"}
-END_TODO = "END TODO({task})"  # closes a CUDA stub: the region the grader splices
 
 
 class MarkerError(ValueError):
@@ -92,7 +82,7 @@ def task_levels(registry: Registry | None = None) -> dict[str, str]:
 
 def open_tasks(text: str) -> set[str]:
     """Task ids with an OPEN block in a solution file's text."""
-    return {m["task"] for m in map(_BEGIN_OPEN.match, text.splitlines()) if m}
+    return {m["task"] for m in map(BEGIN_OPEN.match, text.splitlines()) if m}
 
 
 def apply_levels(text: str, filename: str, levels: dict[str, str] | None = None) -> str:
@@ -101,7 +91,7 @@ def apply_levels(text: str, filename: str, levels: dict[str, str] | None = None)
     so the result is a fixed point (``render_starter`` refuses a task set to open whose files have no OPEN block).
     """
     lines = text.splitlines(keepends=True)
-    if not any(_BEGIN_OPEN.match(line) for line in lines):
+    if not any(BEGIN_OPEN.match(line) for line in lines):
         return text
     levels = levels if levels is not None else task_levels()
     out: list[str] = []
@@ -115,7 +105,7 @@ def apply_levels(text: str, filename: str, levels: dict[str, str] | None = None)
         where = f"{filename}:{number}"
         if not line.endswith("\n"):
             line += "\n"
-        begin_guided, end_guided = _BEGIN_GUIDED.match(line), _END_GUIDED.match(line)
+        begin_guided, end_guided = BEGIN_GUIDED.match(line), END_GUIDED.match(line)
         if begin_guided:
             if guided is not None or block is not None or in_region is not None:
                 raise MarkerError(f"{where}: BEGIN GUIDED goes outside every other block and region")
@@ -128,15 +118,15 @@ def apply_levels(text: str, filename: str, levels: dict[str, str] | None = None)
             continue
         if guided is not None and levels.get(guided[1]) == "open":
             continue  # text for the guided level only (e.g. the reference's design notes)
-        begin_open, end_open = _BEGIN_OPEN.match(line), _END_OPEN.match(line)
-        begin, end = _BEGIN.match(line), _END.match(line)
+        begin_open, end_open = BEGIN_OPEN.match(line), END_OPEN.match(line)
+        begin, end = BEGIN_SOLUTION.match(line), END_SOLUTION.match(line)
         if begin_open:
             if block is not None:
                 raise MarkerError(f"{where}: BEGIN OPEN inside the OPEN block opened at {filename}:{block[0]}")
             if in_region is not None:
                 raise MarkerError(f"{where}: BEGIN OPEN inside a BEGIN SOLUTION region (an OPEN block goes around them)")
             task = begin_open["task"]
-            if not re.fullmatch(r"t[1-9][0-9]*", task or ""):
+            if not TASK_ID.fullmatch(task or ""):
                 raise MarkerError(f"{where}: BEGIN OPEN needs a task id such as t3, got {task!r}")
             desc = (begin_open["desc"] or "").strip() or f"the {task} kernel"
             block, goals, stubs, body = (number, task, desc, begin_open["indent"]), [], [], []
@@ -168,15 +158,15 @@ def apply_levels(text: str, filename: str, levels: dict[str, str] | None = None)
             if block is None and levels.get(was) == "open":
                 continue  # a given region at the open level: its code stays, its markers go
         if block is not None:
-            goal = _GOAL.match(line)
+            goal = GOAL.match(line)
             if goal:
                 goals.append(f"{goal['indent']}{goal['c']} PLAN:{goal['text']}\n")
             elif levels.get(block[1]) == "open":
                 # the inner regions dissolve into the block; their plans and stubs go (STUB lines written directly
                 # in the OPEN block, outside any region, are the block's own)
-                if begin or end or _PLAN.match(line):
+                if begin or end or PLAN.match(line):
                     continue
-                if _STUB.match(line):
+                if STUB.match(line):
                     if in_region is None:
                         stubs.append(line)
                     continue
@@ -185,7 +175,7 @@ def apply_levels(text: str, filename: str, levels: dict[str, str] | None = None)
                 body.append(line)
             continue
         if in_region is not None and levels.get(in_region) == "open":
-            if begin or _PLAN.match(line) or _STUB.match(line):
+            if begin or PLAN.match(line) or STUB.match(line):
                 continue  # a given region at the open level
         out.append(line)
     if block is not None:
@@ -210,7 +200,7 @@ def strip_solutions(text: str, filename: str, registry: Registry | None = None,
     lines = text.splitlines(keepends=True)
     for number, line in enumerate(lines, start=1):
         where = f"{filename}:{number}"
-        begin, end = _BEGIN.match(line), _END.match(line)
+        begin, end = BEGIN_SOLUTION.match(line), END_SOLUTION.match(line)
         if begin or end:
             marker_comment = (begin or end).group("c")
             if comment is None:
@@ -223,7 +213,7 @@ def strip_solutions(text: str, filename: str, registry: Registry | None = None,
                     f"{where}: BEGIN SOLUTION inside the region opened at {filename}:{open_region[0]} (regions cannot nest)"
                 )
             task = begin.group("task")
-            if not re.fullmatch(r"t[1-9][0-9]*", task or ""):
+            if not TASK_ID.fullmatch(task or ""):
                 raise MarkerError(f"{where}: BEGIN SOLUTION needs a task id such as t1, got {task!r}")
             if registry is not None:
                 if task not in registry.ids:
@@ -240,20 +230,20 @@ def strip_solutions(text: str, filename: str, registry: Registry | None = None,
             if open_region is None:
                 raise MarkerError(f"{where}: END SOLUTION without a matching BEGIN SOLUTION")
             start, task, desc, indent = open_region
-            stub_code = [m for m in kept if _STUB.match(m)]
-            out.append(f"{indent}{comment} TODO({task}): {desc}\n")
-            out.extend(m for m in kept if _PLAN.match(m))
+            stub_code = [m for m in kept if STUB.match(m)]
+            out.append(f"{indent}{todo_marker(comment, task, desc)}\n")
+            out.extend(m for m in kept if PLAN.match(m))
             out.append(f"{indent}{_fail_statement(comment, task, desc, Path(filename).name)}\n")
             for stub_line in stub_code:
-                m = _STUB.match(stub_line)
+                m = STUB.match(stub_line)
                 out.append(f"{m.group('indent')}{m.group('code')}\n")
             if comment == "//":
-                out.append(f"{indent}{comment} {END_TODO.format(task=task)}\n")
+                out.append(f"{indent}{end_todo_marker(comment, task)}\n")
             regions.append(Region(task, desc, start, number))
             open_region = None
             continue
         if open_region is not None:
-            if _PLAN.match(line) or _STUB.match(line):
+            if PLAN.match(line) or STUB.match(line):
                 kept.append(line if line.endswith("\n") else line + "\n")
             continue
         out.append(line)
@@ -269,7 +259,7 @@ def solution_lines(text: str, filename: str, levels: dict[str, str] | None = Non
     _, regions = strip_solutions(text, filename, levels={})
     lines = text.splitlines()
     return [(n, lines[n - 1]) for r in regions for n in range(r.begin_line + 1, r.end_line)
-            if not _PLAN.match(lines[n - 1]) and not _STUB.match(lines[n - 1])]
+            if not PLAN.match(lines[n - 1]) and not STUB.match(lines[n - 1])]
 
 
 def todo_lines(text: str) -> dict[str, list[int]]:
@@ -284,11 +274,6 @@ def todo_lines(text: str) -> dict[str, list[int]]:
 def todo_tasks(text: str) -> set[str]:
     """Task ids that still have a ``KIT_TODO(tN)`` in non-comment CUDA code."""
     return set(todo_lines(text))
-
-
-# The message of a Python stub, NotImplementedError("t1: ... (TODO(t1) in t1_attention.py)"); the kit's checks
-# that refuse to launch a CUDA file with KIT_TODO left raise the same form.
-STUB_MESSAGE = re.compile(r"^(t[0-9]+): ")
 
 
 def python_todo_counts(text: str) -> dict[str, int]:

@@ -58,7 +58,7 @@ FORBIDDEN_STRINGS = ("grader/hidden", "grader/notes", "grader/benchmarks", "grad
 # the instructor's default implementation).
 READ_BY_STUDENTS = {"handout.html", "README.md", "assignment/tasks.toml"}
 # The kit's own modules that define the solution-marker syntax (they parse it; they hold no solution).
-MARKER_SYNTAX_FILES = {"assignment/starter.py", "assignment/cuda/regions.py"}
+MARKER_SYNTAX_FILES = {"assignment/markers.py", "assignment/starter.py", "assignment/cuda/regions.py"}
 # A solution line this short (`return out;`) is too common to prove a leak.
 MIN_LEAK_CHARS = 30
 BUNDLE_GITIGNORE = ".venv/\nbuild/\n.kit_cache/\n__pycache__/\n.pytest_cache/\nsubmission.zip\n"

@@ -19,16 +19,11 @@ locally first.
 from __future__ import annotations
 
 import difflib
-import re
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
-from assignment.starter import END_TODO, apply_levels, strip_solutions
-
-_TODO = re.compile(r"^(?P<indent>\s*)//\s*TODO\((?P<task>t[0-9]+)\):\s*(?P<desc>.*?)\s*$")
-_END = re.compile(r"^\s*//\s*END TODO\((?P<task>t[0-9]+)\)\s*$")
-_BEGIN_SOLUTION = re.compile(r"^\s*//\s*BEGIN SOLUTION\s+(?P<task>t[0-9]+)\b\s*(?::\s*(?P<desc>.*?))?\s*$")
-_END_SOLUTION = re.compile(r"^\s*//\s*END SOLUTION\b")
+from assignment.markers import BEGIN_SOLUTION, END_SOLUTION, END_TODO, TODO_BEGIN, TODO_END
+from assignment.starter import apply_levels, strip_solutions
 
 
 class RegionError(ValueError):
@@ -69,13 +64,13 @@ def student_regions(text: str, filename: str = "the file") -> list[Region]:
     A file graded as a submission may also be the kit's own (``BEGIN SOLUTION`` markers): the
     self-check grades the reference solutions through the same path.
     """
-    if any(_BEGIN_SOLUTION.match(line) for line in text.splitlines()):
+    if any(BEGIN_SOLUTION.match(line) for line in text.splitlines()):
         return solution_regions(text, filename=filename)
     regions: list[Region] = []
     lines = _lines(text)
     open_at: tuple[int, str, str] | None = None
     for number, line in enumerate(lines, start=1):
-        begin, end = _TODO.match(line), _END.match(line)
+        begin, end = TODO_BEGIN.match(line), TODO_END.match(line)
         if begin:
             if open_at is not None:
                 raise RegionError(f"{filename}:{number}: a TODO({begin['task']}) marker inside the region opened at "
@@ -101,10 +96,10 @@ def solution_regions(text: str, levels: dict[str, str] | None = None, filename: 
     lines = _lines(apply_levels(text, filename, levels))
     open_at: tuple[int, str, str] | None = None
     for number, line in enumerate(lines, start=1):
-        begin = _BEGIN_SOLUTION.match(line)
+        begin = BEGIN_SOLUTION.match(line)
         if begin:
             open_at = (number, begin["task"], begin["desc"] or "")
-        elif _END_SOLUTION.match(line) and open_at is not None:
+        elif END_SOLUTION.match(line) and open_at is not None:
             start, task, desc = open_at
             regions.append(Region(task, desc, start, start + 1, tuple(lines[start:number - 1])))
             open_at = None
@@ -174,7 +169,7 @@ def splice(kit_text: str, student_text: str, tasks: tuple[str, ...] | list[str],
 def _changed_outside(kit_text: str, student_text: str, mine: list[Region], filename: str) -> list[int]:
     """Student lines outside the regions that differ from the starter (they are not graded)."""
     starter, _ = strip_solutions(kit_text, filename)
-    reference = kit_text if any(_BEGIN_SOLUTION.match(l) for l in student_text.splitlines()) else starter
+    reference = kit_text if any(BEGIN_SOLUTION.match(l) for l in student_text.splitlines()) else starter
     starter_outside = _outside(_lines(reference), student_regions(reference, filename))
     student_outside = _outside(_lines(student_text), mine)
     changed: list[int] = []

@@ -33,7 +33,9 @@ from assignment.model.presets import preset_config
 from assignment.perf import cases, model_bench, targets
 from assignment.perf.timing import summarize
 from assignment.registry import load_registry
-from assignment.starter import _BEGIN, _END, strip_solutions
+from assignment.markers import BEGIN_SOLUTION as _BEGIN
+from assignment.markers import END_SOLUTION as _END
+from assignment.starter import strip_solutions
 
 pytestmark = pytest.mark.kit
 REPO = Path(__file__).resolve().parents[2]
