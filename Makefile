@@ -13,12 +13,13 @@ HAVE_HIDDEN := $(wildcard grader/hidden)
 TASKS     ?=
 GRADE_FLAGS ?=
 
-.PHONY: help test demo starter check-starter selfcheck grade grade-all repeatability preflight handout release gradescope feedback-summary corpus train-tiny clean
+.PHONY: help test test-slow demo starter check-starter selfcheck grade grade-all repeatability preflight handout release gradescope feedback-summary corpus train-tiny clean
 
 help:
 	@echo "Students:"
 	@$(MAKE) --no-print-directory student-help
 	@echo "Instructors:"
+	@echo "  make test-slow            the slow end-to-end tests make test leaves out (fixtures, class grading, bundle)"
 	@echo "  make demo                 grade the reference solutions, render the handout"
 	@echo "  make starter              regenerate starter/ from solutions/"
 	@echo "  make check-starter        fail when starter/ is out of sync"
@@ -39,9 +40,14 @@ help:
 	@echo "  make corpus               build/corpus: the shipped model's training text, from Debian packages"
 	@echo "  make train-tiny           retrain the shipped model (assignment/model/checkpoints/kit-tiny) on a GPU"
 
-# The test command CI runs: generated files in sync, every .cu compiles, then pytest.
+# The test command CI runs: generated files in sync, every .cu compiles, then pytest without the slow end-to-end
+# tests, which make test-slow runs (CI runs both: .ci/run).
+TEST_MARKS = $(if $(T),$(T) and not slow,not slow)
 test: $(SETUP) check-starter $(if $(HAVE_NVCC),check-cuda,)
-	$(PY) -m pytest tests $(if $(HAVE_HIDDEN),grader/hidden,) $(PYTEST_TASK)
+	$(PY) -m pytest tests $(if $(HAVE_HIDDEN),grader/hidden,) -m "$(TEST_MARKS)"
+
+test-slow: $(SETUP)
+	$(PY) -m pytest tests -m "slow$(if $(T), and $(T),)"
 
 starter: $(SETUP)
 	$(PY) -m assignment.starter

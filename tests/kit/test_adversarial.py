@@ -28,7 +28,7 @@ from grader.grade import check_host
 from grader.isolation import sandbox
 from grader.runner import gpu_available
 
-pytestmark = pytest.mark.kit
+pytestmark = [pytest.mark.kit, pytest.mark.slow]  # end to end: make test-slow
 FIXTURES = load_fixtures()
 CPU = [pytest.param(f, id=f.name) for f in FIXTURES if not f.gpu]
 CONFIG = replace(GradeConfig(), preflight=False, seed=20261122, allow_weak_isolation=True)

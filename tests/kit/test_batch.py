@@ -25,7 +25,7 @@ from assignment.registry import load_registry
 from grader import batch, class_outputs, ledger, roster
 from grader.config import REPO_ROOT
 
-pytestmark = pytest.mark.kit
+pytestmark = [pytest.mark.kit, pytest.mark.slow]  # end to end: make test-slow
 SOLUTION = (REPO_ROOT / "solutions" / "t7_generate.py").read_text()
 STARTER = (REPO_ROOT / "starter" / "t7_generate.py").read_text()
 BROKEN = "def sample(:\n"  # a syntax error: the grader rejects the file before running anything

@@ -17,7 +17,7 @@ import pytest
 from assignment.registry import load_registry
 from grader import gradescope
 
-pytestmark = pytest.mark.kit
+pytestmark = [pytest.mark.kit, pytest.mark.slow]  # end to end: make test-slow
 REPO = Path(__file__).resolve().parents[2]
 SID = "s1234567"
 VISIBILITY = "after_due_date"  # not the default: the run must take it from the zip's gradescope.json

@@ -96,6 +96,7 @@ def _bundle_make_test(bundle: Path, report: Path) -> subprocess.CompletedProcess
         capture_output=True, text=True, env=env, timeout=900)
 
 
+@pytest.mark.slow  # the bundle's own make test, twice: make test-slow
 def test_the_bundle_fails_cleanly_as_shipped_and_passes_with_the_solutions(built, tmp_path):
     bundle = copy_of(built[0], tmp_path)
     shipped = _bundle_make_test(bundle, tmp_path / "starter.json")

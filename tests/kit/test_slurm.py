@@ -19,7 +19,7 @@ from assignment.registry import load_registry
 from grader import batch, slurm
 from grader.slurm_local import PACKAGES, LocalSlurm, LocalSlurmError, missing_programs
 
-pytestmark = pytest.mark.kit
+pytestmark = [pytest.mark.kit, pytest.mark.slow]  # end to end: make test-slow
 REPO = Path(__file__).resolve().parents[2]
 
 
