@@ -13,13 +13,14 @@ HAVE_HIDDEN := $(wildcard grader/hidden)
 TASKS     ?=
 GRADE_FLAGS ?=
 
-.PHONY: help test test-slow demo starter check-starter selfcheck grade grade-all repeatability preflight handout release gradescope feedback-summary corpus train-tiny clean
+.PHONY: help test test-slow lint demo starter check-starter selfcheck grade grade-all repeatability preflight handout release gradescope feedback-summary corpus train-tiny clean
 
 help:
 	@echo "Students:"
 	@$(MAKE) --no-print-directory student-help
 	@echo "Instructors:"
 	@echo "  make test-slow            the slow end-to-end tests make test leaves out (fixtures, class grading, bundle)"
+	@echo "  make lint                 ruff with the project's settings (pyproject.toml)"
 	@echo "  make demo                 grade the reference solutions, render the handout"
 	@echo "  make starter              regenerate starter/ from solutions/"
 	@echo "  make check-starter        fail when starter/ is out of sync"
@@ -48,6 +49,12 @@ test: $(SETUP) check-starter $(if $(HAVE_NVCC),check-cuda,)
 
 test-slow: $(SETUP)
 	$(PY) -m pytest tests -m "slow$(if $(T), and $(T),)"
+
+# Lint: ruff with the project's settings (pyproject.toml [tool.ruff]), installed into the .venv on first use.
+RUFF_VERSION ?= 0.17.6
+lint: $(SETUP)
+	@$(PY) -m ruff --version >/dev/null 2>&1 || $(PY) -m pip install -q --disable-pip-version-check "ruff==$(RUFF_VERSION)"
+	$(PY) -m ruff check .
 
 starter: $(SETUP)
 	$(PY) -m assignment.starter

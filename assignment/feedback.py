@@ -22,7 +22,7 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -259,7 +259,7 @@ def load_answers(path: Path, form: Form) -> dict:
 def save_answers(path: Path, form: Form, answers: dict) -> None:
     """Write atomically (assignment.atomic): a reader never sees half an answer file."""
     payload = {"schema_version": form.schema_version, "answers": answers,
-               "updated": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+               "updated": datetime.now(UTC).isoformat(timespec="seconds")}
     write_atomic(path, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
 
 

@@ -11,7 +11,7 @@ import hashlib
 import importlib.util
 import os
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from types import ModuleType
 
@@ -45,7 +45,7 @@ def student_file(filename: str, impl: str | None = None) -> Path:
     return path
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load_module(path: Path) -> ModuleType:
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
     name = f"student_{path.stem}_{digest}"

@@ -40,7 +40,7 @@ import tempfile
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 from assignment import feedback, policy
@@ -351,7 +351,7 @@ def manifest(files: list[PackedFile], registry: Registry) -> dict:
         "course": registry.title,
         "kit_version": kit_version(),
         "registry_sha256": hashlib.sha256(registry.path.read_bytes()).hexdigest(),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "files": [{"name": f.name, "bytes": len(f.data), "sha256": hashlib.sha256(f.data).hexdigest(),
                    "tasks": list(f.tasks)} for f in files if f.data is not None],
         "todo_regions_left": {task: todo[task] for task in registry.ids if task in todo},

@@ -26,6 +26,7 @@ import shutil
 import sys
 import tempfile
 import time
+import tomllib
 import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -38,7 +39,6 @@ from grader.scoring import SubmissionScore
 FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures"
 # The grading ids a regrade_same fixture is graded as: the first twice, the second once.
 REGRADE_IDS = ("fixture-student-a", "fixture-student-b")
-import tomllib
 
 
 @dataclass

@@ -44,7 +44,7 @@ import csv
 import io
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -451,14 +451,14 @@ def write_class_outputs(subs: list[Submission], out: Path, *, problems: list[str
     for rule in timing:
         if rule["values"]:
             figures[f"timing_{rule['task']}_rule{rule['index']}.png"] = timing_histogram(rule)
-    for name, png in figures.items():
-        write_atomic(target / "figures" / name, png)
+    for name, image in figures.items():
+        write_atomic(target / "figures" / name, image)
 
     counts = {s: sum(r.status == s for r in records) for s in STATUSES}
     walls = [r.wall_s for r in records if r.status in ("graded", "unreadable") and r.wall_s is not None]
     checks = worker_checks(out)
     summary = {
-        "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "grader_version": version,
+        "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "grader_version": version,
         "submissions": len(records), "students": sum(len(r.sub.members()) for r in records), "counts": counts,
         "late": sum(1 for r in records if r.sub.late), "problems": list(problems),
         "left_out_of_upload": left_out, "left_out_of_gpu_upload": gpu_left_out,

@@ -26,7 +26,7 @@ import json
 import statistics
 import sys
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -349,7 +349,7 @@ def summarise(submissions_dir: Path, out: Path, grades_dir: Path | None = None,
     html = env.get_template("feedback_summary.html.j2").render(
         registry=registry, summary=summary, sections=page_sections(form, registry, responses, questions, images),
         tasks=tasks, has_grades=grades is not None, difficulty_image=images.get("difficulty_vs_score.png"),
-        source=submissions_dir.name, generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+        source=submissions_dir.name, generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
     write_atomic(out / "summary.html", html.encode("utf-8"))
     write_atomic(out / "summary.json", (json.dumps(summary, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
     return summary, warnings

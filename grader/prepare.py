@@ -41,7 +41,7 @@ class PreparedTask:
     status: str = "ready"               # ready | rejected | compile_error | missing_files
     reason: str = ""
 
-    def fail(self, status: str, reason: str) -> "PreparedTask":
+    def fail(self, status: str, reason: str) -> PreparedTask:
         self.status, self.reason = status, reason
         return self
 
@@ -148,7 +148,7 @@ def _prepare_cuda(prepared: PreparedTask, name: str, source: Path, workdir: Path
     return None
 
 
-def _check_rules(prepared: PreparedTask, spliced: "regions.Spliced", name: str,
+def _check_rules(prepared: PreparedTask, spliced: regions.Spliced, name: str,
                  config: GradeConfig) -> PreparedTask | None:
     try:
         problems = rules.check_regions(spliced.regions, limits=_limits(config))

@@ -37,7 +37,7 @@ import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import jinja2
@@ -151,7 +151,7 @@ def write_manifest(bundle: Path) -> dict:
     for path in sorted(p for p in bundle.rglob("*") if p.is_file() and p.name != "MANIFEST.json"):
         data = path.read_bytes()
         files[path.relative_to(bundle).as_posix()] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    manifest = {"built": datetime.now(timezone.utc).isoformat(timespec="seconds"), "files": files}
+    manifest = {"built": datetime.now(UTC).isoformat(timespec="seconds"), "files": files}
     (bundle / "MANIFEST.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     return manifest
 

@@ -57,7 +57,7 @@ def read_grading(folder: Path) -> Grading:
         results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
         record = json.loads((folder / "grading.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise SystemExit(f"{folder}: not a graded submission (results.json and grading.json): {exc}")
+        raise SystemExit(f"{folder}: not a graded submission (results.json and grading.json): {exc}") from None
     grading = Grading(seeds={str(k): v for k, v in (record.get("seeds") or {}).items()})
     for task_id, task in record.get("tasks", {}).items():
         grading.status[task_id] = task.get("status", "?")

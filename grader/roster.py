@@ -23,7 +23,7 @@ from __future__ import annotations
 import csv
 import zipfile
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 METADATA_FILE = "submission_metadata.yml"
@@ -196,13 +196,13 @@ def _gradescope(root: Path, due: datetime | None) -> Roster:
 
 def _as_datetime(value) -> datetime | None:
     if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
     if isinstance(value, str) and value.strip():
         try:
             parsed = datetime.fromisoformat(value.strip())
         except ValueError:
             return None
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
     return None
 
 
@@ -215,7 +215,7 @@ def _is_late(created, due: datetime | None) -> bool | None:
     moment = _as_datetime(created)
     if due is None or moment is None:
         return None
-    return moment > (due if due.tzinfo else due.replace(tzinfo=timezone.utc))
+    return moment > (due if due.tzinfo else due.replace(tzinfo=UTC))
 
 
 def parse_due(text: str) -> datetime:

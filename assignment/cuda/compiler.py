@@ -69,7 +69,7 @@ class CudaToolkitError(RuntimeError):
 class CudaCompileError(RuntimeError):
     """nvcc rejected a file, or ran out of time or memory. The message names the student's lines only."""
 
-    def __init__(self, message: str, source: Path, diagnostics: list["Diagnostic"], output: str):
+    def __init__(self, message: str, source: Path, diagnostics: list[Diagnostic], output: str):
         super().__init__(message)
         self.source, self.diagnostics, self.output = source, diagnostics, output
 
@@ -355,7 +355,7 @@ def read_student_text(source: Path) -> str:
 
 def build_module(source: Path | str, arch: str | None = None, *, kit: Path | None = None, use_cache: bool = True,
                  quiet: bool = False, cache: Path | None = None, kit_cache: Path | None = None,
-                 limits: confine.CompileLimits = confine.CompileLimits(),
+                 limits: confine.CompileLimits = confine.DEFAULT_LIMITS,
                  source_rules: bool | None = None, tasks: tuple[str, ...] | None = None) -> ModuleBuild:
     """The device module of a student's CUDA file: its TODO regions (of ``tasks``; all by default) spliced into the
     kit's copy of the file (``kit``: ``kit_source`` of its name by default), checked by the region rules on the

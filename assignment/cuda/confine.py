@@ -30,7 +30,7 @@ import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 FULL, FALLBACK = "bwrap", "process"
@@ -56,6 +56,9 @@ class CompileLimits:
     processes: int = 64          # besides those the sandbox user already has on the host
     tmp_bytes: int = 2 * 2**30   # the private /tmp nvcc writes its intermediate files to
     isolation: str | None = None  # auto, bwrap or process; None: KIT_COMPILE_ISOLATION (auto when unset)
+
+
+DEFAULT_LIMITS = CompileLimits()
 
 
 class IsolationUnavailable(RuntimeError):
@@ -85,7 +88,7 @@ def find_bwrap(setting: str | None = None) -> str | None:
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def probe(bwrap: str | None) -> tuple[bool, str]:
     """(True, version) when bubblewrap can start a sandbox here, else (False, why)."""
     if bwrap is None:
@@ -248,7 +251,7 @@ def _group_alive(pgid: int) -> bool:
 
 
 def run(argv: list[str], workdir: Path, include_dir: Path, nvcc: str,
-        limits: CompileLimits = CompileLimits()) -> Confined:
+        limits: CompileLimits = DEFAULT_LIMITS) -> Confined:
     """Run ``argv`` (a compiler command written for the paths /work and /kit/include) confined, with ``workdir``
     as /work and ``include_dir`` as /kit/include. At the ``process`` level the two paths are rewritten to the
     host's. The whole process tree is killed at ``limits.wall_seconds``."""

@@ -319,7 +319,7 @@ class Kernels:
             raise ValueError(f"{kernel}: inner dimensions differ: op(a) is {M}x{K} (trans_a={bool(trans_a)}, a {tuple(a.shape)})"
                              f" but op(b) is {Kb}x{N} (trans_b={bool(trans_b)}, b {tuple(b.shape)})")
         batch = max(a3.shape[0], b3.shape[0])
-        for name, t in (("a", a3), ("b", b3)):
+        for t in (a3, b3):
             if t.shape[0] not in (1, batch):
                 raise ValueError(f"{kernel}: batch sizes differ: a has {a3.shape[0]}, b has {b3.shape[0]} (1 broadcasts)")
         shape = (batch, M, N) if batched else (M, N)

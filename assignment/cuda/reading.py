@@ -195,7 +195,7 @@ def expanded(text: str, filename: str, arch: str, *, limits: confine.CompileLimi
     return _expanded[key]
 
 
-_expanded: dict[tuple, "Reading"] = {}
+_expanded: dict[tuple, Reading] = {}
 
 
 def _header_stamp() -> int:

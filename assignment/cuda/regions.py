@@ -48,7 +48,7 @@ class Spliced:
     regions: list[Region] = field(default_factory=list)  # the student's regions spliced in (student lines)
 
 
-def problems_error(filename: str, problems: list) -> "RegionError":
+def problems_error(filename: str, problems: list) -> RegionError:
     """One RegionError listing ``problems`` (rules.Problem), the first eight of them."""
     return RegionError(f"{filename}: " + "; ".join(str(p) for p in problems[:8])
                        + (f"; ... and {len(problems) - 8} more" if len(problems) > 8 else ""))

@@ -20,7 +20,7 @@ modules are absent (the grader's sandbox carries only assignment/model).
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

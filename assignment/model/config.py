@@ -76,7 +76,7 @@ class ModelConfig:
 
     # ------------------------------------------------------------------ Hugging Face config.json
     @classmethod
-    def from_hf(cls, raw: dict) -> "ModelConfig":
+    def from_hf(cls, raw: dict) -> ModelConfig:
         """Read a ``config.json`` dictionary; unknown or unsupported settings raise ``CheckpointError``."""
         architecture = _architecture(raw)
         act = raw.get("hidden_act", "silu")
@@ -113,7 +113,7 @@ class ModelConfig:
         return raw
 
     @classmethod
-    def from_file(cls, path: Path) -> "ModelConfig":
+    def from_file(cls, path: Path) -> ModelConfig:
         try:
             raw = json.loads(Path(path).read_text())
         except FileNotFoundError:

@@ -37,7 +37,7 @@ class Tokenizer:
         return self._backend.get_vocab_size(with_added_tokens=True)
 
     @classmethod
-    def from_dir(cls, path: str | Path, config=None) -> "Tokenizer":
+    def from_dir(cls, path: str | Path, config=None) -> Tokenizer:
         """Read tokenizer.json, tokenizer_config.json and generation_config.json of a checkpoint directory."""
         path = Path(path)
         file = path / TOKENIZER_FILE

@@ -26,9 +26,9 @@ import shutil
 import statistics
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 # Datasheet-level peaks of the fastest part of each architecture, times 1.5 (generous on purpose:
 # the floor only catches skipped work, and writes that end in L2 can look faster than DRAM).
@@ -43,7 +43,7 @@ MEDIAN_SE_FACTOR = 1.2533  # sqrt(pi/2): standard error of a median vs a mean, f
 class ImpossibleTimeError(RuntimeError):
     """A measured time below what the hardware can do: the kernel skipped work."""
 
-    def __init__(self, message: str, results: dict[str, "TimingResult"] | None = None):
+    def __init__(self, message: str, results: dict[str, TimingResult] | None = None):
         super().__init__(message)
         self.results = results or {}
 

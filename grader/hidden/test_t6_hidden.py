@@ -505,7 +505,7 @@ def test_decode_step_replays_in_a_cuda_graph(seed):
     replayed = checkpoint_run(tokens, [(0, prompt)], max_seq_len, "the decode step captured in a CUDA graph", graph=True)
     check_checkpoint_run(eager, tokens, [(0, prompt)], "the eager decode steps")
     check_checkpoint_run(replayed, tokens, [(0, prompt)], "graph replays", eager=False)
-    for i, (a, b) in enumerate(zip(replayed.get("decode") or [], eager.get("decode") or [])):
+    for a, b in zip(replayed.get("decode") or [], eager.get("decode") or []):
         assert_close(a, b, **LOGITS, name="a graph replay against the same step run eagerly",
                      layout="row, vocabulary id",
                      hint="Replays repeat the captured launches: the length must come from a GPU tensor, never from a "

@@ -163,7 +163,7 @@ class WorkerConfig:
     limits: sandbox.Limits = field(default_factory=sandbox.Limits)
 
     @classmethod
-    def from_environment(cls) -> "WorkerConfig":
+    def from_environment(cls) -> WorkerConfig:
         path = os.environ.get("KIT_WORKER_CONFIG")
         if path:
             raw = json.loads(Path(path).read_text())
@@ -354,7 +354,7 @@ class Worker:
 
     # ------------------------------------------------------------------ requests
     def _request(self, header: dict, payload: bytes, timeout: float,
-                 call: "_CallInFlight | None" = None) -> tuple[dict, bytes]:
+                 call: _CallInFlight | None = None) -> tuple[dict, bytes]:
         """Send a request and wait for its reply, serving the call's kit objects and taking its streamed pieces as
         their frames come; one deadline for all of it."""
         if not self.alive():
@@ -430,7 +430,7 @@ class Worker:
 
     def call(self, filename: str, function: str, args: tuple, kwargs: dict, *, track: bool = False,
              measure_memory: bool = False, drain: bool = False,
-             device: str | None = None, driver: str | None = None) -> "CallResult":
+             device: str | None = None, driver: str | None = None) -> CallResult:
         """One call of the student's function. ``device``: where the worker puts the call's tensors and the checker
         the call's kit objects (default: the device of the first tensor argument, else the CPU); ``drain``: the
         result is an iterator whose items the worker streams here as they come (see the module docstring);
@@ -472,7 +472,7 @@ class Worker:
                               in_flight.record())
 
     def _failure(self, error: dict, filename: str, function: str = "",
-                 in_flight: "_CallInFlight | None" = None) -> WorkerFailure:
+                 in_flight: _CallInFlight | None = None) -> WorkerFailure:
         """The failure a worker's error reply stands for, with what a student may be told about it."""
         kind = str(error.get("kind", "exception"))
         refusal = in_flight.refusal(str(error.get("type"))) if in_flight is not None and kind == "exception" else None

@@ -182,7 +182,7 @@ class ServedObject:
     it: the attributes the checker sent, and methods that each send one call to the checker and return its answer
     (tensors on the call's device). Nothing else: there is no model here to ask, and no record to rewrite."""
 
-    def __init__(self, worker: "Worker", handle: str, what: str, attributes: dict, methods: list, device: str):
+    def __init__(self, worker: Worker, handle: str, what: str, attributes: dict, methods: list, device: str):
         self._worker, self._handle, self._what, self._device = worker, handle, what, device
         self._methods = tuple(str(m) for m in methods)
         for name, value in attributes.items():

@@ -1,3 +1,4 @@
+# ruff: noqa: E701, E702  (an experiment script, kept as it was run)
 """How far apart are float32-accumulating and low-precision-accumulating t1 implementations?
 
 For each dtype (fp16, bf16), device, causal flag and seed: the max abs error against a float64

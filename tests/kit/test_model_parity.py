@@ -59,7 +59,7 @@ VARIANTS = [
 ]
 
 
-def build_reference(variant: Variant, folder) -> "transformers.PreTrainedModel":
+def build_reference(variant: Variant, folder) -> transformers.PreTrainedModel:
     cls_config, cls_model = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
                              "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM)}[
         variant.architecture]
