@@ -21,14 +21,24 @@ import re
 COMMENT_FOR_SUFFIX = {".py": "#", ".cu": "//", ".cuh": "//", ".h": "//", ".cpp": "//"}
 TASK_ID = re.compile(r"t[1-9][0-9]*")
 
-BEGIN_SOLUTION = re.compile(r"^(?P<indent>\s*)(?P<c>#|//)\s*BEGIN SOLUTION\b\s*(?P<task>\S*?)\s*(?::\s*(?P<desc>.*?))?\s*$")
-END_SOLUTION = re.compile(r"^\s*(?P<c>#|//)\s*END SOLUTION\b.*$")
+
+
+def _begin(word: str) -> re.Pattern:
+    """``BEGIN <word> t4: description`` (the task and the description may be missing: the readers say what is
+    wrong then)."""
+    return re.compile(rf"^(?P<indent>\s*)(?P<c>#|//)\s*BEGIN {word}\b\s*(?P<task>\S*?)\s*(?::\s*(?P<desc>.*?))?\s*$")
+
+
+def _end(word: str) -> re.Pattern:
+    return re.compile(rf"^\s*(?P<c>#|//)\s*END {word}\b.*$")
+
+
+BEGIN_SOLUTION, END_SOLUTION = _begin("SOLUTION"), _end("SOLUTION")
+BEGIN_OPEN, END_OPEN = _begin("OPEN"), _end("OPEN")
 PLAN = re.compile(r"^\s*(?:#|//)\s*PLAN:")
 STUB = re.compile(r"^(?P<indent>\s*)(?:#|//)\s*STUB:\s?(?P<code>.*)$")
-BEGIN_OPEN = re.compile(r"^(?P<indent>\s*)(?P<c>#|//)\s*BEGIN OPEN\b\s*(?P<task>\S*?)\s*(?::\s*(?P<desc>.*?))?\s*$")
-END_OPEN = re.compile(r"^\s*(?P<c>#|//)\s*END OPEN\b.*$")
 BEGIN_GUIDED = re.compile(r"^\s*(?P<c>#|//)\s*BEGIN GUIDED\b\s*(?P<task>\S*?)\s*(?::.*)?$")
-END_GUIDED = re.compile(r"^\s*(?P<c>#|//)\s*END GUIDED\b.*$")
+END_GUIDED = _end("GUIDED")
 GOAL = re.compile(r"^(?P<indent>\s*)(?P<c>#|//)\s*GOAL:(?P<text>.*)$")
 
 # A CUDA region in a starter or student file.

@@ -193,28 +193,17 @@ def local_memory_of(filename: str, tasks: tuple[str, ...]) -> tuple[int, int]:
 
 def check_todo_regions(filename: str, tasks: tuple[str, ...]) -> None:
     """The rules the grader applies to a CUDA file's TODO regions before it splices them (public tests)."""
-    from assignment.cuda import regions
+    from assignment.cuda import compiler, regions
     from assignment.cuda.compiler import read_student_text, require_implemented
     from assignment.impl import student_file
 
     source = student_file(filename)
     require_implemented(source, tasks)
-    problems = regions.check_file(read_student_text(source), tasks, filename, arch=_rules_arch())
+    # Without nvcc only the rules on the regions as written can run (no preprocessor to expand them).
+    arch = compiler.preprocess_arch() if compiler.nvcc_path() else None
+    problems = regions.check_file(read_student_text(source), tasks, filename, arch=arch)
     assert not problems, (f"{filename}: the grader splices only your TODO regions into its own file and rejects "
                           "these lines:\n" + "\n".join(str(p) for p in problems))
-
-
-def _rules_arch() -> str | None:
-    """The architecture the region rules preprocess for (the build's), or None where nvcc is missing (then only
-    the rules on the regions as written run)."""
-    from assignment.cuda import compiler
-
-    if compiler.nvcc_path() is None:
-        return None
-    try:
-        return compiler.detect_arch()
-    except compiler.CudaToolkitError:
-        return compiler.CHECK_ARCHS[0]
 
 
 def max_abs_error(actual: torch.Tensor, expected: torch.Tensor) -> float:

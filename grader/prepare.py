@@ -16,7 +16,6 @@ A task that cannot run ends here with the reason (rejected, compile error, missi
 
 from __future__ import annotations
 
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,9 +71,9 @@ def prepare(task: Task, student_dir: Path, workdir: Path, config: GradeConfig, *
     return prepared
 
 
-# Device printf in every build of a grading: 0 compiles it out of the student's module (compiler.PRINTF_SETTING), so a
-# debugging printf left in a kernel costs neither time nor output (in every thread of a timed launch it took minutes).
-GRADING_PRINTF_BYTES = 0
+# Device printf in every build of a grading: compiled out of the student's module (compiler.DEVICE_PRINTF_SETTING), so
+# a debugging printf left in a kernel costs neither time nor output (in every thread of a timed launch it took minutes).
+GRADING_DEVICE_PRINTF = False
 
 
 def compile_isolation(config: GradeConfig) -> str:
@@ -91,9 +90,9 @@ def _build(source: Path, config: GradeConfig, tasks: tuple[str, ...] | None = No
     """The device module of ``source`` (its regions of ``tasks``, all by default, in the kit's file) in the
     submissions' cache (the kit's own build in the reference cache), and the kit's host library for it, with
     nvcc confined as ``compile_isolation`` says. The checker's build of the spliced file is then a cache hit."""
-    os.environ[compiler.PRINTF_SETTING] = str(GRADING_PRINTF_BYTES)  # as the checker's (runner.checker_environment)
     built = compiler.build_module(source, cache=config.submission_cache, kit_cache=config.reference_cache,
-                                  quiet=True, limits=_limits(config), source_rules=config.cuda_rules, tasks=tasks)
+                                  quiet=True, limits=_limits(config), source_rules=config.cuda_rules, tasks=tasks,
+                                  device_printf=GRADING_DEVICE_PRINTF, reuse_kit_build=True)
     compiler.build_library(built.kit, built.arch, cache=config.reference_cache, quiet=True)
     return built
 
@@ -150,22 +149,13 @@ def _prepare_cuda(prepared: PreparedTask, name: str, source: Path, workdir: Path
 
 def _check_rules(prepared: PreparedTask, spliced: regions.Spliced, name: str,
                  config: GradeConfig) -> PreparedTask | None:
+    arch = compiler.preprocess_arch() if compiler.nvcc_path() else None
     try:
-        problems = rules.check_regions(spliced.regions, limits=_limits(config))
-        if not problems and compiler.nvcc_path():
-            problems = rules.check_expansion(spliced.text, spliced.spans, name, _rules_arch(), spliced.origin,
-                                             limits=_limits(config))
+        problems = rules.check(spliced.regions, spliced.text, spliced.spans, name, arch, spliced.origin,
+                               limits=_limits(config))
     except (reading.ReadingError, confine.IsolationUnavailable) as exc:
         return prepared.fail("rejected", f"{name}: {exc}")
     return prepared.fail("rejected", str(regions.problems_error(name, problems))) if problems else None
-
-
-def _rules_arch() -> str:
-    """The architecture the region rules preprocess for: the build's where a GPU is visible, else sm_80."""
-    try:
-        return compiler.detect_arch()
-    except compiler.CudaToolkitError:
-        return compiler.CHECK_ARCHS[0]
 
 
 def _student_facing(message: str, name: str, target: Path) -> str:

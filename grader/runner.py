@@ -20,13 +20,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from assignment.cuda.compiler import PRINTF_SETTING, SOURCE_RULES_SETTING
+from assignment.cuda.compiler import DEVICE_PRINTF_SETTING, SOURCE_RULES_SETTING
 from assignment.cuda.confine import ISOLATION_SETTING
 from assignment.registry import Task
 from grader.checker_plugin import HANG_EXIT_CODE
 from grader.config import HIDDEN_DIR, REPO_ROOT, GradeConfig
 from grader.isolation.client import WorkerConfig
-from grader.prepare import GRADING_PRINTF_BYTES, PreparedTask, compile_isolation
+from grader.prepare import GRADING_DEVICE_PRINTF, PreparedTask, compile_isolation
 
 
 @dataclass
@@ -136,7 +136,7 @@ def checker_environment(prepared: PreparedTask, workdir: Path, config: GradeConf
     # A build the checker makes (the prepared ones are cache hits) is confined and checked as prepare's were.
     env[ISOLATION_SETTING] = compile_isolation(config)
     env[SOURCE_RULES_SETTING] = "1" if config.cuda_rules else "0"
-    env[PRINTF_SETTING] = str(GRADING_PRINTF_BYTES)
+    env[DEVICE_PRINTF_SETTING] = "on" if GRADING_DEVICE_PRINTF else "off"
     if prepared.impl_dir is not None:
         env["IMPL"] = str(prepared.impl_dir)
     if worker is not None:

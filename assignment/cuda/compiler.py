@@ -52,10 +52,10 @@ MODULE_FLAGS = ("-cubin",)                        # the device module: device co
 LIBRARY_FLAGS = ("-Xcompiler", "-fPIC", "-shared")  # the host library
 CHECK_ARCHS = ("sm_80", "sm_90")
 SOURCE_RULES_SETTING = "KIT_CUDA_SOURCE_RULES"  # 0: build without the region rules (the grader's own fixtures)
-# Device printf in student modules: unset, as written; N > 0, the printf buffer capped at N bytes per launch; 0, the
-# calls compiled out (-DKIT_NO_DEVICE_PRINTF, kit.cuh): the grader's, so a debugging printf left in a kernel costs
-# nothing (a printf in every thread of a large launch takes minutes, even when its output is dropped).
-PRINTF_SETTING = "KIT_PRINTF_BYTES"
+# Device printf in student modules: "off" compiles the calls out (-DKIT_NO_DEVICE_PRINTF, kit.cuh), the grader's
+# setting: a debugging printf left in a kernel then costs nothing (in every thread of a large launch it takes
+# minutes, even with its output dropped). Anything else: printf as written.
+DEVICE_PRINTF_SETTING = "KIT_DEVICE_PRINTF"
 # The CUDA toolkits (major versions) the kit is built and tested with; the handout quotes them.
 TOOLKIT_MAJORS = (12, 13)
 # Lazy module loading keeps context creation cheap when a library holds many kernels.
@@ -88,10 +88,6 @@ class BuildResult:
     arch: str
     seconds: float
     cached: bool
-
-    @property
-    def library(self) -> Path:  # the name older callers read
-        return self.path
 
 
 # --------------------------------------------------------------------------- toolchain
@@ -147,15 +143,28 @@ def detect_arch() -> str:
     return f"sm_{major}{minor}"
 
 
-def module_flags() -> tuple[str, ...]:
-    """The flags of a device module: MODULE_FLAGS, and printf compiled out where ``KIT_PRINTF_BYTES`` is 0."""
-    return MODULE_FLAGS + (("-DKIT_NO_DEVICE_PRINTF",) if os.environ.get(PRINTF_SETTING, "").strip() == "0" else ())
+def module_flags(device_printf: bool | None = None) -> tuple[str, ...]:
+    """The flags of a device module: MODULE_FLAGS, and printf compiled out unless ``device_printf`` (None:
+    ``$KIT_DEVICE_PRINTF`` is not "off")."""
+    if device_printf is None:
+        device_printf = os.environ.get(DEVICE_PRINTF_SETTING, "").strip().lower() != "off"
+    return MODULE_FLAGS + (() if device_printf else ("-DKIT_NO_DEVICE_PRINTF",))
 
 
-def module_command(source: str, output: str, arch: str, include: str) -> list[str]:
-    """nvcc for a device module: ``source`` to a cubin for ``arch``, nothing for the host."""
-    return [nvcc_real_path(), *NVCC_FLAGS, *module_flags(), f"-arch={normalize_arch(arch)}", "-I", include,
-            "-o", output, source]
+def module_command(source: str, output: str, arch: str, include: str, flags: tuple[str, ...]) -> list[str]:
+    """nvcc for a device module (``flags``: module_flags()): ``source`` to a cubin for ``arch``, nothing for the
+    host."""
+    return [nvcc_real_path(), *NVCC_FLAGS, *flags, f"-arch={normalize_arch(arch)}", "-I", include, "-o", output,
+            source]
+
+
+def preprocess_arch() -> str:
+    """The architecture the region rules preprocess for: the build's (``KIT_CUDA_ARCH`` or the GPU's), else the
+    first one ``make check-cuda`` checks (a host without a GPU)."""
+    try:
+        return detect_arch()
+    except CudaToolkitError:
+        return CHECK_ARCHS[0]
 
 
 def library_command(source: Path, output: Path, arch: str) -> list[str]:
@@ -257,7 +266,8 @@ def format_compile_error(source: Path, output: str, arch: str) -> tuple[str, lis
 # --------------------------------------------------------------------------- the host library (kit sources only)
 
 _announced: set[Path] = set()
-_handles: dict[tuple[Path, Path], ctypes.CDLL] = {}
+_handles: dict[Path, ctypes.CDLL] = {}
+_handles_lock = threading.Lock()
 _lock = threading.Lock()
 _build_locks: dict[Path, threading.Lock] = {}  # one per output path, guarded by _build_locks_guard
 _build_locks_guard = threading.Lock()  # not _lock: load_library holds that one while it builds
@@ -311,14 +321,18 @@ def build_library(source: Path | str, arch: str | None = None, *, use_cache: boo
 
 
 def load_library(source: Path | str, arch: str | None = None) -> ctypes.CDLL:
-    """Build (or reuse) and dlopen the kit's library for ``source``; one handle per (file, build)."""
-    source = Path(source).resolve()
+    """Build (or reuse) and dlopen the kit's library for ``source``."""
     with _lock:
-        result = build_library(source, arch)
-        handle_key = (source, result.path)
-        if handle_key not in _handles:
-            _handles[handle_key] = ctypes.CDLL(str(result.path))
-        return _handles[handle_key]
+        return open_library(build_library(source, arch).path)
+
+
+def open_library(path: Path | str) -> ctypes.CDLL:
+    """dlopen a built library, once per process (one handle per path: a path holds one build, named by its hash)."""
+    path = Path(path)
+    with _handles_lock:
+        if path not in _handles:
+            _handles[path] = ctypes.CDLL(str(path))
+        return _handles[path]
 
 
 # --------------------------------------------------------------------------- the device module (student code)
@@ -355,15 +369,18 @@ def read_student_text(source: Path) -> str:
 
 def build_module(source: Path | str, arch: str | None = None, *, kit: Path | None = None, use_cache: bool = True,
                  quiet: bool = False, cache: Path | None = None, kit_cache: Path | None = None,
-                 limits: confine.CompileLimits = confine.DEFAULT_LIMITS,
-                 source_rules: bool | None = None, tasks: tuple[str, ...] | None = None) -> ModuleBuild:
+                 limits: confine.CompileLimits = confine.DEFAULT_LIMITS, source_rules: bool | None = None,
+                 tasks: tuple[str, ...] | None = None, device_printf: bool | None = None,
+                 reuse_kit_build: bool = False) -> ModuleBuild:
     """The device module of a student's CUDA file: its TODO regions (of ``tasks``; all by default) spliced into the
     kit's copy of the file (``kit``: ``kit_source`` of its name by default), checked by the region rules on the
-    compiler's reading,
-    compiled to a cubin in the compile sandbox, and its symbols checked against the kit's own build of the
-    file (``kit_cache``: where that one is kept; ``cache_dir(kit)`` by default). ``source_rules=False`` (default:
-    ``$KIT_CUDA_SOURCE_RULES`` != 0) skips the rules on the source (the kit's adversarial fixtures show that the
-    device-only build holds without them); the check of the build's symbols always runs.
+    compiler's reading, compiled to a cubin in the compile sandbox (printf compiled out where ``device_printf`` is False:
+    ``module_flags``), and its symbols checked against the kit's own build of the file (``kit_cache``: where that
+    one is kept; ``cache_dir(kit)`` by default). ``source_rules=False`` (default: ``$KIT_CUDA_SOURCE_RULES`` != 0)
+    skips the rules on the source (the kit's adversarial fixtures show that the device-only build holds without
+    them); the check of the build's symbols always runs. ``reuse_kit_build``: a file that splices to the kit's own
+    text takes the kit's build (checked when it was made) instead of compiling it again (the grader: the kit's
+    t4 beside a graded t6, the self-check's solutions).
 
     Raises regions.RegionError when the regions cannot be spliced or break a rule, CudaCompileError when nvcc
     rejects the result or runs out of time or memory (the message quotes the student's own lines only)."""
@@ -378,23 +395,27 @@ def build_module(source: Path | str, arch: str | None = None, *, kit: Path | Non
     if tasks is None:
         tasks = tuple(dict.fromkeys(r.task for r in regions.student_regions(student_text, source.name)))
     spliced = regions.splice(kit.read_text(encoding="utf-8"), student_text, tasks, filename=source.name)
-    key = cache_key(spliced.text, arch, flags=NVCC_FLAGS + module_flags() + (() if source_rules else ("unruled",)))
+    flags = module_flags(device_printf)
+    key = cache_key(spliced.text, arch, flags=NVCC_FLAGS + flags + (() if source_rules else ("unruled",)))
     target = module_path(source, arch, key, cache)
     with _target_lock(target):
         if use_cache and target.is_file():  # a module is written only after every check passed
             return ModuleBuild(target, arch, 0.0, True, kit=kit)
-        problems = rules.check_regions(spliced.regions, limits=limits) if source_rules else []
-        if not problems and source_rules:
-            problems = rules.check_expansion(spliced.text, spliced.spans, source.name, arch, spliced.origin,
-                                             limits=limits)
+        own = source == kit  # the kit's own file (make check-cuda): every line is the file's to quote
+        reference = None if own else build_module(kit, arch, kit=kit, quiet=True, cache=kit_cache, limits=limits,
+                                                  device_printf=device_printf)
+        if reuse_kit_build and reference is not None and reference.path.name == target.name:
+            # The same text, flags and compiler as the kit's own build: that build is this module.
+            _copy_into(reference.path, target)
+            return ModuleBuild(target, arch, 0.0, True, kit=kit)
+        problems = rules.check(spliced.regions, spliced.text, spliced.spans, source.name, arch, spliced.origin,
+                               limits=limits) if source_rules else []
         if problems:
             raise regions.problems_error(source.name, problems)
-        own = source == kit  # the kit's own file (make check-cuda): every line is the file's to quote
         if own:
             spliced.origin = list(range(1, spliced.text.count("\n") + 2))
-        reference = None if own else build_module(kit, arch, kit=kit, quiet=True, cache=kit_cache, limits=limits)
-        result = _compile_module(source, spliced, student_text if not own else spliced.text, target, arch, limits,
-                                 reference.path if reference is not None else None)
+        result = _compile_module(source, spliced, student_text if not own else spliced.text, target, arch, flags,
+                                 limits, reference.path if reference is not None else None)
     if not quiet and source not in _announced:
         _announced.add(source)
         print(f"[kit] built {source.name} for {arch} in {result.seconds:.1f} s (device code, {result.isolation})",
@@ -402,7 +423,7 @@ def build_module(source: Path | str, arch: str | None = None, *, kit: Path | Non
     return ModuleBuild(target, arch, result.seconds, False, kit=kit, isolation=result.isolation)
 
 
-def _compile_module(source: Path, spliced, student_text: str, target: Path, arch: str,
+def _compile_module(source: Path, spliced, student_text: str, target: Path, arch: str, flags: tuple[str, ...],
                     limits: confine.CompileLimits, reference: Path | None) -> confine.Confined:
     from assignment.cuda import regions, rules
 
@@ -412,7 +433,7 @@ def _compile_module(source: Path, spliced, student_text: str, target: Path, arch
         (workdir / source.name).write_text(spliced.text, encoding="utf-8")
         output = f"{source.stem}.cubin"
         command = module_command(f"{confine.WORK_MOUNT}/{source.name}", f"{confine.WORK_MOUNT}/{output}", arch,
-                                 confine.INCLUDE_MOUNT)
+                                 confine.INCLUDE_MOUNT, flags)
         result = confine.run(command, workdir, INCLUDE_DIR, nvcc_real_path(), limits)
         built = workdir / output
         if result.timed_out or result.returncode != 0 or not built.is_file():
@@ -424,10 +445,16 @@ def _compile_module(source: Path, spliced, student_text: str, target: Path, arch
             problems = rules.check_module(built, reference)
             if problems:
                 raise regions.problems_error(source.name, problems)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        shutil.copyfile(built, tmp)
-        os.replace(tmp, target)  # a reader sees no module or a whole one
+        _copy_into(built, target)
     return result
+
+
+def _copy_into(built: Path, target: Path) -> None:
+    """Copy a cubin into the cache under a private name, then rename: a reader sees no module or a whole one."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    shutil.copyfile(built, tmp)
+    os.replace(tmp, target)
 
 
 def _resource_trouble(result: confine.Confined, limits: confine.CompileLimits) -> str:

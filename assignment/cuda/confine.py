@@ -23,12 +23,15 @@ without it) or ``process``. ``KIT_BWRAP`` names a bwrap (or a wrapper script) no
 
 from __future__ import annotations
 
+import json
 import os
 import resource
+import select
 import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -201,9 +204,6 @@ def _limit(limits: CompileLimits, uid: int):
 
 def _sandbox_init(info: int) -> int | None:
     """The host pid of the sandbox's init, from bubblewrap's --info-fd ({"child-pid": N})."""
-    import json
-    import select
-
     ready, _, _ = select.select([info], [], [], 1.0)
     if not ready:
         return None
@@ -218,8 +218,6 @@ def _kill_tree(child: subprocess.Popen, sandbox_init: int | None) -> None:
     makes the kernel kill every process in it and reap them before the init itself is gone, and bubblewrap
     exits when its child does: once ``child`` is reaped, nothing of the compile is left. At the process level,
     the run's process group is killed, then waited for (a child nvcc started may take a moment to die)."""
-    import time
-
     if sandbox_init is not None:
         try:
             os.kill(sandbox_init, signal.SIGKILL)
@@ -255,8 +253,6 @@ def run(argv: list[str], workdir: Path, include_dir: Path, nvcc: str,
     """Run ``argv`` (a compiler command written for the paths /work and /kit/include) confined, with ``workdir``
     as /work and ``include_dir`` as /kit/include. At the ``process`` level the two paths are rewritten to the
     host's. The whole process tree is killed at ``limits.wall_seconds``."""
-    import time
-
     level = isolation_level(limits.isolation)
     if level == FULL:
         command = bwrap_command(argv, workdir, include_dir, toolkit_root(nvcc), limits)

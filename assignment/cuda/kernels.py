@@ -192,10 +192,9 @@ def load_module(host_library: Path | str, cubin: Path | str) -> LoadedKernels:
     key = (Path(host_library), Path(cubin))
     with _load_lock:
         if key not in _loaded:
-            host = ctypes.CDLL(str(host_library))
+            host = compiler.open_library(host_library)
             host.kit_module_load.argtypes = (ctypes.c_char_p, ctypes.POINTER(c_void_p))
             host.kit_module_load.restype = c_int
-            _limit_printf(host)
             handle = c_void_p()
             code = host.kit_module_load(Path(cubin).read_bytes(), ctypes.byref(handle))
             if code != 0:
@@ -212,21 +211,6 @@ def bind(loaded: LoadedKernels, export: _Export):
     function.argtypes = ((c_void_p,) if export.module else ()) + export.argtypes
     function.restype = export.restype
     return functools.partial(function, loaded.module) if export.module else function
-
-
-_printf_limited: set[int] = set()  # GPUs whose device printf buffer was set (KIT_PRINTF_BYTES)
-
-
-def _limit_printf(host: ctypes.CDLL) -> None:
-    """Cap device printf on the current GPU when ``KIT_PRINTF_BYTES`` is a size (0 compiles printf out instead:
-    compiler.module_flags); once per GPU, before any module of it is loaded."""
-    wanted = os.environ.get(compiler.PRINTF_SETTING, "").strip()
-    device = torch.cuda.current_device() if wanted not in ("", "0") and torch.cuda.is_available() else None
-    if device is None or device in _printf_limited:
-        return
-    host.kit_limit_printf.argtypes = (ctypes.c_size_t,)
-    host.kit_limit_printf(int(wanted))  # refused only once a printf ran on this GPU: nothing to do then
-    _printf_limited.add(device)
 
 
 # --------------------------------------------------------------------------- the wrappers

@@ -46,10 +46,6 @@ class Token:
     line: int    # 1-based line of the file where the token starts
     first: bool  # the first token on its line (a directive starts with # or %: there)
 
-    @property
-    def is_literal(self) -> bool:
-        return self.kind in ("string", "char")
-
 
 # --------------------------------------------------------------------------- the tokenizer (comment-free text)
 
@@ -175,27 +171,34 @@ def decommented(text: str, *, limits: confine.CompileLimits | None = None) -> Re
     """``text`` with its comments removed by the host compiler's own lexer (``-fpreprocessed -E``), nothing
     else changed; line markers keep the line numbers. The text as it is where no host compiler is installed.
     Where the lexer fails (an unterminated comment or raw string, a character it cannot read) its errors say
-    where."""
+    where. Remembered per process, as ``expanded`` (a file's TODOs are read by several steps)."""
     compiler = host_compiler()
     if compiler is None:
         return Reading(text)
-    return _run(lambda src, out: [compiler, _STANDARD, "-fpreprocessed", "-E", "-x", "c++", "-o", out, src],
-                text, "in.cc", limits or confine.CompileLimits(wall_seconds=60), what="read")
+    return _remembered(("read", text), lambda: _run(
+        lambda src, out: [compiler, _STANDARD, "-fpreprocessed", "-E", "-x", "c++", "-o", out, src],
+        text, "in.cc", limits or confine.CompileLimits(wall_seconds=60), what="read"))
 
 
 def expanded(text: str, filename: str, arch: str, *, limits: confine.CompileLimits | None = None) -> Reading:
     """``text`` (a .cu file with the kit's includes) preprocessed for the device as nvcc does (``nvcc -E``):
     the device compiler's input, with line markers. Remembered per process (the kit's file with its regions
     emptied is read once for every build of it)."""
-    key = (hashlib.sha256(text.encode()).hexdigest(), filename, arch, _header_stamp())
-    if key not in _expanded:
-        _expanded[key] = _expand(text, filename, arch, limits)
-        while len(_expanded) > 32:
-            _expanded.pop(next(iter(_expanded)))
-    return _expanded[key]
+    return _remembered(("expand", text, filename, arch, _header_stamp()),
+                       lambda: _expand(text, filename, arch, limits))
 
 
-_expanded: dict[tuple, Reading] = {}
+_readings: dict[tuple, Reading] = {}  # the last few readings, by what was read (its text hashed) and how
+_READINGS_KEPT = 32
+
+
+def _remembered(what: tuple, read) -> Reading:
+    key = (what[0], hashlib.sha256(what[1].encode()).hexdigest(), *what[2:])
+    if key not in _readings:
+        _readings[key] = read()
+        while len(_readings) > _READINGS_KEPT:
+            _readings.pop(next(iter(_readings)))
+    return _readings[key]
 
 
 def _header_stamp() -> int:

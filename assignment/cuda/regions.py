@@ -117,11 +117,7 @@ def check_file(text: str, tasks: tuple[str, ...] | list[str] | None = None, file
 
     text = apply_levels(text, filename)  # the kit's own file: regions count lines of the levelled text
     mine = [r for r in student_regions(text, filename) if tasks is None or r.task in tasks]
-    problems = rules.check_regions(mine)
-    if arch is not None and not problems:
-        spans = [(r.marker_line, r.body_start + len(r.body)) for r in mine]
-        problems = rules.check_expansion(text, spans, filename, arch)
-    return problems
+    return rules.check(mine, text, [(r.marker_line, r.body_start + len(r.body)) for r in mine], filename, arch)
 
 
 # --------------------------------------------------------------------------- the splice

@@ -99,6 +99,17 @@ def _forbidden_message(word: str, why: str) -> str:
             "and helpers")
 
 
+def check(regions: list, text: str, spans: list[tuple[int, int]], filename: str, arch: str | None,
+          origin: list[int | None] | None = None, *, limits=None) -> list[Problem]:
+    """Checks 1 to 3 on a file's student regions: ``regions`` (with the student's line numbers) as written, then,
+    when they pass and ``arch`` is given (nvcc is there), ``text`` with the regions at ``spans`` as the device
+    compiler receives it (``check_expansion``)."""
+    problems = check_regions(regions, limits=limits)
+    if not problems and arch is not None:
+        problems = check_expansion(text, spans, filename, arch, origin, limits=limits)
+    return problems
+
+
 # --------------------------------------------------------------------------- checks 1 and 2: the regions as written
 
 

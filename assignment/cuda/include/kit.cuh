@@ -219,14 +219,10 @@ KIT_API int kit_module_unload(void* module) {
     return (int)e;
 }
 
-// The device printf buffer of the current GPU, in bytes: what one launch can print before the device drops the
-// rest. It takes effect only before the first kernel that calls printf runs on that GPU (the grader sets it).
-KIT_API int kit_limit_printf(size_t bytes) { return (int)cudaDeviceSetLimit(cudaLimitPrintfFifoSize, bytes); }
-
 // The runtime's text for a code this library returned.
 KIT_API const char* kit_error_string(int code) { return cudaGetErrorString((cudaError_t)code); }
 
-// The grader compiles device printf out of a student's module (KIT_PRINTF_BYTES=0, compiler.py): a debugging
+// The grader compiles device printf out of a student's module (KIT_DEVICE_PRINTF=off, compiler.py): a debugging
 // printf left in a kernel then costs neither time nor output. Last in this header, after <cstdio> (which would
 // #undef it; a task file's later includes find it already included), and only where device code is compiled.
 #include <cstdio>
