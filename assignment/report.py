@@ -44,9 +44,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from assignment import tasks as task_code
 from assignment.atomic import write_atomic
 from assignment.impl import REPO_ROOT, ImplError, student_dir
-from assignment.perf.cases import TASKS as BENCH_TASKS
 from assignment.registry import Registry, Task, load_registry
 from assignment.starter import todo_counts
 
@@ -60,8 +60,7 @@ CACHE_VERSION = 1
 # minutes for t6's (its model table times four paths of a 1B model at two prompts, then a context sweep) and for
 # a full scaling sweep (five candidates at 16 points); the limits leave room for a slower GPU and for a correct
 # but slow student kernel, while a hang still ends.
-BENCH_TIMEOUT_S = 600.0
-T6_BENCH_TIMEOUT_S = 900.0
+BENCH_TIMEOUT_S = 600.0  # a task's code may give its bench more (TaskCode.bench_timeout_s)
 SCALING_TIMEOUT_S = 900.0
 PROFILE_TIMEOUT_S = 300.0
 GENERATE_TIMEOUT_S = 300.0
@@ -70,15 +69,6 @@ NO_GPU = "no CUDA GPU (torch.cuda.is_available() is False; run make report on a 
 GPU_PROBE = "import json; from assignment.perf.timing import gpu_info; print(json.dumps(gpu_info()))"
 GPU_PROBE_TIMEOUT_S = 120.0
 
-SCALING_TASKS = ("t4", "t5")
-PROFILE_TASKS = ("t4",)
-GENERATE_TASK = "t7"
-# A task's steps need these tasks' regions too: a causal launch builds t4's and t5's (Kernels.flash_attention).
-REQUIRES = {"t5": ("t4",)}
-# Student code a step runs besides its task's: t4/t5's tables time the naive CUDA composition (t3's GEMM, t2's
-# softmax, t3's GEMM) beside the kernel; t6's model prefills through t4/t5's kernel.
-ALSO_RUNS = {("bench", "t4"): ("t2", "t3"), ("scaling", "t4"): ("t2", "t3"), ("bench", "t5"): ("t2", "t3"),
-             ("scaling", "t5"): ("t2", "t3"), ("bench", "t6"): ("t4", "t5")}
 # Seed 000's shapes (B, H, L, d): rows of assignment.perf.cases.ATTENTION_SHAPES.
 SEED000_SHAPES = ((4, 1, 128, 64), (64, 1, 4096, 64))
 T6_PROMPTS = (128, 1024)  # model_bench.FULL.prompts
@@ -145,31 +135,33 @@ def plan_steps(registry: Registry, settings: Settings, have_gpu: bool) -> list[S
     python, runs = sys.executable, settings.build / "runs"
     steps: list[Step] = []
     for task in registry.available:
-        t = task.id
-        if t in BENCH_TASKS:
+        t, code = task.id, task_code.code(task.id)
+        if code.bench_cases is not None:
             out = runs / f"bench_{t}"
             steps.append(Step(f"bench_{t}", t, "bench",
                               (python, "-m", "assignment.perf.bench", "--task", t, "--out", str(out)), out,
-                              T6_BENCH_TIMEOUT_S if t == "t6" else BENCH_TIMEOUT_S, _inputs("bench", t)))
-        if t in SCALING_TASKS:
+                              code.bench_timeout_s or BENCH_TIMEOUT_S, _inputs(code, code.bench_needs)))
+        if code.scaling_causal is not None:
             out = runs / f"scaling_{t}"
             argv = (python, "-m", "assignment.perf.scaling", "--task", t, "--out", str(out))
             steps.append(Step(f"scaling_{t}", t, "scaling", argv + (("--quick",) if settings.quick_scaling else ()),
-                              out, SCALING_TIMEOUT_S, _inputs("scaling", t)))
-        if t in PROFILE_TASKS:
+                              out, SCALING_TIMEOUT_S, _inputs(code, code.bench_needs)))
+        if code.report_profile:
             steps.append(Step(f"profile_{t}", t, "profile", (python, "-m", "assignment.perf.profile", "--task", t),
-                              None, PROFILE_TIMEOUT_S, _inputs("profile", t)))
-        if t == GENERATE_TASK:
+                              None, PROFILE_TIMEOUT_S, _inputs(code)))
+        if code.generates:
             argv = (python, "-m", "assignment.model.generate", "--prompt", registry.report_prompt or DEFAULT_PROMPT,
                     "--temperature", "0", "--max-tokens", str(settings.max_tokens),
                     "--device", "cuda" if have_gpu else "cpu")
-            steps.append(Step(f"generate_{t}", t, "generate", argv, None, GENERATE_TIMEOUT_S, _inputs("generate", t),
+            steps.append(Step(f"generate_{t}", t, "generate", argv, None, GENERATE_TIMEOUT_S, _inputs(code),
                               gpu=False))
     return steps
 
 
-def _inputs(kind: str, task: str) -> tuple[str, ...]:
-    return tuple(dict.fromkeys((*ALSO_RUNS.get((kind, task), ()), *REQUIRES.get(task, ()), task)))
+def _inputs(code: task_code.TaskCode, also_runs: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The tasks whose student code a step runs: those it also runs (t4's tables time the naive CUDA composition
+    of t2 and t3), those its task builds on, and the task."""
+    return tuple(dict.fromkeys((*also_runs, *code.regions)))
 
 
 # --------------------------------------------------------------------------- is a task written yet?
@@ -177,7 +169,7 @@ def _inputs(kind: str, task: str) -> tuple[str, ...]:
 
 def todo_left(task_id: str, registry: Registry, impl: Path) -> str | None:
     """Why ``task_id`` cannot run yet (its own TODO regions, a task it needs, a missing file), or None."""
-    for needed in (task_id, *REQUIRES.get(task_id, ())):
+    for needed in (task_id, *task_code.code(task_id).builds_on):
         for name in registry.task(needed).files:
             path = impl / name
             if not path.is_file():
@@ -527,7 +519,7 @@ def attention_view(task: Task, result: StepResult | None, causal: bool) -> dict:
     return view
 
 
-def t6_view(task: Task, result: StepResult | None) -> dict:
+def decode_view(task: Task, result: StepResult | None) -> dict:
     view = {"id": task.id, "title": task.title, "reason": _why_missing(result), "model_reason": None, "headline": [],
             "prompts": [], "decode": [], "notes": []}
     if view["reason"]:
@@ -588,7 +580,7 @@ def t6_view(task: Task, result: StepResult | None) -> dict:
     return view
 
 
-def t7_view(task: Task, result: StepResult | None, prompt: str) -> dict:
+def generation_view(task: Task, result: StepResult | None, prompt: str) -> dict:
     view = {"id": task.id, "title": task.title, "prompt": prompt, "reason": _why_missing(result), "text": "",
             "timing": [], "stopped_at_once": False}
     if not view["reason"]:
@@ -645,7 +637,7 @@ def bench_tables_view(registry: Registry, by_step: dict[str, StepResult]) -> lis
             tables.append(entry)
             continue
         data = result.data
-        metric = "GB/s" if task.id in ("t2", "t6") else "TFLOP/s"  # as assignment.perf.cases prints them
+        metric = task_code.code(task.id).bench_metric or "TFLOP/s"  # as assignment.perf.cases prints them
         entry |= {"copy_gbps": _num(data.get("copy_gbps"), ".0f"), "metric": metric}
         for case in data.get("cases", []):
             results = case.get("results", {})
@@ -751,18 +743,22 @@ def build_context(registry: Registry, settings: Settings, gpu: dict[str, Any], r
     cached = sum(r.cached for r in results)
     counts_text = (f"{_plural(counts['ok'], 'step')} run, {cached} reused from the cache, {counts['skipped']} "
                    f"skipped, {counts['failed'] + counts['timeout']} failed")
-    tasks = {t.id: t for t in registry.tasks}
+    available = registry.available
+
+    def code(task: Task) -> task_code.TaskCode:
+        return task_code.code(task.id)
+
     return {
         "title": f"{registry.title}: report",
         "gpu": format_gpu_info(gpu) if gpu.get("name") else no_gpu_reason(gpu),
         "impl": str(settings.impl), "date": datetime.now().astimezone().isoformat(timespec="seconds"),
         "torch": gpu.get("torch") or "unknown", "python": platform.python_version(), "counts": counts_text,
         "tasks": task_status, "skipped": skipped_view(registry, results, todo),
-        "attention": [attention_view(tasks[t], by_step.get(f"bench_{t}"), causal) for t, causal
-                      in (("t4", False), ("t5", True)) if t in tasks and tasks[t].available],
-        "t6": t6_view(tasks["t6"], by_step.get("bench_t6")) if "t6" in tasks and tasks["t6"].available else None,
-        "t7": t7_view(tasks[GENERATE_TASK], by_step.get(f"generate_{GENERATE_TASK}"),
-                      registry.report_prompt or DEFAULT_PROMPT) if tasks.get(GENERATE_TASK) else None,
+        "attention": [attention_view(t, by_step.get(f"bench_{t.id}"), code(t).scaling_causal) for t in available
+                      if code(t).scaling_causal is not None],
+        "decode": next((decode_view(t, by_step.get(f"bench_{t.id}")) for t in available if code(t).model_bench), None),
+        "generation": next((generation_view(t, by_step.get(f"generate_{t.id}"), registry.report_prompt
+                                            or DEFAULT_PROMPT) for t in available if code(t).generates), None),
         "max_tokens": settings.max_tokens,
         "standings": standings_view(registry, by_step), "bench_tables": bench_tables_view(registry, by_step),
         "results": results, "profile": [r for r in results if r.kind == "profile"],

@@ -26,9 +26,6 @@ from assignment.registry import Task
 from grader.config import REPO_ROOT, GradeConfig
 
 KIT_SOURCES = REPO_ROOT / "solutions"  # the kit's own files: host code, and every region's reference
-# CUDA files another task's checks run as the kit wrote them, so that the task is graded on its own: t6's prefill
-# goes through the t4/t5 kernel (the student's t6_kv_cache.py calls it), which must not be the student's t4/t5.
-KIT_COMPANIONS = {"t6": ("t4_flash_attention.cu",)}
 
 
 @dataclass
@@ -64,11 +61,21 @@ def prepare(task: Task, student_dir: Path, workdir: Path, config: GradeConfig, *
             failure = _prepare_cuda(prepared, name, source, workdir, config, build)
             if failure:
                 return failure
-    for name in KIT_COMPANIONS.get(task.id, ()):
+    for name in kit_companions(task.id):
         failure = _add_companion(prepared, name, workdir, config, build)
         if failure:
             return failure
     return prepared
+
+
+def kit_companions(task_id: str) -> list[str]:
+    """CUDA files the task's checks run as the kit wrote them, so that the task is graded on its own (t6's prefill
+    goes through the causal kernel, which the student's t6_kv_cache.py calls: it must not be the student's)."""
+    from assignment import tasks
+
+    own = tasks.code(task_id).cuda_file
+    files = [tasks.code(other).cuda_file for other in tasks.code(task_id).kit_companions]
+    return list(dict.fromkeys(f for f in files if f and f != own))
 
 
 # Device printf in every build of a grading: compiled out of the student's module (compiler.DEVICE_PRINTF_SETTING), so

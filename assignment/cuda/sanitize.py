@@ -29,12 +29,6 @@ from assignment.registry import load_registry
 
 DRIVER_SOURCE = Path(__file__).resolve().parent / "sanitize_driver.cpp"
 TOOLS = ("memcheck", "racecheck")
-# The library a task's kernels live in, and the driver's arguments for it.
-TARGETS = {"t2": ("t2_softmax.cu", ["t2"]), "t3": ("t3_gemm.cu", ["t3"]),
-           "t4": ("t4_flash_attention.cu", ["t4", "0"]), "t5": ("t4_flash_attention.cu", ["t4", "1"]),
-           "t6": ("t6_decode_attention.cu", ["t6"])}
-
-
 class SanitizerMissing(RuntimeError):
     """compute-sanitizer is not on PATH."""
 
@@ -45,6 +39,30 @@ class SanitizerResult:
     ok: bool
     summary: str  # the sanitizer's summary line(s), or why it failed
     output: str   # the tail of its output (for the instructor's log, or a student's own run)
+
+
+def targets() -> list[str]:
+    """The tasks with kernels to sanitize (their code names the driver's arguments)."""
+    from assignment import tasks
+
+    return [c.id for c in tasks.available() if c.sanitize_args is not None]
+
+
+def _code(task: str):
+    from assignment import tasks
+
+    code = tasks.code(task)
+    if code.sanitize_args is None:
+        raise ValueError(f"{task} has no kernels to sanitize")
+    return code
+
+
+def source_of(task: str) -> Path:
+    """The implementation's file of ``task``'s kernels (IMPL's), after checking its regions are written."""
+    code = _code(task)
+    source = student_file(code.cuda_file)
+    require_implemented(source, code.regions)
+    return source
 
 
 def driver() -> Path:
@@ -64,7 +82,7 @@ def driver_command(task: str, source: Path, module: Path | None = None) -> list[
     (``module``: a cubin of your own instead, such as a -G build for cuda-gdb)."""
     built = build_module(source, quiet=True)
     host = build_library(built.kit, built.arch, quiet=True)
-    args = TARGETS[task][1]
+    args = _code(task).sanitize_args
     return [str(driver()), args[0], str(host.path), str(module or built.path), *args[1:]]
 
 
@@ -83,17 +101,15 @@ def run(task: str, tool: str, source: Path, timeout_s: float = 600) -> Sanitizer
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", required=True, choices=sorted(TARGETS))
+    parser.add_argument("--task", required=True, choices=targets())
     parser.add_argument("--tool", choices=TOOLS, action="append")
     parser.add_argument("--driver-command", action="store_true",
                         help="print the sanitize driver's command line for this task instead of running the tools")
     parser.add_argument("--module", type=Path, help="with --driver-command: a cubin of your own (e.g. a -G build)")
     args = parser.parse_args(argv)
     load_registry().task(args.task)
-    filename = TARGETS[args.task][0]
-    source = student_file(filename)
     try:
-        require_implemented(source, ("t4", "t5") if args.task == "t5" else (args.task,))
+        source = source_of(args.task)
         if args.driver_command:
             print(" ".join(driver_command(args.task, source, args.module)))
             return 0

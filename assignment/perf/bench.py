@@ -7,7 +7,8 @@ Every case goes through ``assignment.perf.timing.measure`` (the grader's harness
 here are the numbers that are graded. Columns: median ms, GB/s (memory-bound t2) or TFLOP/s,
 a percentage against the hardware or library bar (copy bandwidth for t2, cuBLAS for t3,
 SDPA for t4/t5), and the time ratio against the reference solution. Results also go to
-``build/bench/<task>.json``. A new shape is one more ``Case`` in a ``cases_*`` function. The t4/t5
+``build/bench/<task>.json``. A new shape is one more ``Case`` in its task's ``bench_cases``
+(``assignment/tasks/``). The t4/t5
 tables end with grouped-query rows (Llama 3's 32 query heads over 8 KV heads) that time the kernels
 on the grouped K/V and on the same K/V repeated to one head per query head (``--gqa``: only those).
 t6 times the decode kernel on a full KV cache (Llama 3's 32 query heads over 8 KV heads) in KV bytes
@@ -26,39 +27,61 @@ import json
 import sys
 from pathlib import Path
 
+from assignment import tasks
 from assignment.perf import targets
-from assignment.perf.cases import (CASES, OUT_DIR, SEED002_SHAPES, TASKS, cases_attention, cases_gqa, cases_t6_splits,
-                                   reference_kernels, run_case)
+from assignment.perf.cases import OUT_DIR, reference_kernels, run_case
 
-def main(argv: list[str] | None = None) -> int:
+def _parser(with_bench: list[tasks.TaskCode]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--task", choices=TASKS)
+    parser.add_argument("--task", choices=[c.id for c in with_bench])
     parser.add_argument("--quick", action="store_true", help="smaller shapes and fewer repetitions")
     parser.add_argument("--out", type=Path, default=OUT_DIR)
-    parser.add_argument("--seed002", action="store_true",
-                        help="t4/t5: seed 002's shapes (batch x length x d, one head) instead of the default set")
-    parser.add_argument("--gqa", action="store_true",
-                        help="t4/t5: only the grouped-query rows (32 query heads over 8 KV heads, GQA against MHA)")
-    parser.add_argument("--splits", action="store_true",
-                        help="t6: the decode kernel at split counts around the kit's choice")
+    for option, (help_text, owners) in _variants(with_bench).items():
+        parser.add_argument(f"--{option}", action="store_true", help=f"{'/'.join(owners)}: {help_text}")
     parser.add_argument("--model-only", action="store_true",
-                        help="t6: only the model table (TTFT and TBT of the Llama-3.2-1B shape, four ways)")
-    parser.add_argument("--no-model", action="store_true", help="t6: only the decode-kernel table")
+                        help=f"{_model_tasks(with_bench)}: only the model table (TTFT and TBT of the Llama-3.2-1B "
+                             "shape, four ways)")
+    parser.add_argument("--no-model", action="store_true", help=f"{_model_tasks(with_bench)}: only the kernel table")
     parser.add_argument("--targets", action="store_true",
                         help="only the registry's timing rules, against the student targets (where you stand)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _variants(with_bench: list[tasks.TaskCode]) -> dict[str, tuple[str, list[str]]]:
+    """Each variant table's flag -> (its help, the tasks that have it)."""
+    found: dict[str, tuple[str, list[str]]] = {}
+    for code in with_bench:
+        for variant in code.bench_variants:
+            found.setdefault(variant.option, (variant.help, []))[1].append(code.id)
+    return found
+
+
+def _model_tasks(with_bench: list[tasks.TaskCode]) -> str:
+    return "/".join(c.id for c in with_bench if c.model_bench) or "no task"
+
+
+def main(argv: list[str] | None = None) -> int:
+    with_bench = tasks.with_bench()
+    args = _parser(with_bench).parse_args(argv)
     if args.task is None:
-        print(f"choose a task: make bench T=t2 (one of {', '.join(TASKS)})", file=sys.stderr)
+        print(f"choose a task: make bench T={with_bench[0].id} (one of {', '.join(c.id for c in with_bench)})",
+              file=sys.stderr)
         return 2
-    if (args.seed002 or args.gqa) and args.task not in ("t4", "t5"):
-        print("--seed002 and --gqa are t4/t5 options", file=sys.stderr)
+    code = tasks.code(args.task)
+    variants = _variants(with_bench)
+    chosen = [v for v in code.bench_variants if getattr(args, v.option)]
+    for option, (_, owners) in variants.items():
+        if getattr(args, option) and args.task not in owners:
+            print(f"--{option} is a {'/'.join(owners)} option", file=sys.stderr)
+            return 2
+    if (args.model_only or args.no_model) and not code.model_bench:
+        print(f"--model-only and --no-model are {_model_tasks(with_bench)} options", file=sys.stderr)
         return 2
-    if (args.splits or args.model_only or args.no_model) and args.task != "t6":
-        print("--splits, --model-only and --no-model are t6 options", file=sys.stderr)
+    flags = ["--" + o for o in variants] + ["--model-only", "--no-model", "--targets"]
+    if sum(bool(getattr(args, f[2:].replace("-", "_"))) for f in flags) > 1:
+        print(f"choose one of {', '.join(flags[:-1])} and {flags[-1]}", file=sys.stderr)
         return 2
-    if sum((args.splits, args.model_only, args.no_model, args.seed002, args.gqa, args.targets)) > 1:
-        print("choose one of --splits, --model-only, --no-model, --seed002, --gqa and --targets", file=sys.stderr)
-        return 2
+    variant = chosen[0] if chosen else None
 
     import torch
 
@@ -76,35 +99,32 @@ def main(argv: list[str] | None = None) -> int:
 
     registry = load_registry()
     student, reference = Kernels(), reference_kernels()
-    settings = {"max_reps": 30, "time_cap_s": 3.0} if args.quick or args.seed002 or args.splits else {}
+    quick_settings = args.quick or (variant is not None and variant.quick_settings)
+    settings = {"max_reps": 30, "time_cap_s": 3.0} if quick_settings else {}
     info = gpu_info()
     print(f"GPU: {format_gpu_info(info)}")
     print(f"implementation under test: {student_dir()}")
     copy = copy_bandwidth(64 * 2**20 if args.quick else 256 * 2**20)
     print(f"device copy bandwidth: {copy.gbps:.0f} GB/s (read + write, {copy.median_ms:.3f} ms)")
-    if args.seed002:
-        cases = cases_attention(student, reference, False, args.task == "t5", shapes=SEED002_SHAPES)
-    elif args.gqa:
-        cases = cases_gqa(student, reference, args.quick, args.task == "t5")
-    elif args.splits:
-        cases = cases_t6_splits(student, reference, args.quick)
+    if variant is not None:
+        cases = variant.cases(student, reference, args.quick)
     elif args.model_only or args.targets:
         cases = []
     else:
-        cases = CASES[args.task](student, reference, args.quick)
+        cases = code.bench_cases(student, reference, args.quick)
     rows = [run_case(case, copy.gbps, settings) for case in cases]
     report = {"task": args.task, "quick": args.quick, "gpu": info, "copy_gbps": copy.gbps,
               "implementation": str(student_dir()), "cases": rows}
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.task == "t6" and not (args.splits or args.no_model):
+    if code.model_bench and not (variant or args.no_model):
         report["model"] = run_model_table(copy.gbps, args.quick, args.out)
-    if not (args.seed002 or args.gqa or args.splits):
+    if variant is None:
         standings = where_you_stand(registry.task(args.task), student, reference, copy.gbps, settings,
                                     report.get("model"), info.get("name"), skip_model=args.no_model)
         report["targets"] = [s.to_dict() for s in standings]
         print("\n" + targets.format_standings(standings))
-    suffix = ("_seed002" if args.seed002 else "_gqa" if args.gqa else "_splits" if args.splits
-              else "_model" if args.model_only else "_targets" if args.targets else "")
+    suffix = (f"_{variant.option}" if variant else "_model" if args.model_only else "_targets" if args.targets
+              else "")
     path = args.out / f"{args.task}{suffix}.json"
     path.write_text(json.dumps(report, indent=2, default=str))
     print(f"\nwrote {path}")

@@ -2,7 +2,8 @@
 
 A ``Case`` is one shape: a function making fresh inputs per call, and named candidates (PyTorch baselines, the
 student, the reference) that are timed interleaved by ``assignment.perf.timing.measure`` (the grader's
-harness). A new shape is one more ``Case`` in a ``cases_*`` function.
+harness). A task's tables are its ``bench_cases`` (``assignment/tasks/``); the attention and decode helpers
+here are shared by the tasks and the scaling plots.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 OUT_DIR = REPO_ROOT / "build" / "bench"
-TASKS = ("t2", "t3", "t4", "t5", "t6")
 # Loose on purpose: the bench only guards against a fast-but-wrong kernel; the tests grade
 # correctness with the registry's tolerances.
 BENCH_MAX_RELATIVE_ERROR = 1e-3
@@ -63,53 +63,10 @@ def _generator(i: int):
     return torch.Generator(device="cuda").manual_seed(1000 + i)
 
 
-def _randn(*shape: int, seed: int, scale: float = 1.0):
+def randn(*shape: int, seed: int, scale: float = 1.0):
     import torch
 
     return torch.randn(*shape, device="cuda", generator=_generator(seed)) * scale
-
-
-def cases_t2(student, reference, quick: bool) -> list[Case]:
-    import torch
-
-    shapes = [(4096, 1024), (4096, 4096), (256, 65536)] if quick else [(65536, 1024), (65536, 4096), (4096, 65536)]
-    cases = []
-    for rows, cols in shapes:
-        def naive(x):  # the textbook formula, one PyTorch kernel per step
-            e = torch.exp(x - x.max(dim=-1, keepdim=True).values)
-            return e / e.sum(dim=-1, keepdim=True)
-
-        candidates = {"pytorch": lambda x: torch.softmax(x, dim=-1), "naive pytorch": naive,
-                      "student": student.softmax}
-        if reference is not None:
-            candidates["reference"] = reference.softmax
-        cases.append(Case(f"softmax {rows}x{cols}", lambda i, r=rows, c=cols: _randn(r, c, seed=i, scale=4.0),
-                          candidates, flops=None, bytes_moved=8.0 * rows * cols, metric="GB/s", percent_of="copy"))
-    return cases
-
-
-def cases_t3(student, reference, quick: bool) -> list[Case]:
-    import torch
-
-    L, d, batch = (512, 64, 16) if quick else (1024, 64, 128)
-    big = 2048 if quick else 4096
-    # (label, batch, M, N, K, trans_b): a square GEMM, then attention's Q·Kᵀ and P·V.
-    shapes = [(f"{big}^3", 1, big, big, big, False), (f"Q·Kᵀ {batch}x{L}x{L}x{d}", batch, L, L, d, True),
-              (f"P·V {batch}x{L}x{d}x{L}", batch, L, d, L, False)]
-    cases = []
-    for label, b, M, N, K, trans_b in shapes:
-        def make(i, b=b, M=M, N=N, K=K, trans_b=trans_b):
-            return _randn(b, M, K, seed=2 * i), _randn(b, *((N, K) if trans_b else (K, N)), seed=2 * i + 1)
-
-        def torch_mm(ab, trans_b=trans_b):
-            return torch.matmul(ab[0], ab[1].transpose(-1, -2) if trans_b else ab[1])
-
-        candidates = {"cuBLAS": torch_mm, "student": lambda ab, t=trans_b: student.gemm(ab[0], ab[1], trans_b=t)}
-        if reference is not None:
-            candidates["reference"] = lambda ab, t=trans_b: reference.gemm(ab[0], ab[1], trans_b=t)
-        cases.append(Case(f"gemm {label}", make, candidates, flops=2.0 * b * M * N * K,
-                          bytes_moved=4.0 * b * (M * K + K * N + M * N), metric="TFLOP/s", percent_of="cuBLAS"))
-    return cases
 
 
 # (B, H, L, d): seed 000's shapes, the issue's B8 H16 L4096, and a spread of seed 002's test table
@@ -179,7 +136,7 @@ def cases_attention(student, reference, quick: bool, causal: bool, shapes=None) 
     cases = []
     for B, H, L, d in shapes:
         def make(i, shape=(B, H, L, d)):
-            return tuple(_randn(*shape, seed=3 * i + j) for j in range(3))
+            return tuple(randn(*shape, seed=3 * i + j) for j in range(3))
 
         candidates = attention_candidates(student, reference, causal, B, H, L)
         flops, bytes_moved = attention_work(B, H, L, L, d, causal)
@@ -200,8 +157,8 @@ def cases_gqa(student, reference, quick: bool, causal: bool, shapes=None) -> lis
     cases = []
     for B, H, H_kv, L, d in shapes:
         def make(i, B=B, H=H, H_kv=H_kv, L=L, d=d):
-            q, k, v = _randn(B, H, L, d, seed=5 * i), _randn(B, H_kv, L, d, seed=5 * i + 1), \
-                _randn(B, H_kv, L, d, seed=5 * i + 2)
+            q, k, v = randn(B, H, L, d, seed=5 * i), randn(B, H_kv, L, d, seed=5 * i + 1), \
+                randn(B, H_kv, L, d, seed=5 * i + 2)
             _, k_rep, v_rep = repeat_kv((q, k, v))
             return q, k, v, k_rep, v_rep
 
@@ -250,17 +207,17 @@ def grouped_pytorch_decode(q, k, v):
     return (torch.softmax(scores, dim=-1) @ v).view(B, H, d)
 
 
-def _decode_inputs(B: int, H: int, H_kv: int, L: int, d: int):
+def decode_inputs(B: int, H: int, H_kv: int, L: int, d: int):
     import torch
 
     def make(i: int):
-        q = _randn(B, H, d, seed=4 * i)
-        k, v = _randn(B, H_kv, L, d, seed=4 * i + 1), _randn(B, H_kv, L, d, seed=4 * i + 2)
+        q = randn(B, H, d, seed=4 * i)
+        k, v = randn(B, H_kv, L, d, seed=4 * i + 1), randn(B, H_kv, L, d, seed=4 * i + 2)
         return q, k, v, torch.full((B,), L, dtype=torch.int32, device="cuda")  # a full cache: L_max = L
     return make
 
 
-def _decoding_with(kernels):
+def decoding_with(kernels):
     """A decode candidate as a model calls it: the workspace made once (in the warm-up) and reused, so a timed
     call is the two launches and the wrapper's checks, not allocations."""
     made = {}
@@ -272,52 +229,6 @@ def _decoding_with(kernels):
             made[key] = kernels.decode_workspace(q, k)
         return kernels.decode_attention(*x, workspace=made[key])[0]
     return call
-
-
-def cases_t6(student, reference, quick: bool, shapes=None) -> list[Case]:
-    import torch.nn.functional as F
-
-    cases = []
-    for B, H, H_kv, L, d in shapes or (DECODE_SHAPES_QUICK if quick else DECODE_SHAPES):
-        candidates = {
-            "naive pytorch": lambda x: naive_pytorch_decode(*x[:3]),
-            "pytorch grouped": lambda x: grouped_pytorch_decode(*x[:3]),
-            "SDPA": lambda x: F.scaled_dot_product_attention(x[0][:, :, None], *repeat_kv(x[:3])[1:])[:, :, 0],
-            "student": _decoding_with(student),
-        }
-        if reference is not None:
-            candidates["reference"] = _decoding_with(reference)
-        flops, bytes_moved = decode_work(B, H, H_kv, L, d)
-        cases.append(Case(f"decode B{B} H{H} H_kv{H_kv} L{L} d{d} (KV bytes/s)", _decode_inputs(B, H, H_kv, L, d),
-                          candidates, flops, bytes_moved, metric="GB/s", percent_of="copy",
-                          speedup_over=("naive pytorch", "pytorch grouped", "SDPA")))
-    return cases
-
-
-def cases_t6_splits(student, reference, quick: bool) -> list[Case]:
-    """The reference (else the student) at split counts around the kit's choice: is the choice near the best?"""
-    kernels = reference or student
-    cases = []
-    for B, H, H_kv, L, d in (DECODE_SHAPES_QUICK if quick else DECODE_SHAPES):
-        make = _decode_inputs(B, H, H_kv, L, d)
-        sample = make(0)
-        chosen = kernels.decode_workspace(sample[0], sample[1]).num_splits
-        del sample
-        counts = sorted({n for n in (chosen // 4, chosen // 2, chosen - 1, chosen, chosen + 1, chosen + chosen // 2,
-                                     2 * chosen, 4 * chosen) if 1 <= n <= 4096})
-        candidates = {"naive pytorch": lambda x: naive_pytorch_decode(*x[:3])}
-        for n in counts:
-            label = f"{n} splits" + (" (kit)" if n == chosen else "")
-            candidates[label] = lambda x, n=n: kernels.decode_attention(*x, num_splits=n)[0]
-        flops, bytes_moved = decode_work(B, H, H_kv, L, d)
-        cases.append(Case(f"decode split sweep B{B} H{H} H_kv{H_kv} L{L} d{d}", make, candidates, flops, bytes_moved,
-                          metric="GB/s", percent_of="copy"))
-    return cases
-
-
-CASES = {"t2": cases_t2, "t3": cases_t3, "t6": cases_t6,
-         "t4": lambda s, r, q: cases_attention(s, r, q, False) + cases_gqa(s, r, q, False),
-         "t5": lambda s, r, q: cases_attention(s, r, q, True) + cases_gqa(s, r, q, True)}
 
 
 # --------------------------------------------------------------------------- running and printing

@@ -35,17 +35,6 @@ METRICS = {
     "dram__bytes_read.sum": "DRAM bytes read",
     "dram__bytes_write.sum": "DRAM bytes written",
 }
-# One launch per task, big enough to be representative, small enough to replay quickly.
-SHAPES = {
-    "t2": {"rows": 16384, "cols": 4096},
-    "t3": {"batch": 1, "M": 4096, "N": 4096, "K": 4096},
-    "t4": {"B": 4, "H": 16, "Lq": 4096, "Lk": 4096, "d": 64, "causal": False},
-    "t5": {"B": 4, "H": 16, "Lq": 4096, "Lk": 4096, "d": 64, "causal": True},
-    "t6": {"B": 1, "H": 32, "H_kv": 8, "L": 32768, "d": 128},   # the graded decode shape: a full 32k cache
-}
-LAUNCHES = {"t6": 2}  # kernels per launch (default 1): t6 is the split kernel and the combine
-# Memory-bound tasks also get the DRAM throughput against its peak (what a decode kernel is judged on).
-EXTRA_METRICS = {"t6": {"dram__throughput.avg.pct_of_peak_sustained_elapsed": "DRAM throughput (% of peak)"}}
 PERMISSION_HELP = (
     "ncu cannot read the GPU performance counters (ERR_NVGPUCTRPERM): the driver lets only admins profile. "
     "Ask for profiling permission (options nvidia NVreg_RestrictProfilingToAdminUsers=0, or run ncu as root); "
@@ -56,22 +45,34 @@ LIBRARY_HELP = (
     "update Nsight Compute to match the CUDA toolkit")
 
 
+def _profile(task: str):
+    from assignment import tasks
+
+    found = tasks.code(task).profile
+    if found is None:
+        raise ValueError(f"{task} has no profile launch")
+    return found
+
+
+def profiled_tasks() -> list[str]:
+    from assignment import tasks
+
+    return [c.id for c in tasks.available() if c.profile is not None]
+
+
+def _default_task() -> str | None:
+    from assignment import tasks
+
+    return next((c.id for c in tasks.available() if c.report_profile), None)
+
+
 def ideal_bytes(task: str, shape: dict) -> float:
     """Bytes a perfect kernel moves through DRAM: read every input once, write every output once (fp32)."""
-    if task == "t2":
-        return 4.0 * 2 * shape["rows"] * shape["cols"]
-    if task == "t3":
-        b, M, N, K = shape["batch"], shape["M"], shape["N"], shape["K"]
-        return 4.0 * b * (M * K + K * N + M * N)
-    if task == "t6":  # q and O: d per (batch, head); LSE: 1; the K/V cache: L·d per (batch, KV head) each
-        B, H, H_kv, L, d = (shape[k] for k in ("B", "H", "H_kv", "L", "d"))
-        return 4.0 * (B * H * (2 * d + 1) + 2 * B * H_kv * L * d)
-    B, H, Lq, Lk, d = (shape[k] for k in ("B", "H", "Lq", "Lk", "d"))
-    return 4.0 * B * H * (2 * Lq * d + 2 * Lk * d + Lq)  # Q and O: Lq·d each; K and V: Lk·d each; LSE: Lq
+    return _profile(task).ideal_bytes(shape)
 
 
 def metrics_for(task: str) -> dict[str, str]:
-    return METRICS | EXTRA_METRICS.get(task, {})
+    return METRICS | dict(_profile(task).extra_metrics)
 
 
 # --------------------------------------------------------------------------- the driver ncu runs
@@ -82,30 +83,13 @@ def launch_one(task: str) -> None:
 
     from assignment.cuda.kernels import Kernels
 
-    shape, kernels = SHAPES[task], Kernels()
+    profile, kernels = _profile(task), Kernels()
     gen = torch.Generator().manual_seed(0)
 
     def upload(*dims):  # CPU random numbers + a memcpy: no CUDA kernel besides the student's
         return torch.randn(*dims, generator=gen).cuda()
 
-    if task == "t2":
-        x = upload(shape["rows"], shape["cols"])
-        kernels.softmax(x, out=torch.empty_like(x))
-    elif task == "t3":
-        a, b = upload(shape["batch"], shape["M"], shape["K"]), upload(shape["batch"], shape["K"], shape["N"])
-        kernels.gemm(a, b, out=torch.empty(shape["batch"], shape["M"], shape["N"], device="cuda"))
-    elif task == "t6":
-        B, H, H_kv, L, d = (shape[k] for k in ("B", "H", "H_kv", "L", "d"))
-        q, k, v = upload(B, H, d), upload(B, H_kv, L, d), upload(B, H_kv, L, d)
-        lengths = torch.tensor([L], dtype=torch.int32).cuda()  # a full cache; a copy, not a fill kernel
-        workspace = kernels.decode_workspace(q, k)              # torch.empty: no kernel either
-        kernels.decode_attention(q, k, v, lengths, out=torch.empty_like(q), lse=torch.empty(B, H, device="cuda"),
-                                 workspace=workspace)
-    else:
-        B, H, Lq, Lk, d = (shape[k] for k in ("B", "H", "Lq", "Lk", "d"))
-        q, k, v = upload(B, H, Lq, d), upload(B, H, Lk, d), upload(B, H, Lk, d)
-        kernels.flash_attention(q, k, v, causal=shape["causal"], out=torch.empty_like(q),
-                                lse=torch.empty(B, H, Lq, device="cuda"))
+    profile.launch(kernels, profile.shape, upload)
     torch.cuda.synchronize()
 
 
@@ -114,7 +98,7 @@ def launch_one(task: str) -> None:
 
 def ncu_command(ncu: str, task: str, kernel_regex: str) -> list[str]:
     return [ncu, "--clock-control", "none", "--target-processes", "all", "--kernel-name", f"regex:{kernel_regex}",
-            "--launch-count", str(LAUNCHES.get(task, 1)), "--metrics", ",".join(metrics_for(task)), "--csv",
+            "--launch-count", str(_profile(task).kernels_per_launch), "--metrics", ",".join(metrics_for(task)), "--csv",
             "--print-units", "base", sys.executable, "-m", "assignment.perf.profile", "--launch-one", task]
 
 
@@ -168,7 +152,7 @@ def _human(value: float, unit: str) -> str:
 def report(task: str, metrics: dict[str, tuple[str, float]] | list[dict[str, tuple[str, float]]]) -> str:
     """The counters of the task's launch: one kernel's, or (t6) each kernel's and their sum."""
     kernels = metrics if isinstance(metrics, list) else [metrics]
-    shape = SHAPES[task]
+    shape = _profile(task).shape
     lines = []
     for i, kernel in enumerate(kernels):
         which = f" {i + 1} of {len(kernels)}" if len(kernels) > 1 else ""
@@ -190,7 +174,7 @@ def report(task: str, metrics: dict[str, tuple[str, float]] | list[dict[str, tup
     if math.isfinite(moved):
         lines.append(f"  {'measured / ideal':<26} {moved / ideal:>12.2f} x")
     seconds = total("gpu__time_duration.sum") / 1e9
-    if task == "t6" and math.isfinite(seconds) and seconds > 0:
+    if _profile(task).bandwidth_line and math.isfinite(seconds) and seconds > 0:
         lines.append(f"  {'ideal bytes / kernel time':<26} {ideal / seconds / 1e9:>11,.1f} GB/s   (the KV cache "
                      "read per second; make bench T=t6 puts it against the device copy)")
     lines.append("  (loads issued with cp.async are not in the 'global load' row; DRAM bytes include them)")
@@ -199,9 +183,10 @@ def report(task: str, metrics: dict[str, tuple[str, float]] | list[dict[str, tup
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--task", choices=sorted(SHAPES), default="t4")
+    parser.add_argument("--task", choices=profiled_tasks(), default=_default_task(),
+                        help="default: the task the report profiles")
     parser.add_argument("--kernel", default=".", help="kernel name regex (default: the first kernel the driver launches)")
-    parser.add_argument("--launch-one", choices=sorted(SHAPES), help=argparse.SUPPRESS)
+    parser.add_argument("--launch-one", choices=profiled_tasks(), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     import torch
@@ -236,11 +221,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _prebuild(task: str) -> None:
     from assignment.cuda.compiler import build_library, build_module, require_implemented
-    from assignment.cuda.kernels import ATTENTION_FILE, DECODE_FILE, GEMM_FILE, SOFTMAX_FILE, Kernels
+    from assignment import tasks
+    from assignment.cuda.kernels import Kernels
 
-    filename = {"t2": SOFTMAX_FILE, "t3": GEMM_FILE, "t6": DECODE_FILE}.get(task, ATTENTION_FILE)
-    source = Kernels().source(filename)
-    require_implemented(source, ("t4", "t5") if task == "t5" else (task,))
+    code = tasks.code(task)
+    source = Kernels().source(code.cuda_file)
+    require_implemented(source, code.regions)
     built = build_module(source)
     build_library(built.kit, built.arch)
 

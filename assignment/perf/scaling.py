@@ -32,13 +32,29 @@ def sweep_points(quick: bool) -> list[tuple[int, int, int, int]]:
     return [(max(1, TOKENS // L), HEADS, L, d) for d in dims for L in lengths]
 
 
+def swept_tasks() -> list[str]:
+    """The tasks whose kernel make scaling sweeps (their code's ``scaling_causal`` is set)."""
+    from assignment import tasks
+
+    return [c.id for c in tasks.available() if c.scaling_causal is not None]
+
+
+def _causal(task: str) -> bool:
+    from assignment import tasks
+
+    causal = tasks.code(task).scaling_causal
+    if causal is None:
+        raise ValueError(f"{task} has no scaling sweep")
+    return causal
+
+
 def run_sweep(task: str, quick: bool, kv_heads: int = HEADS) -> dict:
     import torch
 
     from assignment.cuda.kernels import Kernels
     from assignment.perf.timing import copy_bandwidth, fp32_peak_flops, gpu_info, measure
 
-    causal = task == "t5"
+    causal = _causal(task)
     student, reference = Kernels(), reference_kernels()
     copy = copy_bandwidth()
     points = []
@@ -159,7 +175,7 @@ def _stem(task: str, kv_heads: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--task", choices=("t4", "t5"), required=True)
+    parser.add_argument("--task", choices=swept_tasks(), required=True)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=OUT_DIR)
     parser.add_argument("--plot-only", type=Path, help="re-plot a saved <task>_scaling.json")

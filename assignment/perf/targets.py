@@ -72,55 +72,15 @@ def is_model_rule(rule: TimingRule) -> bool:
 def rule_case(task: Task, rule: TimingRule, student, reference):
     """A bench Case at the rule's shape: a PyTorch candidate first (the bench checks every output against it),
     the baseline, the student and, in an instructor's tree, the reference. None for the model rule."""
-    import torch
-    import torch.nn.functional as F
+    from assignment import tasks
 
-    from assignment.perf import cases
-
-    shape = rule.shape
     if is_model_rule(rule):
         return None
-    if task.id == "t2":
-        rows, cols = shape["rows"], shape["cols"]
-        candidates = {"pytorch": lambda x: torch.softmax(x, dim=-1), "student": student.softmax}
-        if reference is not None:
-            candidates["reference"] = reference.softmax
-        return cases.Case(f"t2 rule: softmax {rows}x{cols}", lambda i: cases._randn(rows, cols, seed=i, scale=4.0),
-                          candidates, flops=None, bytes_moved=8.0 * rows * cols, metric="GB/s", percent_of="copy")
-    if task.id == "t3":
-        b, M, N, K = shape["batch"], shape["M"], shape["N"], shape["K"]
-        candidates = {"cuBLAS": lambda ab: torch.matmul(ab[0], ab[1]), "student": lambda ab: student.gemm(*ab)}
-        if reference is not None:
-            candidates["reference"] = lambda ab: reference.gemm(*ab)
-        return cases.Case(f"t3 rule: gemm {b}x{M}x{N}x{K}",
-                          lambda i: (cases._randn(b, M, K, seed=2 * i), cases._randn(b, K, N, seed=2 * i + 1)),
-                          candidates, flops=2.0 * b * M * N * K, bytes_moved=4.0 * b * (M * K + K * N + M * N),
-                          metric="TFLOP/s", percent_of="cuBLAS")
-    if task.id in ("t4", "t5"):
-        B, H, H_kv, L, d = shape["B"], shape["H"], shape.get("H_kv", shape["H"]), shape["L"], shape["d"]
-        causal = bool(shape.get("causal", False))
-        candidates = {"SDPA": lambda x: F.scaled_dot_product_attention(*cases.repeat_kv(x), is_causal=causal),
-                      "student": lambda x: student.flash_attention(*x, causal=causal)[0]}
-        if reference is not None:
-            candidates["reference"] = lambda x: reference.flash_attention(*x, causal=causal)[0]
-        flops, bytes_moved = cases.attention_work(B, H, L, L, d, causal, H_kv)
-
-        def make(i):
-            return (cases._randn(B, H, L, d, seed=3 * i), cases._randn(B, H_kv, L, d, seed=3 * i + 1),
-                    cases._randn(B, H_kv, L, d, seed=3 * i + 2))
-        label = f"{task.id} rule: {'causal ' if causal else ''}attention B{B} H{H} H_kv{H_kv} L{L} d{d}"
-        return cases.Case(label, make, candidates, flops, bytes_moved, metric="TFLOP/s", percent_of="SDPA")
-    if task.id == "t6":
-        B, H, H_kv, L, d = shape["B"], shape["H"], shape["H_kv"], shape["L"], shape["d"]
-        candidates = {"pytorch grouped": lambda x: cases.grouped_pytorch_decode(*x[:3]),
-                      "student": cases._decoding_with(student)}
-        if reference is not None:
-            candidates["reference"] = cases._decoding_with(reference)
-        flops, bytes_moved = cases.decode_work(B, H, H_kv, L, d)
-        return cases.Case(f"t6 rule: decode B{B} H{H} H_kv{H_kv} L{L} d{d} (KV bytes/s)",
-                          cases._decode_inputs(B, H, H_kv, L, d), candidates, flops, bytes_moved, metric="GB/s",
-                          percent_of="copy")
-    raise ValueError(f"{task.id}: no bench case for the timing rule {rule.name!r} (add one to rule_case)")
+    code = tasks.code(task.id)
+    if code.rule_case is None:
+        raise ValueError(f"{task.id}: no bench case for the timing rule {rule.name!r} (give assignment/tasks/"
+                         f"{task.id}.py a rule_case)")
+    return code.rule_case(rule, student, reference)
 
 
 def speed_from_row(rule: TimingRule, row: dict, copy_gbps: float | None) -> tuple[float | None, float | None,

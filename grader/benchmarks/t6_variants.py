@@ -135,7 +135,7 @@ def main() -> None:
 
     from assignment.cuda.kernels import Kernels
     from assignment.perf import timing
-    from assignment.perf.cases import _decode_inputs, decode_work
+    from assignment.perf.cases import decode_inputs, decode_work
 
     kernels = {name: Kernels(folders[name], kit=folders[name]) for name in names}  # each variant is its own kit
     copy = timing.copy_bandwidth()
@@ -157,7 +157,7 @@ def main() -> None:
         return call
 
     for B, H, H_kv, L, d in shapes:
-        make = _decode_inputs(B, H, H_kv, L, d)
+        make = decode_inputs(B, H, H_kv, L, d)
         nbytes = 8 * B * H_kv * L * d
 
         def inputs(i, make=make, nbytes=nbytes):

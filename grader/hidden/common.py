@@ -12,9 +12,7 @@ import pytest
 
 from assignment.checks import require
 from assignment.cuda import sanitize
-from assignment.cuda.compiler import require_implemented
 from assignment.cuda.kernels import Kernels
-from assignment.impl import student_file
 from assignment.pytest_plugin import grading_seed
 from assignment.registry import Task
 from assignment.testing import local_memory_of, run_timing_rule
@@ -27,9 +25,7 @@ def cases(task: Task) -> list:
 
 
 def check_sanitizer(task_id: str, tool: str) -> None:
-    filename = sanitize.TARGETS[task_id][0]
-    source = student_file(filename)
-    require_implemented(source, ("t4", "t5") if task_id == "t5" else (task_id,))
+    source = sanitize.source_of(task_id)
     if shutil.which("compute-sanitizer") is None:
         pytest.skip("compute-sanitizer is not on PATH on this host")
     result = sanitize.run(task_id, tool, source)

@@ -1,0 +1,106 @@
+"""One module per task: the code that makes a task what it is, behind one small interface.
+
+The registry (``assignment/tasks.toml``) holds a task's data: points, files, tolerances, shapes, the timing
+rubric. ``assignment/tasks/<id>.py`` holds its code, as ``CODE``, a ``TaskCode``: which tasks it builds on, its
+CUDA file, its bench table, each timing rule as a student measures it, its profile launch, its sanitizer target.
+The rest of the kit (``make bench``, ``make profile``, ``make sanitize``, the student targets, the report's
+steps, the grader's prepare) loops over these and does not branch on a task id.
+
+A task's module imports nothing heavy at import time (torch and the kernels inside its functions), so a tool
+that only asks what a task needs loads fast on any machine.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+# (student, reference, quick) -> [assignment.perf.cases.Case]: Kernels objects (reference None in a bundle)
+CasesFn = Callable[[Any, Any, bool], list]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """``make profile``'s one launch: a shape big enough to be representative and small enough to replay.
+
+    ``launch(kernels, shape, upload)`` runs the task's kernels once on inputs made by ``upload(*dims)`` (CPU
+    random numbers and a copy: no CUDA kernel but the student's); ``ideal_bytes(shape)`` is what a perfect
+    kernel moves through DRAM (every input read once, every output written once)."""
+    shape: Mapping[str, Any]
+    ideal_bytes: Callable[[Mapping[str, Any]], float]
+    launch: Callable[[Any, Mapping[str, Any], Callable[..., Any]], None]
+    kernels_per_launch: int = 1
+    extra_metrics: Mapping[str, str] = field(default_factory=dict)  # ncu metric -> what the report calls it
+    bandwidth_line: bool = False  # memory-bound: the report adds ideal bytes per kernel second
+
+
+@dataclass(frozen=True)
+class BenchVariant:
+    """Another table ``make bench`` can print for a task instead of its default one (``--<option>``)."""
+    option: str       # the flag, without its dashes
+    help: str
+    cases: CasesFn
+    quick_settings: bool = False  # timed with the quick repetition settings even without --quick
+
+
+@dataclass(frozen=True)
+class TaskCode:
+    id: str
+    cuda_file: str | None = None          # the CUDA file its kernels live in; None for a Python task
+    builds_on: tuple[str, ...] = ()       # tasks whose regions (in the same file) must be written for it to run
+    bench_needs: tuple[str, ...] = ()     # tasks whose student code its bench and scaling steps also run
+    kit_companions: tuple[str, ...] = ()  # tasks whose kernels its checks call, run as the kit wrote them when
+                                          # it is graded (so it is graded on its own)
+    bench_metric: str | None = None       # "GB/s" or "TFLOP/s": what its bench rows report
+    bench_cases: CasesFn | None = None    # make bench's table; None: the task has no bench
+    bench_variants: tuple[BenchVariant, ...] = ()
+    bench_timeout_s: float | None = None  # the report's limit on its bench step (None: the report's default)
+    model_bench: bool = False             # make bench times the model after the kernels (model_bench.py)
+    rule_case: Callable[[Any, Any, Any], Any] | None = None  # (rule, student, reference) -> Case at its shape
+    profile: Profile | None = None
+    report_profile: bool = False          # the report profiles its launch (make report runs ncu once per step)
+    scaling_causal: bool | None = None    # make scaling sweeps its kernel (causal or not); None: no sweep
+    sanitize_args: tuple[str, ...] | None = None  # sanitize_driver.cpp's arguments; None: nothing to sanitize
+    generates: bool = False               # the report's text-generation step runs its code
+
+    @property
+    def regions(self) -> tuple[str, ...]:
+        """The tasks whose TODO regions must be gone before this task's code runs: what it builds on, then it."""
+        return (*self.builds_on, self.id)
+
+
+class TaskCodeError(LookupError):
+    pass
+
+
+@cache
+def code(task_id: str) -> TaskCode:
+    """The code of task ``task_id`` (its module ``assignment.tasks.<id>``)."""
+    from assignment.registry import TASK_ID_PATTERN
+
+    if not TASK_ID_PATTERN.match(task_id):
+        raise TaskCodeError(f"{task_id!r} is not a task id (t1, t2, ...)")
+    try:
+        module = importlib.import_module(f"{__name__}.{task_id}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__name__}.{task_id}":
+            raise
+        raise TaskCodeError(f"task {task_id} has no module assignment/tasks/{task_id}.py") from None
+    found = getattr(module, "CODE", None)
+    if not isinstance(found, TaskCode) or found.id != task_id:
+        raise TaskCodeError(f"assignment/tasks/{task_id}.py must define CODE = TaskCode(id={task_id!r}, ...)")
+    return found
+
+
+def available() -> list[TaskCode]:
+    """The code of every task the registry makes available, in its order."""
+    from assignment.registry import load_registry
+
+    return [code(task.id) for task in load_registry().available]
+
+
+def with_bench() -> list[TaskCode]:
+    return [c for c in available() if c.bench_cases is not None]
