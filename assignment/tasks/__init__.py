@@ -13,6 +13,7 @@ that only asks what a task needs loads fast on any machine.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -50,6 +51,7 @@ class BenchVariant:
 class TaskCode:
     id: str
     cuda_file: str | None = None          # the CUDA file its kernels live in; None for a Python task
+    kernels: type | None = None           # its kernels' Python wrappers, methods of assignment.cuda.kernels.Kernels
     builds_on: tuple[str, ...] = ()       # tasks whose regions (in the same file) must be written for it to run
     bench_needs: tuple[str, ...] = ()     # tasks whose student code its bench and scaling steps also run
     kit_companions: tuple[str, ...] = ()  # tasks whose kernels its checks call, run as the kit wrote them when
@@ -60,6 +62,9 @@ class TaskCode:
     bench_timeout_s: float | None = None  # the report's limit on its bench step (None: the report's default)
     model_bench: bool = False             # make bench times the model after the kernels (model_bench.py)
     rule_case: Callable[[Any, Any, Any], Any] | None = None  # (rule, student, reference) -> Case at its shape
+    # (rule, student, reference, tolerance, base seed, student_model=None) -> assignment.perf.workload.Workload:
+    # the grader's timed workload of each timing rule (student against reference or naive, every output checked)
+    timing_workload: Callable[..., Any] | None = None
     profile: Profile | None = None
     report_profile: bool = False          # the report profiles its launch (make report runs ncu once per step)
     scaling_causal: bool | None = None    # make scaling sweeps its kernel (causal or not); None: no sweep
@@ -76,12 +81,15 @@ class TaskCodeError(LookupError):
     pass
 
 
+def is_task_id(name: str) -> bool:
+    """t1, t2, ...: the registry's pattern (kept here too: the grader's worker has this package, not the TOML)."""
+    return re.fullmatch(r"t[1-9][0-9]*", name) is not None
+
+
 @cache
 def code(task_id: str) -> TaskCode:
     """The code of task ``task_id`` (its module ``assignment.tasks.<id>``)."""
-    from assignment.registry import TASK_ID_PATTERN
-
-    if not TASK_ID_PATTERN.match(task_id):
+    if not is_task_id(task_id):
         raise TaskCodeError(f"{task_id!r} is not a task id (t1, t2, ...)")
     try:
         module = importlib.import_module(f"{__name__}.{task_id}")

@@ -2,7 +2,37 @@
 
 from __future__ import annotations
 
+from ctypes import c_int64, c_void_p
+
+import torch
+
+from assignment.cuda import kernels as kern
 from assignment.tasks import Profile, TaskCode
+
+CUDA_FILE = "t2_softmax.cu"
+SOFTMAX = kern.Export(CUDA_FILE, "t2_softmax_forward", (c_void_p, c_void_p, c_int64, c_int64, c_void_p))
+
+
+class Kernels:
+    """t2's wrapper: a method of ``assignment.cuda.kernels.Kernels``."""
+
+    def softmax(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Row softmax over the last dimension of ``x`` (any number of leading dims)."""
+        kernel, tasks = "t2_softmax_forward", ("t2",)
+        state = self.require(SOFTMAX, tasks, kernel)
+        kern.check_tensor(kernel, "x", x)
+        if x.dim() == 0:
+            raise ValueError(f"{kernel}: x must have at least 1 dimension (rows of the softmax), got a scalar")
+        y = torch.empty_like(x) if out is None else kern.check_tensor(kernel, "out", out)
+        kern.check_shape(kernel, "out", y, tuple(x.shape), "same as x")
+        device = kern.check_layout_and_device(kernel, x=x, out=y)
+        cols = x.shape[-1]
+        if x.numel() == 0:
+            return y
+        rows = x.numel() // cols
+        kern.launch(self.function(SOFTMAX, state), device, kernel, x.data_ptr(), y.data_ptr(), rows, cols)
+        return y
+
 
 
 def bench_cases(student, reference, quick: bool) -> list:
@@ -50,12 +80,33 @@ def _launch(kernels, shape, upload) -> None:
     kernels.softmax(x, out=torch.empty_like(x))
 
 
+
+def timing_workload(rule, student, reference, tolerance, base: int, student_model=None):
+    import torch
+
+    from assignment.perf.workload import Workload, generator
+    from assignment.testing import assert_close
+
+    s = rule.shape
+
+    def make(i):
+        return torch.randn(s["rows"], s["cols"], device="cuda", generator=generator(base + i))
+
+    def check(name, x, y):
+        if name == "student":
+            assert_close(y, reference.softmax(x), atol=2 * tolerance["atol"], rtol=2 * tolerance["rtol"],
+                         name="timed softmax")
+    return Workload(make, student.softmax, reference.softmax, None, check, bytes_moved=8.0 * s["rows"] * s["cols"])
+
+
 CODE = TaskCode(
     id="t2",
-    cuda_file="t2_softmax.cu",
+    cuda_file=CUDA_FILE,
+    kernels=Kernels,
     bench_metric="GB/s",
     bench_cases=bench_cases,
     rule_case=rule_case,
+    timing_workload=timing_workload,
     profile=Profile({"rows": 16384, "cols": 4096}, _ideal_bytes, _launch),
     sanitize_args=("t2",),
 )

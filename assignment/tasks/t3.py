@@ -2,7 +2,59 @@
 
 from __future__ import annotations
 
+from ctypes import c_float, c_int, c_int64, c_void_p
+
+import torch
+
+from assignment.cuda import kernels as kern
 from assignment.tasks import Profile, TaskCode
+
+CUDA_FILE = "t3_gemm.cu"
+GEMM = kern.Export(CUDA_FILE, "t3_gemm_batched", (c_void_p, c_void_p, c_void_p, c_int, c_int, c_int, c_int, c_int, c_int,
+                                               c_int64, c_int64, c_int64, c_float, c_void_p))
+
+
+class Kernels:
+    """t3's wrapper: a method of ``assignment.cuda.kernels.Kernels``."""
+
+    def gemm(self, a: torch.Tensor, b: torch.Tensor, trans_a: bool = False, trans_b: bool = False,
+             alpha: float = 1.0, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``alpha · op(a) @ op(b)``; a is (M, K) or, with trans_a, stored (K, M); b is (K, N) or (N, K).
+
+        2-D, or 3-D batched; a batch of 1 broadcasts (batch stride 0).
+        """
+        kernel, tasks = "t3_gemm_batched", ("t3",)
+        state = self.require(GEMM, tasks, kernel)
+        kern.check_tensor(kernel, "a", a, (2, 3))
+        kern.check_tensor(kernel, "b", b, (2, 3))
+        if a.dim() != b.dim():
+            raise ValueError(f"{kernel}: a and b must both be 2-D or both 3-D, got {tuple(a.shape)} and {tuple(b.shape)}")
+        batched = a.dim() == 3
+        a3, b3 = (a, b) if batched else (a.unsqueeze(0), b.unsqueeze(0))
+        M, K = (a3.shape[2], a3.shape[1]) if trans_a else (a3.shape[1], a3.shape[2])
+        Kb, N = (b3.shape[2], b3.shape[1]) if trans_b else (b3.shape[1], b3.shape[2])
+        if K != Kb:
+            raise ValueError(f"{kernel}: inner dimensions differ: op(a) is {M}x{K} (trans_a={bool(trans_a)}, a {tuple(a.shape)})"
+                             f" but op(b) is {Kb}x{N} (trans_b={bool(trans_b)}, b {tuple(b.shape)})")
+        batch = max(a3.shape[0], b3.shape[0])
+        for t in (a3, b3):
+            if t.shape[0] not in (1, batch):
+                raise ValueError(f"{kernel}: batch sizes differ: a has {a3.shape[0]}, b has {b3.shape[0]} (1 broadcasts)")
+        shape = (batch, M, N) if batched else (M, N)
+        c = torch.empty(shape, dtype=torch.float32, device=a.device) if out is None else kern.check_tensor(kernel, "out", out)
+        kern.check_shape(kernel, "out", c, shape, "alpha·op(a)·op(b)")
+        device = kern.check_layout_and_device(kernel, a=a, b=b, out=c)
+        kern.check_int32(kernel, batch=batch, M=M, N=N, K=K)
+        if c.numel() == 0:
+            return c
+        if K == 0:
+            return c.zero_()
+        stride_a = 0 if a3.shape[0] == 1 else M * K
+        stride_b = 0 if b3.shape[0] == 1 else K * N
+        kern.launch(self.function(GEMM, state), device, kernel, a.data_ptr(), b.data_ptr(), c.data_ptr(),
+                batch, M, N, K, int(bool(trans_a)), int(bool(trans_b)), stride_a, stride_b, M * N, float(alpha))
+        return c
+
 
 
 def bench_cases(student, reference, quick: bool) -> list:
@@ -58,12 +110,38 @@ def _launch(kernels, shape, upload) -> None:
     kernels.gemm(a, b, out=torch.empty(shape["batch"], shape["M"], shape["N"], device="cuda"))
 
 
+
+def timing_workload(rule, student, reference, tolerance, base: int, student_model=None):
+    import math
+
+    import torch
+
+    from assignment.perf.workload import Workload, generator
+    from assignment.testing import assert_close
+
+    s = rule.shape
+
+    def make(i):
+        gen = generator(base + i)
+        return (torch.randn(s["batch"], s["M"], s["K"], device="cuda", generator=gen),
+                torch.randn(s["batch"], s["K"], s["N"], device="cuda", generator=gen))
+
+    def check(name, ab, c):
+        if name == "student":
+            limit = 2 * tolerance["atol"] * math.sqrt(s["K"])
+            assert_close(c, reference.gemm(*ab), atol=limit, rtol=2 * tolerance["rtol"], name="timed C")
+    return Workload(make, lambda ab: student.gemm(*ab), lambda ab: reference.gemm(*ab), None, check,
+                    flops=2.0 * s["batch"] * s["M"] * s["N"] * s["K"])
+
+
 CODE = TaskCode(
     id="t3",
-    cuda_file="t3_gemm.cu",
+    cuda_file=CUDA_FILE,
+    kernels=Kernels,
     bench_metric="TFLOP/s",
     bench_cases=bench_cases,
     rule_case=rule_case,
+    timing_workload=timing_workload,
     profile=Profile({"batch": 1, "M": 4096, "N": 4096, "K": 4096}, _ideal_bytes, _launch),
     sanitize_args=("t3",),
 )

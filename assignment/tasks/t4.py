@@ -3,9 +3,77 @@ attention with O and LSE out, in TFLOP/s against PyTorch's SDPA."""
 
 from __future__ import annotations
 
+import math
+from ctypes import c_float, c_int, c_void_p
+
+import torch
+
 from functools import partial
 
-from assignment.tasks import BenchVariant, Profile, TaskCode
+from assignment.cuda import kernels as kern
+from assignment.tasks import BenchVariant, Profile, TaskCode, t2, t3
+
+CUDA_FILE = "t4_flash_attention.cu"
+FLASH = kern.Export(CUDA_FILE, "t4_flash_attention_forward", (c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int,
+                                                           c_int, c_int, c_int, c_int, c_int, c_float, c_int, c_void_p))
+CAUSAL_REGIONS = ("t4", "t5")  # a causal launch runs t5's regions of the same kernel too
+
+
+class Kernels:
+    """t4's wrappers (t5 is their ``causal=True``): methods of ``assignment.cuda.kernels.Kernels``."""
+
+    def flash_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                        scale: float | None = None, out: torch.Tensor | None = None,
+                        lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """FlashAttention forward: q (B,H,Lq,d), k and v (B,H_kv,Lk,d) -> (o (B,H,Lq,d), lse (B,H,Lq)).
+
+        Grouped-query attention: H_kv divides H and query head h reads KV head h // (H // H_kv), straight
+        from k and v (H_kv == H: multi-head attention; H_kv == 1: multi-query attention).
+        causal: query i sees keys j <= i + Lk - Lq (bottom-right alignment, t5).
+        """
+        kernel = "t4_flash_attention_forward"
+        tasks = CAUSAL_REGIONS if causal else ("t4",)
+        state = self.require(FLASH, tasks, kernel)
+        B, H, H_kv, Lq, Lk, d = kern.attention_shapes(kernel, q, k, v)
+        if d not in kern.ATTENTION_HEAD_DIMS:
+            raise ValueError(f"{kernel}: head dimension d must be one of {kern.ATTENTION_HEAD_DIMS}, got {d}")
+        o = torch.empty_like(q) if out is None else kern.check_tensor(kernel, "out", out)
+        kern.check_shape(kernel, "out", o, (B, H, Lq, d), "like q")
+        lse = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device) if lse is None else kern.check_tensor(kernel, "lse", lse)
+        kern.check_shape(kernel, "lse", lse, (B, H, Lq), "(B, H, Lq)")
+        device = kern.check_layout_and_device(kernel, q=q, k=k, v=v, out=o, lse=lse)
+        kern.check_int32(kernel, B=B, H=H, Lq=Lq, Lk=Lk, **{"B*H": B * H})
+        scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+        if o.numel() == 0 or Lk == 0:  # no query rows, or rows that see no key: zeros and LSE -inf
+            return o.zero_(), lse.fill_(float("-inf"))
+        kern.launch(self.function(FLASH, state), device, kernel, q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                o.data_ptr(), lse.data_ptr(), B, H, H_kv, Lq, Lk, d, scale, int(bool(causal)))
+        return o, lse
+
+    def naive_cuda_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                             scale: float | None = None) -> torch.Tensor:
+        """The unfused baseline from this implementation's t2 and t3: S = scale·QKᵀ, P = softmax(S), O = PV.
+
+        Shapes as in ``flash_attention``; with H_kv < H the K/V heads are first repeated to H heads
+        (a copy, as an unfused implementation makes one).
+        """
+        kernel = "naive_cuda_attention"
+        self.require(t2.SOFTMAX, ("t2",), kernel)
+        self.require(t3.GEMM, ("t3",), kernel)
+        B, H, H_kv, Lq, Lk, d = kern.attention_shapes(kernel, q, k, v)
+        kern.check_layout_and_device(kernel, q=q, k=k, v=v)
+        scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+        if q.numel() == 0 or Lk == 0:
+            return torch.zeros_like(q)
+        if H_kv != H:
+            k, v = k.repeat_interleave(H // H_kv, dim=1), v.repeat_interleave(H // H_kv, dim=1)
+        scores = self.gemm(q.view(B * H, Lq, d), k.view(B * H, Lk, d), trans_b=True, alpha=scale)
+        if causal:
+            hidden = torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).triu_(Lk - Lq + 1)
+            scores.masked_fill_(hidden, float("-inf"))
+        probs = self.softmax(scores)  # not in place: kernels may declare x and y __restrict__
+        return self.gemm(probs, v.view(B * H, Lk, d)).view(B, H, Lq, d)
+
 
 # Seed 000's and 002's shapes, and Llama 3's grouped heads: in assignment.perf.cases (the scaling plots share them).
 
@@ -62,11 +130,40 @@ def _launch(kernels, shape, upload) -> None:
                             lse=torch.empty(B, H, Lq, device="cuda"))
 
 
+
+def timing_workload(rule, student, reference, tolerance, base: int, student_model=None):
+    import torch
+
+    from assignment.perf.workload import LAYOUT, Workload, generator
+    from assignment.testing import assert_close
+
+    s = rule.shape
+    causal = bool(s.get("causal", False))
+    H_kv = s.get("H_kv", s["H"])  # k and v: (B, H_kv, L, d)
+
+    def make(i):
+        gen = generator(base + i)
+        return (torch.randn(s["B"], s["H"], s["L"], s["d"], device="cuda", generator=gen),
+                *(torch.randn(s["B"], H_kv, s["L"], s["d"], device="cuda", generator=gen) for _ in range(2)))
+
+    def check(name, qkv, output):
+        if name == "student":
+            out = output[0] if isinstance(output, tuple) else output
+            expected, _ = reference.flash_attention(*qkv, causal=causal)
+            assert_close(out, expected, atol=2 * tolerance["atol"], rtol=2 * tolerance["rtol"],
+                         name="timed O", layout=LAYOUT)
+    flops = 4.0 * s["B"] * s["H"] * s["L"] * s["L"] * s["d"] * (0.5 if causal else 1.0)
+    return Workload(make, lambda qkv: student.flash_attention(*qkv, causal=causal),
+                    lambda qkv: reference.flash_attention(*qkv, causal=causal),
+                    lambda qkv: reference.naive_cuda_attention(*qkv, causal=causal), check, flops=flops)
+
+
 def attention_code(task_id: str, causal: bool, builds_on: tuple[str, ...] = ()) -> TaskCode:
     """The attention kernel's task, non-causal (t4) or causal (t5, whose regions sit in t4's file)."""
     return TaskCode(
         id=task_id,
-        cuda_file="t4_flash_attention.cu",
+        cuda_file=CUDA_FILE,
+        kernels=Kernels,  # t5's kernel is t4's (its causal flag): one class serves both
         builds_on=builds_on,
         # The tables time the naive CUDA composition (t3's GEMM, t2's softmax, t3's GEMM) beside the kernel.
         bench_needs=("t2", "t3"),
@@ -79,6 +176,7 @@ def attention_code(task_id: str, causal: bool, builds_on: tuple[str, ...] = ()) 
                          partial(gqa_cases, causal)),
         ),
         rule_case=partial(rule_case, task_id),
+        timing_workload=timing_workload,
         profile=Profile({"B": 4, "H": 16, "Lq": 4096, "Lk": 4096, "d": 64, "causal": causal}, _ideal_bytes, _launch),
         report_profile=not causal,  # one profile in the report: the kernel, without the mask
         scaling_causal=causal,

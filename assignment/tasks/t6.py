@@ -3,7 +3,169 @@ memory-bound, in KV bytes read per second against the device copy; then the mode
 
 from __future__ import annotations
 
+import math
+from ctypes import c_float, c_int, c_int64, c_void_p
+from dataclasses import dataclass
+
+import torch
+
+from assignment.cuda import kernels as kern
 from assignment.tasks import BenchVariant, Profile, TaskCode
+
+CUDA_FILE = "t6_decode_attention.cu"
+DECODE = kern.Export(CUDA_FILE, "t6_decode_attention", (c_void_p, c_void_p, c_void_p, c_void_p, c_int, c_int, c_void_p,
+                                                      c_void_p, c_void_p, c_int, c_int, c_int, c_int, c_int, c_int,
+                                                      c_float, c_void_p))
+DECODE_SPLITS = kern.Export(CUDA_FILE, "t6_decode_num_splits", (c_int, c_int, c_int, c_int, c_int))
+DECODE_WORKSPACE = kern.Export(CUDA_FILE, "t6_decode_workspace_floats", (c_int, c_int, c_int, c_int), c_int64,
+                            module=False)
+DECODE_MAX_SPLITS = kern.Export(CUDA_FILE, "t6_decode_max_splits", (), module=False)
+DECODE_LENGTH_DTYPES = (torch.int32, torch.int64)
+
+
+class Kernels:
+    """t6's wrappers: methods of ``assignment.cuda.kernels.Kernels``."""
+
+    def decode_workspace(self, q: torch.Tensor, k_cache: torch.Tensor, num_splits: int | None = None) -> DecodeWorkspace:
+        """Scratch memory for ``decode_attention`` calls shaped like (q, k_cache): each split's partial O row
+        and LSE for every (batch, query head). ``num_splits``: the kit's choice for this GPU and cache (None),
+        or a count of your own (tests, tuning).
+
+        Allocate it once and pass it to every call of that shape (before capturing a CUDA graph, so the graph
+        never allocates); it needs no initialisation. One call at a time may use a workspace: calls on
+        different streams need one each.
+        """
+        kernel = "t6_decode_attention"
+        state = self.require(DECODE, ("t6",), kernel)
+        B, H, H_kv, L_max, d = _decode_shapes(kernel, q, k_cache, k_cache)
+        device = kern.check_layout_and_device(kernel, q=q, k_cache=k_cache)
+        if num_splits is None:
+            num_splits = self._num_splits(state, device, B, H, H_kv, L_max, d)
+        else:
+            most = self.function(DECODE_MAX_SPLITS, state)()
+            if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 1 <= num_splits <= most:
+                raise ValueError(f"{kernel}: num_splits must be an int from 1 to {most}, got {num_splits!r}")
+        floats = self.function(DECODE_WORKSPACE, state)(B, H, d, num_splits)
+        buffer = torch.empty(max(int(floats), 0), dtype=torch.float32, device=device)
+        return DecodeWorkspace(buffer, num_splits, B, H, d)
+
+    def _num_splits(self, state: kern.FileState, device: torch.device, B: int, H: int, H_kv: int, L_max: int, d: int) -> int:
+        """The kit's split count for this shape on ``device`` (its SM count and occupancy), asked once per shape."""
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        key = (state, index, B, H, H_kv, L_max, d)
+        if key not in _decode_splits:
+            with torch.cuda.device(index):
+                count = self.function(DECODE_SPLITS, state)(B, H, H_kv, L_max, d)
+            if count <= 0:
+                raise RuntimeError(f"t6_decode_num_splits failed: {kern.cuda_error_string(-count)}")
+            _decode_splits[key] = int(count)
+        return _decode_splits[key]
+
+    def decode_attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, lengths: torch.Tensor,
+                         scale: float | None = None, out: torch.Tensor | None = None, lse: torch.Tensor | None = None,
+                         workspace: DecodeWorkspace | None = None,
+                         num_splits: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decode attention: one query token per (batch, head) over the first ``lengths[b]`` cache positions.
+
+        q (B, H, d) or (B, H, 1, d); k_cache and v_cache (B, H_kv, L_max, d), the static cache with capacity
+        L_max; H_kv divides H and query head h reads KV head h // (H // H_kv). Returns (out like q, lse of
+        q's shape without d), LSE in natural log, as ``flash_attention``.
+
+        lengths: an int32 or int64 CUDA tensor, (B,) (row b sees positions 0 .. lengths[b] - 1) or (1,) (every
+        row). The kernel reads it on the GPU and the host never looks at it, so a CUDA graph captured once
+        replays correctly after ``lengths`` (and the cache, and q) are updated in place. Positions at or past
+        a row's length are never read (they may hold anything). Lengths are clamped to [0, L_max]; a row of
+        length 0 gets O = 0 and LSE = -inf.
+
+        workspace: from ``decode_workspace`` (reuse it; allocate it before capturing a graph); None allocates
+        one for this call. num_splits: the split count (None: the workspace's, else the kit's choice).
+        """
+        kernel = "t6_decode_attention"
+        state = self.require(DECODE, ("t6",), kernel)
+        B, H, H_kv, L_max, d = _decode_shapes(kernel, q, k_cache, v_cache)
+        if not isinstance(lengths, torch.Tensor):
+            raise TypeError(f"{kernel}: lengths must be a torch.Tensor, got {type(lengths).__name__}")
+        if lengths.dtype not in DECODE_LENGTH_DTYPES:
+            raise TypeError(f"{kernel}: lengths must be torch.int32 or torch.int64 (positions in the cache), "
+                            f"got {lengths.dtype}")
+        if lengths.dim() != 1 or lengths.shape[0] not in (B, 1):
+            raise ValueError(f"{kernel}: lengths must have shape ({B},) (one length per batch row) or (1,) (one for "
+                             f"all rows), got {tuple(lengths.shape)}")
+        o = torch.empty_like(q) if out is None else kern.check_tensor(kernel, "out", out)
+        kern.check_shape(kernel, "out", o, tuple(q.shape), "like q")
+        lse_shape = tuple(q.shape[:-1])
+        lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device) if lse is None else kern.check_tensor(kernel, "lse", lse)
+        kern.check_shape(kernel, "lse", lse, lse_shape, "q's shape without d")
+        device = kern.check_layout_and_device(kernel, q=q, k_cache=k_cache, v_cache=v_cache, lengths=lengths, out=o, lse=lse)
+        kern.check_int32(kernel, B=B, H=H, L_max=L_max, **{"B*H": B * H})
+        scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+        if o.numel() == 0:
+            return o, lse
+        if workspace is None:
+            workspace = self.decode_workspace(q, k_cache, num_splits)
+        elif not isinstance(workspace, DecodeWorkspace):
+            raise TypeError(f"{kernel}: workspace must come from decode_workspace(q, k_cache), got {type(workspace).__name__}")
+        workspace.check(kernel, B, H, d, device, num_splits)
+        _check_aligned(kernel, q=q, k_cache=k_cache, v_cache=v_cache, out=o, workspace=workspace.buffer)
+        kern.launch(self.function(DECODE, state), device, kernel, q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+                lengths.data_ptr(), int(lengths.dtype == torch.int64), int(lengths.shape[0] != 1),
+                o.data_ptr(), lse.data_ptr(), workspace.buffer.data_ptr(), B, H, H_kv, L_max, d,
+                workspace.num_splits, scale)
+        return o, lse
+
+
+_decode_splits: dict[tuple, int] = {}  # (file state, GPU, shape) -> the kit's split count
+
+
+@dataclass(frozen=True)
+class DecodeWorkspace:
+    """Scratch of ``decode_attention``: ``num_splits`` partial (O row, LSE) per (batch, query head), in one buffer."""
+    buffer: torch.Tensor
+    num_splits: int
+    batch: int
+    heads: int
+    head_dim: int
+
+    def check(self, kernel: str, B: int, H: int, d: int, device: torch.device, num_splits: int | None) -> None:
+        if (self.batch, self.heads, self.head_dim) != (B, H, d):
+            raise ValueError(f"{kernel}: the workspace was made for B={self.batch}, H={self.heads}, d={self.head_dim}, "
+                             f"this call has B={B}, H={H}, d={d} (make one per shape with decode_workspace)")
+        if num_splits is not None and num_splits != self.num_splits:
+            raise ValueError(f"{kernel}: num_splits={num_splits} but the workspace holds {self.num_splits} splits")
+        if self.buffer.device != device:
+            raise ValueError(f"{kernel}: the workspace is on {self.buffer.device}, the tensors on {device}")
+        if self.buffer.dtype != torch.float32 or not self.buffer.is_contiguous() \
+                or self.buffer.numel() < B * H * self.num_splits * (d + 1):
+            raise ValueError(f"{kernel}: the workspace buffer was changed: it must stay the contiguous float32 tensor "
+                             "decode_workspace made")
+
+
+def _check_aligned(kernel: str, **tensors: torch.Tensor) -> None:
+    """The decode kernel moves float4s: every pointer must be 16-byte aligned (fresh tensors always are)."""
+    for name, value in tensors.items():
+        if value.data_ptr() % 16:
+            raise ValueError(f"{kernel}: {name} must start on a 16-byte boundary (float4 loads), but it is a view at "
+                             f"offset {value.storage_offset()} floats: pass .clone() or a whole tensor")
+
+
+def _decode_shapes(kernel: str, q, k_cache, v_cache) -> tuple[int, int, int, int, int]:
+    """(B, H, H_kv, L_max, d) of q (B, H, d) or (B, H, 1, d) and a cache (B, H_kv, L_max, d), H_kv dividing H."""
+    kern.check_tensor(kernel, "q", q, (3, 4))
+    if q.dim() == 4 and q.shape[2] != 1:
+        raise ValueError(f"{kernel}: a 4-D q must be (B, H, 1, d): one new token per sequence, got {tuple(q.shape)}")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        kern.check_tensor(kernel, name, t, (4,))
+    B, H, d = q.shape[0], q.shape[1], q.shape[-1]
+    H_kv, L_max = k_cache.shape[1], k_cache.shape[2]
+    kern.check_shape(kernel, "k_cache", k_cache, (B, H_kv, L_max, d), "(B, H_kv, L_max, d) with q's B and d")
+    kern.check_shape(kernel, "v_cache", v_cache, tuple(k_cache.shape), "same as k_cache")
+    if d not in kern.ATTENTION_HEAD_DIMS:
+        raise ValueError(f"{kernel}: head dimension d must be one of {kern.ATTENTION_HEAD_DIMS}, got {d}")
+    if H_kv == 0 or H % H_kv != 0:
+        raise ValueError(f"{kernel}: q has H = {H} heads but the cache has H_kv = {H_kv}: grouped-query attention "
+                         f"needs H_kv to divide H (query head h reads KV head h // (H // H_kv))")
+    return B, H, H_kv, L_max, d
+
 
 
 def bench_cases(student, reference, quick: bool, shapes=None) -> list:
@@ -85,9 +247,116 @@ def _launch(kernels, shape, upload) -> None:
                              workspace=workspace)
 
 
+def timing_workload(rule, student, reference, tolerance, base: int, student_model=None):
+    """The decode kernel over a full cache, or (a rule on ``model``) one decode step of the model, timed from the
+    grader's process with the student's path in the sandboxed worker (``student_model``)."""
+    if "model" in rule.shape:
+        return _decode_step_workload(rule, student_model, base)
+    return _decode_kernel_workload(rule, student, reference, tolerance, base)
+
+
+def _decode_kernel_workload(rule, student, ref, tolerance, base: int):
+    """The t6 kernel over a full cache (lengths = L = L_max), each candidate with its own preallocated workspace."""
+    import torch
+
+    from assignment.perf.workload import Workload, generator
+    from assignment.testing import assert_close
+
+    s = rule.shape
+    B, H, H_kv, L, d = s["B"], s["H"], s.get("H_kv", s["H"]), s["L"], s["d"]
+
+    def make(i):
+        gen = generator(base + i)
+        return (torch.randn(B, H, d, device="cuda", generator=gen),
+                *(torch.randn(B, H_kv, L, d, device="cuda", generator=gen) for _ in range(2)),
+                torch.full((1,), L, dtype=torch.int32, device="cuda"))
+
+    q_shape, cache_shape = torch.empty(B, H, d, device="cuda"), torch.empty(B, H_kv, L, d, device="cuda")
+    ref_workspace = ref.decode_workspace(q_shape, cache_shape)
+    workspaces: list = []  # the student's, made at its first call (a TODO left fails that call, not the workload)
+
+    def student_call(x):
+        if not workspaces:
+            workspaces.append(student.decode_workspace(q_shape, cache_shape))
+        return student.decode_attention(*x, workspace=workspaces[0])
+
+    def reference_call(x):
+        return ref.decode_attention(*x, workspace=ref_workspace)
+
+    def check(name, x, output):
+        if name == "student":
+            expected, _ = reference_call(x)
+            assert_close(output[0], expected, atol=2 * tolerance["atol"], rtol=2 * tolerance["rtol"], name="timed O",
+                         layout="batch, head, dim")
+    return Workload(make, student_call, reference_call, None, check, bytes_moved=2.0 * B * H_kv * L * d * 4)
+
+
+def _decode_step_workload(rule, student_model, base: int):
+    """One decode step of a random model of the rule's preset at position ``context`` after a prompt of that many
+    tokens (the same slot every call: the context stays fixed), against the naive path (a forward pass over all
+    context + 1 tokens with the reference attention, the last logits) and the reference (the kit's cache and
+    kernels, one captured step). Each call's token comes from its seed."""
+    import torch
+
+    from assignment.model.attention import t6_cache_class
+    from assignment.model.cuda_graph import GraphDecoder
+    from assignment.model.presets import random_model, sharing_weights
+    from assignment.perf.model_bench import decode_bytes
+    from assignment.perf.workload import Workload, generator
+    from assignment.registry import load_registry
+    from assignment.testing import assert_close
+
+    s = rule.shape
+    preset, context = s["model"], s["context"]
+    max_seq_len = context + 8
+    model_seed = (base + 11) % 2**62
+    logits_tol = load_registry().task(CODE.id).tol("logits")
+    model = random_model(preset, seed=model_seed, device="cuda")
+    vocab = model.vocab_size
+    prompt = torch.randint(0, vocab, (1, context), device="cuda", generator=generator(base + 7))
+    position = torch.tensor([context], device="cuda")
+    with torch.no_grad():
+        kit = sharing_weights(model, CODE.id)
+        kit.setup_caches(1, max_seq_len, cache_cls=t6_cache_class("solutions"))
+        kit_runner = GraphDecoder(kit)
+        kit_runner.prefill(prompt, torch.arange(context, device="cuda"))
+
+    def make(i):
+        return torch.randint(0, vocab, (1, 1), device="cuda", generator=generator(base + i))
+
+    def reference(token):
+        with torch.no_grad():
+            return kit_runner.decode_one_token(token, position)
+
+    def naive(token):
+        with torch.no_grad():
+            return model(torch.cat([prompt, token], dim=1))[:, -1]
+
+    notes: dict = {}
+    if student_model is not None:
+        info = student_model.setup(preset, model_seed, prompt, max_seq_len)
+        notes["student_path"] = ("one decode step captured in a CUDA graph, replayed" if info.get("captured") else
+                                 "the eager decode step: it could not be captured in a CUDA graph ("
+                                 + str(info.get("reason", ""))[:300] + ")")
+        notes["student_runs_in"] = "the sandboxed worker; timed from the checker, the call's overhead included"
+        if info.get("overhead_ms") is not None:
+            notes["worker_call_overhead_ms"] = info["overhead_ms"]
+        student = student_model.step
+    else:
+        def student(token):
+            raise RuntimeError(f"{CODE.id}'s model rule needs the student's decoder (the hidden suite passes one)")
+
+    def check(name, token, logits):
+        if name == "student":
+            assert_close(logits, reference(token), **logits_tol, name="timed logits", layout="row, vocabulary id")
+    return Workload(make, student, reference, naive, check, bytes_moved=float(decode_bytes(model.config, context + 1)),
+                    notes=notes)
+
+
 CODE = TaskCode(
     id="t6",
-    cuda_file="t6_decode_attention.cu",
+    cuda_file=CUDA_FILE,
+    kernels=Kernels,
     # The model prefills through the causal kernel: its bench runs t4/t5's code, and its grading the kit's.
     bench_needs=("t4", "t5"),
     kit_companions=("t5",),
@@ -99,6 +368,7 @@ CODE = TaskCode(
     bench_timeout_s=900.0,
     model_bench=True,
     rule_case=rule_case,
+    timing_workload=timing_workload,
     # The graded decode shape, a full 32k cache; two kernels per launch (the split kernel and the combine), and
     # the DRAM throughput against its peak (what a decode kernel is judged on).
     profile=Profile({"B": 1, "H": 32, "H_kv": 8, "L": 32768, "d": 128}, _ideal_bytes, _launch, kernels_per_launch=2,

@@ -102,6 +102,9 @@ def _kit_dir(kernels: tuple[str, ...] = (), gpu: bool = False) -> Path:
         (package / "cuda").mkdir()
         for name in CUDA_WRAPPER_FILES:
             shutil.copyfile(ASSIGNMENT / name, package / name)
+        (package / "tasks").mkdir()  # every task's code: the wrappers are composed from them
+        for source in (ASSIGNMENT / "tasks").glob("*.py"):
+            shutil.copyfile(source, package / "tasks" / source.name)
         if gpu:
             _copy_libraries(folder / "libraries", kernels)
     for path in (folder, *folder.rglob("*")):

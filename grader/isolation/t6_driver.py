@@ -49,6 +49,13 @@ def _kernels_module():
     return kernels
 
 
+def _decode_task():
+    """t6's code (assignment/tasks/t6.py): its workspace class and shape checks, as its wrappers use them."""
+    from assignment.tasks import t6
+
+    return t6
+
+
 def prebuilt_kernels():
     """The kit's wrappers (assignment/cuda/kernels.py) over the libraries in /kit/libraries."""
     if "prebuilt" in _state:
@@ -77,7 +84,7 @@ def prebuilt_kernels():
             self._launches["decode_attention"] = self._launches.get("decode_attention", 0) + 1
             return super().decode_attention(*args, **kwargs)
 
-        def _require(self, export, tasks, kernel):
+        def require(self, export, tasks, kernel):
             entry = manifest.get(export.file)
             if entry is None:
                 raise RuntimeError(f"{kernel}: {export.file} was not built for the grader's worker (a GPU worker "
@@ -90,9 +97,9 @@ def prebuilt_kernels():
                     where = f"KIT_TODO({task}) on line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}"
                     raise NotImplementedError(f"{task}: TODO({task}) in {export.file} is not implemented yet "
                                               f"({where}; {kernel} was not launched)")
-            return kernels._FileState(os.path.join(folder, entry["module"]), 0, 0, tuple(tasks))
+            return kernels.FileState(os.path.join(folder, entry["module"]), 0, 0, tuple(tasks))
 
-        def _function(self, export, state):
+        def function(self, export, state):
             key = (state.path, export.symbol)
             if key not in kernels._functions:
                 if state.path not in loaded:
@@ -151,14 +158,14 @@ class StandInKernels:
 
     def decode_workspace(self, q, k_cache, num_splits=None):
         splits = self._served.decode_workspace(q, k_cache, num_splits)
-        return self._kernels.DecodeWorkspace(torch.empty(0, device=q.device), int(splits), int(q.shape[0]),
+        return _decode_task().DecodeWorkspace(torch.empty(0, device=q.device), int(splits), int(q.shape[0]),
                                              int(q.shape[1]), int(q.shape[-1]))
 
     def decode_attention(self, q, k_cache, v_cache, lengths, scale=None, out=None, lse=None, workspace=None,
                          num_splits=None):
         kernel = "t6_decode_attention"
         self._require_contiguous(kernel, q=q, k_cache=k_cache, v_cache=v_cache, lengths=lengths)
-        if workspace is not None and not isinstance(workspace, self._kernels.DecodeWorkspace):
+        if workspace is not None and not isinstance(workspace, _decode_task().DecodeWorkspace):
             raise TypeError(f"{kernel}: workspace must come from decode_workspace(q, k_cache)")
         o, l = self._served.decode_attention(q, k_cache, v_cache, lengths, None if scale is None else float(scale),
                                              workspace is not None)
@@ -178,20 +185,20 @@ class RecordingKernels:
         self.calls: list[dict] = []
 
     def flash_attention(self, q, k, v, causal: bool, scale):
-        _kernels_module()._attention_shapes("t4_flash_attention_forward", q, k, v)
+        _kernels_module().attention_shapes("t4_flash_attention_forward", q, k, v)
         self.calls.append({"op": "flash_attention", "causal": bool(causal), "keys": int(k.shape[2]),
                            "queries": int(q.shape[2]), "scale": None if scale is None else float(scale)})
         o, l = _attention64(q, k, v, bool(causal), scale)
         return o.to(q.dtype), l.float()
 
     def decode_workspace(self, q, k_cache, num_splits):
-        _kernels_module()._decode_shapes("t6_decode_attention", q, k_cache, k_cache)
+        _decode_task()._decode_shapes("t6_decode_attention", q, k_cache, k_cache)
         self.calls.append({"op": "decode_workspace"})
         return int(num_splits or 1)
 
     def decode_attention(self, q, k_cache, v_cache, lengths, scale, workspace: bool):
         kernel = "t6_decode_attention"
-        B, _, _, L_max, _ = _kernels_module()._decode_shapes(kernel, q, k_cache, v_cache)
+        B, _, _, L_max, _ = _decode_task()._decode_shapes(kernel, q, k_cache, v_cache)
         if not isinstance(lengths, torch.Tensor) or lengths.dtype not in (torch.int32, torch.int64) \
                 or lengths.dim() != 1 or lengths.shape[0] not in (B, 1):
             raise TypeError(f"{kernel}: lengths must be an int32 or int64 tensor of shape ({B},) or (1,)")

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from assignment import tasks
+
 from assignment.cuda import compiler as cuda
 from assignment.cuda import kernels
 from assignment.perf import timing
@@ -142,8 +144,7 @@ def test_second_build_is_a_cache_hit_and_two_implementations_build_side_by_side(
 def _impl_dir(tmp_path, **files: str):
     directory = tmp_path / "impl"
     directory.mkdir(exist_ok=True)
-    defaults = {kernels.SOFTMAX_FILE: "// done\n", kernels.GEMM_FILE: "// done\n", kernels.ATTENTION_FILE: "// done\n",
-                kernels.DECODE_FILE: "// done\n"}
+    defaults = {code.cuda_file: "// done\n" for code in tasks.available() if code.cuda_file}
     for name, text in (defaults | {k.replace("_cu", ".cu"): v for k, v in files.items()}).items():
         (directory / name).write_text(text)
     return directory

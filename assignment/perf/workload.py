@@ -1,0 +1,48 @@
+"""A graded timing workload: one timing rule's inputs, candidates and full check.
+
+Each task's code builds one per timing rule (``TaskCode.timing_workload``, in ``assignment/tasks/``); the
+grader's hidden timing tests and its preflight run them (``grader/hidden/workloads.py``). Inputs are made on the
+GPU from a seed, so every timed call gets fresh ones cheaply; every student output is compared in full with the
+reference kernel's output on the same (unmodified) inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+LAYOUT = "batch, head, query, dim"
+
+
+@dataclass
+class Workload:
+    make_inputs: Callable[[int], Any]
+    student: Callable[[Any], Any]
+    reference: Callable[[Any], Any]
+    naive: Callable[[Any], Any] | None
+    check: Callable[[str, Any, Any], None]
+    flops: float | None = None
+    bytes_moved: float | None = None
+    notes: dict = field(default_factory=dict)  # added to the timing record (how the student's path ran)
+
+    def candidates(self) -> dict[str, Callable[[Any], Any]]:
+        found = {"student": self.student, "reference": self.reference}
+        if self.naive is not None:
+            found["naive"] = self.naive
+        return found
+
+
+def generator(seed: int):
+    """A CUDA generator seeded with ``seed``: the inputs of one timed call."""
+    import torch
+
+    return torch.Generator(device="cuda").manual_seed(seed)
+
+
+class StudentDecoder(Protocol):
+    """A student's decode path for a model rule, wherever it runs (the hidden suite: the sandboxed worker)."""
+
+    def setup(self, preset: str, seed: int, prompt, max_seq_len: int) -> dict: ...
+
+    def step(self, token): ...
