@@ -222,11 +222,13 @@ class Task:
     def number(self) -> int:
         return int(self.id[1:])
 
-    def tol(self, dtype_name: str) -> dict[str, float]:
+    def tol(self, name: str) -> dict[str, float]:
+        """The bounds of the ``[task.tolerance]`` entry ``name``: a dtype (``float32``) or a named check
+        (``large_logits``)."""
         try:
-            return self.tolerance[dtype_name]
+            return self.tolerance[name]
         except KeyError:
-            raise KeyError(f"registry: task {self.id} has no tolerance for {dtype_name}") from None
+            raise KeyError(f"registry: task {self.id} has no tolerance {name!r} ([task.tolerance])") from None
 
 
 # The theory part's kinds of numeric question (assignment/theory/questions.py words and draws each one).
@@ -483,6 +485,27 @@ def _positive_ints_before(ranges: dict[str, Any], position: int, key: Any) -> bo
     return isinstance(spec, dict) and "divisor_of" in spec
 
 
+# What a [task.tolerance] entry bounds: atol and rtol together (an element-wise comparison), or the fp16/bf16
+# rule's max_mean_error_ratio. Every test reads its bounds by the entry's name (Task.tol).
+TOLERANCE_BOUNDS = (frozenset({"atol", "rtol"}), frozenset({"max_mean_error_ratio"}))
+
+
+def _parse_tolerance(raw: Any, path: Path, task_id: str) -> dict[str, dict[str, float]]:
+    if not isinstance(raw, dict):
+        raise RegistryError(path, task_id, "tolerance", "must be a table ([task.tolerance])")
+    parsed = {}
+    for name, bounds in raw.items():
+        where = f"tolerance.{name}"
+        if not isinstance(bounds, dict) or frozenset(bounds) not in TOLERANCE_BOUNDS:
+            raise RegistryError(path, task_id, where, "must be a table { atol = ..., rtol = ... } "
+                                "(or { max_mean_error_ratio = ... })")
+        for key, value in bounds.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise RegistryError(path, task_id, f"{where}.{key}", f"must be a number >= 0, got {value!r}")
+        parsed[name] = {key: float(value) for key, value in bounds.items()}
+    return parsed
+
+
 def _parse_rules(raw: Any, path: Path, task_id: str) -> PythonRules:
     for key in ("imports", "forbidden"):
         value = raw.get(key, [])
@@ -572,7 +595,7 @@ def parse_registry(data: dict, path: Path) -> Registry:
                 f"is {points.performance:g} but the timing rubric awards at most {timing_points:g}; they must add up",
             )
         shapes = raw.get("shapes", {})
-        tolerance = raw.get("tolerance", {})
+        tolerance = _parse_tolerance(raw.get("tolerance", {}), path, task_id)
         hidden = _parse_hidden(raw.get("hidden", {}), path, task_id)
         if available:
             if not shapes.get("public"):
@@ -591,7 +614,7 @@ def parse_registry(data: dict, path: Path) -> Registry:
                 summary=_require(raw, "summary", str, path, task_id),
                 hint=_require(raw, "hint", str, path, task_id).strip(),
                 points=points,
-                tolerance={k: dict(v) for k, v in tolerance.items()},
+                tolerance=tolerance,
                 public_shapes=tuple(dict(s) for s in shapes.get("public", [])),
                 hidden=hidden,
                 timing=timing,

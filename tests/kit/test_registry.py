@@ -160,6 +160,27 @@ def test_a_fixed_shape_whose_kv_heads_do_not_divide_the_query_heads_is_rejected(
         load_registry(path)
 
 
+@pytest.mark.parametrize("entry, error", [
+    ("float32 = { atol = -1e-6, rtol = 1e-5 }", r"field 'tolerance.float32.atol': must be a number >= 0"),
+    ("float32 = { atol = 1e-6, rtol = true }", r"field 'tolerance.float32.rtol': must be a number >= 0"),
+    ("float32 = { atol = 1e-6, rtol = nan }", r"field 'tolerance.float32.rtol': must be a number >= 0"),
+    ("float32 = { atol = 1e-6 }", r"field 'tolerance.float32': must be a table \{ atol = ..., rtol = ... \}"),
+    ("float32 = { atol = 1e-6, rtol = 1e-5, max_mean_error_ratio = 2 }", r"field 'tolerance.float32': must be"),
+    ("float32 = 1e-6", r"field 'tolerance.float32': must be a table"),
+])
+def test_a_tolerance_is_a_table_of_non_negative_bounds(tmp_path, entry, error):
+    with pytest.raises(RegistryError, match=r"task t2: " + error):
+        load_registry(write_variant(tmp_path, "float32 = { atol = 1e-6, rtol = 1e-5 }", entry))
+
+
+def test_a_test_reads_a_tolerance_by_its_name():
+    t1 = load_registry().task("t1")
+    assert t1.tol("float32") == {"atol": 2e-5, "rtol": 2e-5}
+    assert set(t1.tol("float16")) == {"max_mean_error_ratio"}
+    with pytest.raises(KeyError, match=r"task t1 has no tolerance 'float64'"):
+        t1.tol("float64")
+
+
 def test_grading_limits_must_be_consistent(tmp_path):
     path = write_variant(tmp_path, "timeout_s = 300\ntest_deadline_s = 60", "timeout_s = 30\ntest_deadline_s = 60")
     with pytest.raises(RegistryError, match=r"test_deadline_s <= timeout_s"):
