@@ -46,7 +46,8 @@ class Threshold:
 # What a student's `make bench` can time without the reference kernels: the device copy bandwidth, cuBLAS
 # and SDPA through PyTorch, and the model's naive path.
 STUDENT_BASELINES = ("copy", "cuBLAS", "SDPA", "naive path")
-# "instructor": this repository's registry; "student": the bundle's copy (no hidden shapes, no reasoning).
+# "instructor": this repository's registry; "student": the bundle's copy (no hidden shapes, no reasoning), which
+# assignment/student_edition.py writes.
 EDITIONS = ("instructor", "student")
 
 
@@ -221,11 +222,13 @@ class Task:
     def number(self) -> int:
         return int(self.id[1:])
 
-    def tol(self, dtype_name: str) -> dict[str, float]:
+    def tol(self, name: str) -> dict[str, float]:
+        """The bounds of the ``[task.tolerance]`` entry ``name``: a dtype (``float32``) or a named check
+        (``large_logits``)."""
         try:
-            return self.tolerance[dtype_name]
+            return self.tolerance[name]
         except KeyError:
-            raise KeyError(f"registry: task {self.id} has no tolerance for {dtype_name}") from None
+            raise KeyError(f"registry: task {self.id} has no tolerance {name!r} ([task.tolerance])") from None
 
 
 # The theory part's kinds of numeric question (assignment/theory/questions.py words and draws each one).
@@ -482,6 +485,27 @@ def _positive_ints_before(ranges: dict[str, Any], position: int, key: Any) -> bo
     return isinstance(spec, dict) and "divisor_of" in spec
 
 
+# What a [task.tolerance] entry bounds: atol and rtol together (an element-wise comparison), or the fp16/bf16
+# rule's max_mean_error_ratio. Every test reads its bounds by the entry's name (Task.tol).
+TOLERANCE_BOUNDS = (frozenset({"atol", "rtol"}), frozenset({"max_mean_error_ratio"}))
+
+
+def _parse_tolerance(raw: Any, path: Path, task_id: str) -> dict[str, dict[str, float]]:
+    if not isinstance(raw, dict):
+        raise RegistryError(path, task_id, "tolerance", "must be a table ([task.tolerance])")
+    parsed = {}
+    for name, bounds in raw.items():
+        where = f"tolerance.{name}"
+        if not isinstance(bounds, dict) or frozenset(bounds) not in TOLERANCE_BOUNDS:
+            raise RegistryError(path, task_id, where, "must be a table { atol = ..., rtol = ... } "
+                                "(or { max_mean_error_ratio = ... })")
+        for key, value in bounds.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise RegistryError(path, task_id, f"{where}.{key}", f"must be a number >= 0, got {value!r}")
+        parsed[name] = {key: float(value) for key, value in bounds.items()}
+    return parsed
+
+
 def _parse_rules(raw: Any, path: Path, task_id: str) -> PythonRules:
     for key in ("imports", "forbidden"):
         value = raw.get(key, [])
@@ -571,7 +595,7 @@ def parse_registry(data: dict, path: Path) -> Registry:
                 f"is {points.performance:g} but the timing rubric awards at most {timing_points:g}; they must add up",
             )
         shapes = raw.get("shapes", {})
-        tolerance = raw.get("tolerance", {})
+        tolerance = _parse_tolerance(raw.get("tolerance", {}), path, task_id)
         hidden = _parse_hidden(raw.get("hidden", {}), path, task_id)
         if available:
             if not shapes.get("public"):
@@ -590,7 +614,7 @@ def parse_registry(data: dict, path: Path) -> Registry:
                 summary=_require(raw, "summary", str, path, task_id),
                 hint=_require(raw, "hint", str, path, task_id).strip(),
                 points=points,
-                tolerance={k: dict(v) for k, v in tolerance.items()},
+                tolerance=tolerance,
                 public_shapes=tuple(dict(s) for s in shapes.get("public", [])),
                 hidden=hidden,
                 timing=timing,
@@ -740,54 +764,6 @@ def _load(path: Path) -> Registry:
 @lru_cache(maxsize=1)
 def _load_default() -> Registry:
     return _load(REGISTRY_PATH)
-
-
-# Tables whose every line stays with the instructor: the hidden suites' edge cases and draw ranges, the rubric of
-# the theory part's written proof, and the salt of the hidden tests' seeds.
-INSTRUCTOR_TABLES = ("[task.hidden]", "[theory.rubric]", "[hidden_seed]")
-
-
-def hidden_table_lines(text: str, headers: tuple[str, ...] = ("[task.hidden]",)) -> list[tuple[int, str]]:
-    """(1-based number, line) of every line inside a ``[task.hidden]`` table (or one of ``headers``) of the
-    registry's TOML text (its header excluded): what stays with the instructor."""
-    found, inside = [], False
-    for number, line in enumerate(text.splitlines(keepends=True), start=1):
-        if line.strip().startswith("["):
-            inside = line.strip() in headers
-        elif inside:
-            found.append((number, line))
-    return found
-
-
-def student_edition(text: str) -> str:
-    """The registry's TOML text as a student bundle ships it: no ``[task.hidden]`` tables (the hidden edge cases
-    and the ranges the grader draws from), no ``[theory.rubric]`` (how the written proof is marked), no
-    ``[hidden_seed]`` (the salt of every student's hidden inputs), no ``reasoning``
-    (the instructor's notes on the rubric; the student targets stay), no comments, and ``edition = "student"`` so that the loader does not ask for the reasoning.
-    The lines of a multi-line string (a hint, the integrity policy) are text, kept as they are: a Markdown
-    heading in one is not a comment."""
-    kept: list[str] = ["# The assignment registry, student edition (generated by `make release`; do not edit).\n"]
-    hidden = {number for number, _ in hidden_table_lines(text, INSTRUCTOR_TABLES)}
-    in_string = False
-    for number, line in enumerate(text.splitlines(keepends=True), start=1):
-        stripped = line.strip()
-        if in_string:
-            kept.append(line)
-            in_string = line.count('"""') % 2 == 0
-            continue
-        if number in hidden or stripped in INSTRUCTOR_TABLES or stripped.startswith("#"):
-            continue
-        if re.match(r"(?:open_)?reasoning\s*=", stripped):
-            if not re.fullmatch(r'(?:open_)?reasoning\s*=\s*"(?:[^"\\]|\\.)*"', stripped):
-                raise ValueError(f"a reasoning that is not a one-line string: {stripped[:60]}...")
-            continue
-        if line == "\n" and kept[-1] == "\n":
-            continue  # the dropped lines leave one blank line, not a run of them
-        kept.append(line)
-        in_string = line.count('"""') % 2 == 1
-        if stripped == "[course]":
-            kept.append('edition = "student"\n')
-    return "".join(kept)
 
 
 def check_markers(marker_names: set[str], registry: Registry, where: str) -> None:

@@ -43,8 +43,9 @@ from pathlib import Path
 import jinja2
 
 from assignment.atomic import replacing
-from assignment.registry import Registry, RegistryError, hidden_table_lines, load_registry, student_edition
+from assignment.registry import Registry, RegistryError, load_registry
 from assignment.starter import solution_lines
+from assignment.student_edition import hidden_table_texts, student_edition
 from grader.seeds import SALT_ENV
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -180,10 +181,8 @@ def secrets(repo: Path) -> list[Secret]:
             code = line.strip()
             if len(code) >= MIN_LEAK_CHARS and code not in starter_text:
                 found.append(Secret(code, f"solutions/{rel}:{number} (solution code)"))
-    for number, line in hidden_table_lines(registry_text):
-        stripped = line.strip()
-        if stripped and not stripped.startswith("#") and len(stripped) >= 12:
-            found.append(Secret(stripped.rstrip(","), f"assignment/tasks.toml:{number} (hidden shapes)"))
+    for where, text in hidden_table_texts(registry_text):
+        found.append(Secret(text, f"assignment/tasks.toml {where} (hidden shapes)"))
     registry = load_registry(repo / "assignment" / "tasks.toml")
     for task in registry.tasks:
         reasons = [r for rule in task.timing for r in (rule.reasoning, rule.open_reasoning)] + [task.grading.reasoning]

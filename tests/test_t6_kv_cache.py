@@ -160,7 +160,7 @@ def test_prefill_and_decode_go_to_their_kernels(stand_in, seed):
             assert kernel_calls == [("flash_attention", last, True)], (
                 f"a chunk of {T} tokens at positions {first}..{last - 1}: expected one causal flash_attention call "
                 f"over keys 0..{last - 1} ({last} keys), got {kernel_calls}. {DISPATCH_HINT}")
-        assert_close(out, expected, atol=1e-5, rtol=1e-5, name=f"attention at positions {first}..{last - 1}",
+        assert_close(out, expected, **TASK.tol("float32"), name=f"attention at positions {first}..{last - 1}",
                      layout="row, head, token, dim", hint=DISPATCH_HINT)
 
 

@@ -94,7 +94,8 @@ def test_repetition_penalty_divides_positive_and_multiplies_negative_logits(devi
         out = student().apply_repetition_penalty(logits, previous, 2.0)
         assert torch.equal(logits, before), "apply_repetition_penalty modified its input: work on a copy"
         expected = logits_of([[1.0, -2.0, 0.5, 0.0, 3.0], [1.0, 1.0, -4.0, 4.0, -1.0]], device)
-        assert_close(out, expected, atol=1e-6, rtol=0, name=f"repetition penalty 2.0 ({device})", layout=LAYOUT,
+        assert_close(out, expected, **TASK.tol("repetition_penalty"), name=f"repetition penalty 2.0 ({device})",
+                     layout=LAYOUT,
                      hint="A logit z of a token seen before becomes z / 2 if z > 0, else z * 2, once per distinct "
                           "token however often it was seen; unseen tokens keep their logits.")
         unchanged = student().apply_repetition_penalty(logits, previous, 1.0)
@@ -167,7 +168,7 @@ def test_temperature_is_applied_before_top_p(devices):
         for temperature, p, expected, wrong in ((0.5, 0.65, [1.0, 0.0, 0.0], "[0.74, 0.26, 0]"),
                                                 (2.0, 0.75, [0.4154, 0.3218, 0.2628], "[0.56, 0.44, 0]")):
             out = student().next_token_probs(logits, temperature, top_p=p)
-            assert_close(out, torch.tensor([expected], device=device), atol=1e-3, rtol=0,
+            assert_close(out, torch.tensor([expected], device=device), **TASK.tol("probs_by_hand"),
                          name=f"next_token_probs(T={temperature}, top_p={p})", layout=LAYOUT,
                          hint=f"Divide the logits by T first, then filter: filtering first gives {wrong}.")
 
@@ -176,7 +177,7 @@ def test_top_p_works_on_what_top_k_left(devices):
     # After top-k = 2, [0.4, 0.3, 0.2, 0.1] becomes [0.57, 0.43]: the first token alone reaches p = 0.55.
     for device in devices:
         out = student().next_token_probs(log_probs([[0.4, 0.3, 0.2, 0.1]], device), 1.0, top_k=2, top_p=0.55)
-        assert_close(out, torch.tensor([[1.0, 0.0, 0.0, 0.0]], device=device), atol=1e-6, rtol=0,
+        assert_close(out, torch.tensor([[1.0, 0.0, 0.0, 0.0]], device=device), **TASK.tol("probs_by_hand"),
                      name="next_token_probs(top_k=2, top_p=0.55)", layout=LAYOUT,
                      hint="Apply top-p to the distribution top-k left (renormalised), not to the original one: "
                           "the other order gives [0.57, 0.43, 0, 0].")
@@ -193,7 +194,7 @@ def test_next_token_probs_match_the_definition(temperature, top_k, top_p, seed, 
         assert_close(out, expected, **TOL, name=f"next_token_probs ({device})", layout=LAYOUT,
                      hint=TASK.hint)
         sums = out.double().sum(dim=-1)
-        assert torch.allclose(sums, torch.ones_like(sums), atol=1e-5), (
+        assert torch.allclose(sums, torch.ones_like(sums), **TASK.tol("probs_sum")), (
             f"rows of next_token_probs sum to {sums.tolist()}: renormalise over the tokens left after filtering")
     expect_value_error("next_token_probs with temperature 0", student().next_token_probs, logits, 0.0)
 

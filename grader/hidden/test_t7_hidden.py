@@ -203,7 +203,8 @@ def test_repetition_penalty_on_random_logits(seed, devices):
         for device in devices:
             out = student().apply_repetition_penalty(logits.to(device), previous.to(device), penalty)
             check_tensor(out, logits.shape, torch.float32, "apply_repetition_penalty")
-            assert_close(out, expected, atol=0, rtol=1e-6, name=f"repetition penalty {penalty}", layout=LAYOUT,
+            assert_close(out, expected, **TASK.tol("repetition_penalty"), name=f"repetition penalty {penalty}",
+                         layout=LAYOUT,
                          hint="z / penalty if z > 0, else z * penalty, once per distinct token seen")
 
 
@@ -268,7 +269,7 @@ def test_order_of_temperature_and_filters_by_hand(devices):
         for probs, temperature, top_k, top_p, expected in cases:
             out = student().next_token_probs(log_probs(probs).to(device), temperature, top_k, top_p)
             check_tensor(out, (1, len(probs[0])), torch.float32, "next_token_probs")
-            assert_close(out, torch.tensor(expected), atol=1e-4, rtol=0, layout=LAYOUT,
+            assert_close(out, torch.tensor(expected), **TASK.tol("probs_by_hand"), layout=LAYOUT,
                          name=f"next_token_probs(T={temperature}, top_k={top_k}, top_p={top_p})",
                          hint="divide by T, then top-k, then top-p on what top-k left, then renormalise")
 
@@ -281,7 +282,7 @@ def test_repetition_penalty_signs_by_hand(devices):
     for device in devices:
         out = student().apply_repetition_penalty(logits.to(device), previous.to(device), 1.5)
         check_tensor(out, logits.shape, torch.float32, "apply_repetition_penalty")
-        assert_close(out, expected, atol=0, rtol=1e-6, name="repetition penalty 1.5", layout=LAYOUT,
+        assert_close(out, expected, **TASK.tol("repetition_penalty"), name="repetition penalty 1.5", layout=LAYOUT,
                      hint="positive logits are divided by the penalty, negative ones multiplied, each token once")
 
 
