@@ -45,14 +45,13 @@ test-public: $(SETUP)
 	$(PY) -m pytest tests --ignore=tests/kit $(PYTEST_TASK) $(PYTEST_ARGS)
 
 bench: $(SETUP)
-	$(PY) -m assignment.perf.bench $(if $(T),--task $(T),)
-	$(if $(filter t4 t5,$(T)),$(PY) -m assignment.perf.scaling --task $(T),)
+	$(PY) -m assignment.perf.bench $(if $(T),--task $(T),) --then-scaling
 
 profile: $(SETUP)
 	$(PY) -m assignment.perf.profile $(if $(T),--task $(T),)
 
 sanitize: $(SETUP)
-	$(PY) -m assignment.cuda.sanitize --task $(or $(T),$(error make sanitize needs T=t2|t3|t4|t5|t6))
+	$(PY) -m assignment.cuda.sanitize $(if $(T),--task $(T),)
 
 check-cuda: $(SETUP)
 	$(PY) -m assignment.cuda.compiler --check-all

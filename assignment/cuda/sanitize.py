@@ -101,12 +101,15 @@ def run(task: str, tool: str, source: Path, timeout_s: float = 600) -> Sanitizer
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", required=True, choices=targets())
+    parser.add_argument("--task", choices=targets())
     parser.add_argument("--tool", choices=TOOLS, action="append")
     parser.add_argument("--driver-command", action="store_true",
                         help="print the sanitize driver's command line for this task instead of running the tools")
     parser.add_argument("--module", type=Path, help="with --driver-command: a cubin of your own (e.g. a -G build)")
     args = parser.parse_args(argv)
+    if args.task is None:
+        print(f"choose a task: make sanitize T={targets()[0]} (one of {', '.join(targets())})", file=sys.stderr)
+        return 2
     load_registry().task(args.task)
     try:
         source = source_of(args.task)

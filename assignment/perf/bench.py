@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -44,6 +45,8 @@ def _parser(with_bench: list[tasks.TaskCode]) -> argparse.ArgumentParser:
     parser.add_argument("--no-model", action="store_true", help=f"{_model_tasks(with_bench)}: only the kernel table")
     parser.add_argument("--targets", action="store_true",
                         help="only the registry's timing rules, against the student targets (where you stand)")
+    parser.add_argument("--then-scaling", action="store_true",
+                        help="after the default table, the task's scaling sweep where it has one (make bench)")
     return parser
 
 
@@ -128,7 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     path = args.out / f"{args.task}{suffix}.json"
     path.write_text(json.dumps(report, indent=2, default=str))
     print(f"\nwrote {path}")
-    return 1 if any(row.get("error") for row in rows) or report.get("model", {}).get("error") else 0
+    failed = any(row.get("error") for row in rows) or report.get("model", {}).get("error")
+    if args.then_scaling and not failed and code.scaling_causal is not None and suffix == "":
+        sys.stdout.flush()  # a process of its own, as make ran it: the sweep starts from a fresh GPU state
+        return subprocess.run([sys.executable, "-m", "assignment.perf.scaling", "--task", args.task]).returncode
+    return 1 if failed else 0
 
 
 def where_you_stand(task, student, reference, copy_gbps, settings, model_report, gpu_name, skip_model=False):

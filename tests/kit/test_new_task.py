@@ -1,0 +1,219 @@
+"""Adding a task takes seven files (issue 26): a throwaway task built from a template in a copy of the kit.
+
+The copy gets t8, "scale a tensor", as an instructor would add it: its registry entry, its task module, its
+solution file, its handout text, its public test, its hidden test and its fixtures, and nothing else. Then the
+kit's own commands take it from there: the starter is generated, the public tests pass on the solution and
+fail cleanly on the starter, the hidden suite passes on the solution, the handout renders its section, and the
+grader grades a buggy submission of it below full marks. ``git status`` in the copy shows the seven files, plus
+the starter file the generator wrote.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.kit, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+NEW = "t8"
+FILE = f"{NEW}_scale.py"
+POINTS = 5
+
+REGISTRY_ENTRY = f'''
+# ---------------------------------------------------------------------------
+[[task]]
+id = "{NEW}"
+slug = "scale"
+title = "Scale a tensor"
+available = true
+device = "any"
+files = ["{FILE}"]
+text = "{NEW}.md"
+summary = "Multiply every element by a constant: the smallest task there is, to show what adding one takes."
+objectives = ["Multiply a tensor by a scalar, keeping its shape and dtype."]
+estimated_hours = [0.5, 1]
+hint = """Return alpha * x: the same shape and dtype as x."""
+
+[task.points]
+correctness = {POINTS}
+performance = 0
+
+[task.tolerance]
+float32 = {{ atol = 1e-6, rtol = 1e-6 }}
+
+[task.shapes]
+public = [{{ rows = 3, cols = 5 }}, {{ rows = 1, cols = 1 }}]
+
+[task.hidden]
+shapes = [{{ rows = 7, cols = 2 }}]
+
+[task.rules]
+imports = ["torch"]
+'''
+
+TASK_MODULE = f'''"""{NEW}, scale a tensor: a Python task with no bench, profile or sanitizer."""
+
+from __future__ import annotations
+
+from assignment.tasks import TaskCode
+
+CODE = TaskCode(id="{NEW}")
+'''
+
+SOLUTION = f'''"""Task {NEW}: scale a tensor."""
+
+from __future__ import annotations
+
+import torch
+
+
+def scale(x: torch.Tensor, alpha: float) -> torch.Tensor:
+    """alpha * x, with x's shape and dtype."""
+    # BEGIN SOLUTION {NEW}
+    return x * alpha
+    # END SOLUTION
+'''
+
+TEXT = """## Scaling
+
+Multiply every element of `x` by `alpha`: $y = \\alpha x$. The shape and the dtype stay those of `x`.
+"""
+
+PUBLIC_TEST = f'''"""Public tests for task {NEW}: scale a tensor (``{FILE}``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from assignment.impl import load_python
+from assignment.registry import load_registry
+from assignment.testing import assert_close
+
+pytestmark = pytest.mark.{NEW}
+TASK = load_registry().task("{NEW}")
+
+
+@pytest.mark.parametrize("shape", TASK.public_shapes, ids=lambda s: "{{rows}}x{{cols}}".format(**s))
+def test_scale_matches_the_formula(shape, seed):
+    x = torch.randn(shape["rows"], shape["cols"], generator=torch.Generator().manual_seed(seed))
+    out = load_python("{FILE}").scale(x, 2.5)
+    assert_close(out, 2.5 * x, **TASK.tol("float32"), name="scale(x, 2.5)", layout="row, col",
+                 hint="return alpha * x")
+'''
+
+HIDDEN_TEST = f'''"""Hidden tests for task {NEW} (instructor-only): the student's file runs in the sandboxed worker."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from assignment.checks import require
+from assignment.registry import load_registry
+from grader.hidden.common import cases
+from grader.isolation.client import student_module
+
+pytestmark = pytest.mark.{NEW}
+TASK = load_registry().task("{NEW}")
+
+
+@pytest.mark.parametrize("shape", cases(TASK))
+@pytest.mark.parametrize("alpha", [0.0, -3.0])
+def test_scale(shape, alpha, seed):
+    x = torch.randn(shape["rows"], shape["cols"], generator=torch.Generator().manual_seed(seed))
+    out = student_module("{FILE}", forbidden=TASK.rules.forbidden).scale(x, alpha)
+    require(isinstance(out, torch.Tensor) and torch.allclose(out, alpha * x, **TASK.tol("float32")), "mismatch",
+            f"scale(x, {{alpha}}) differs from alpha * x", "scale differs from alpha * x")
+'''
+
+FIXTURES = f'''[[fixture]]
+name = "{NEW}-forgets-alpha"
+class = "honest bug"
+task = "{NEW}"
+defence = "the hidden values check alpha * x at alphas the public test does not use"
+expect = {{ status = "ran", below_full = true }}
+replace = [["    return x * alpha\\n", "    return x * 2.5\\n"]]
+'''
+
+HAND_WRITTEN = {"assignment/tasks.toml", f"assignment/tasks/{NEW}.py", f"solutions/{FILE}",
+                f"assignment/text/{NEW}.md", f"tests/test_{NEW}_scale.py", f"grader/hidden/test_{NEW}_hidden.py",
+                f"grader/fixtures/{NEW}.toml"}
+GENERATED = {f"starter/{FILE}"}
+
+
+def _run(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "KIT_CACHE_DIR": str(cwd / ".kit_cache"), **env})
+
+
+def _copy_of_the_kit(tmp_path: Path) -> Path:
+    """The tracked files of this checkout (as a clean clone has them), in a git repository of their own."""
+    if not (REPO / ".git").exists() or shutil.which("git") is None:
+        pytest.skip("needs the kit's git checkout and git")
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    copy = tmp_path / "kit"
+    for name in listed.decode().split("\0"):
+        source = REPO / name
+        if name and source.is_file() and not name.startswith("grader/records/"):
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, copy / name)
+    for command in (["git", "init", "-q"], ["git", "add", "-A"],
+                    ["git", "-c", "user.name=kit", "-c", "user.email=kit@localhost", "commit", "-qm", "copy"]):
+        subprocess.run(command, cwd=copy, check=True, capture_output=True)
+    return copy
+
+
+def _add_the_task(copy: Path) -> None:
+    registry = copy / "assignment" / "tasks.toml"
+    text = registry.read_text()
+    total = int(re.search(r"^total_points = (\d+)", text, re.M).group(1))
+    text = re.sub(r"^total_points = \d+", f"total_points = {total + POINTS}", text, count=1, flags=re.M)
+    last_task_ends = text.index("\n[theory]") if "\n[theory]" in text else len(text)
+    registry.write_text(text[:last_task_ends] + REGISTRY_ENTRY + text[last_task_ends:])
+    for path, body in ((f"assignment/tasks/{NEW}.py", TASK_MODULE), (f"solutions/{FILE}", SOLUTION),
+                       (f"assignment/text/{NEW}.md", TEXT), (f"tests/test_{NEW}_scale.py", PUBLIC_TEST),
+                       (f"grader/hidden/test_{NEW}_hidden.py", HIDDEN_TEST), (f"grader/fixtures/{NEW}.toml", FIXTURES)):
+        (copy / path).write_text(textwrap.dedent(body))
+
+
+def test_a_new_task_takes_seven_files_and_runs_end_to_end(tmp_path):
+    copy = _copy_of_the_kit(tmp_path)
+    _add_the_task(copy)
+    python = sys.executable
+
+    made = _run(["make", "starter", f"PY={python}"], copy)
+    assert made.returncode == 0, f"make starter failed:\n{made.stdout[-3000:]}{made.stderr[-3000:]}"
+    changed = {line[3:] for line in _run(["git", "status", "--porcelain", "-uall"], copy).stdout.splitlines()}
+    assert changed == HAND_WRITTEN | GENERATED, (
+        f"adding a task touched {sorted(changed - GENERATED)} by hand (want the seven files {sorted(HAND_WRITTEN)}) "
+        f"and generated {sorted(changed & GENERATED)}")
+
+    public = [python, "-m", "pytest", f"tests/test_{NEW}_scale.py", "-q", "-p", "no:cacheprovider"]
+    passed = _run(public, copy, IMPL="solutions")
+    assert passed.returncode == 0 and " passed" in passed.stdout, f"public tests on the solution:\n{passed.stdout[-3000:]}"
+    todo = _run(public, copy, IMPL="starter")
+    assert todo.returncode != 0 and re.search(r"\b2 todo in ", todo.stdout), (
+        f"both public tests must stop at the starter's TODO:\n{todo.stdout[-3000:]}")
+
+    hidden = _run([python, "-m", "pytest", f"grader/hidden/test_{NEW}_hidden.py", "-q", "-p", "no:cacheprovider"], copy,
+                  IMPL="solutions")
+    assert hidden.returncode == 0 and " passed" in hidden.stdout, f"hidden tests on the solution:\n{hidden.stdout[-3000:]}"
+
+    handout = _run([python, "-m", "handout.render", "--no-pdf", "--out", str(copy / "build" / "handout")], copy)
+    page = copy / "build" / "handout" / "handout.html"
+    assert page.is_file() and "Scale a tensor" in page.read_text(), (
+        f"the handout has no section for {NEW}:\n{handout.stdout[-2000:]}{handout.stderr[-2000:]}")
+
+    graded = _run([python, "-m", "grader.adversarial", "--only", f"{NEW}-forgets-alpha"], copy)
+    assert graded.returncode == 0 and "1/1 fixtures caught" in graded.stdout, (
+        f"the grader on a buggy {NEW}:\n{graded.stdout[-3000:]}{graded.stderr[-3000:]}")
