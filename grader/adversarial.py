@@ -39,6 +39,8 @@ from grader.scoring import SubmissionScore
 FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures"
 # The grading ids a regrade_same fixture is graded as: the first twice, the second once.
 REGRADE_IDS = ("fixture-student-a", "fixture-student-b")
+# The submission-format attacks (links, zips) carry the first task's file: what any submission may hold.
+FIRST_FILE = load_registry().tasks[0].files[0]
 
 
 @dataclass
@@ -125,7 +127,7 @@ def _symlink_to(target: str):
     def build(root: Path) -> Path:
         folder = root / "alice"
         folder.mkdir()
-        os.symlink(target, folder / "t1_attention.py")
+        os.symlink(target, folder / FIRST_FILE)
         return folder
     return build
 
@@ -142,7 +144,7 @@ def _set_entry_field(path: Path, local_at: int, central_at: int, value: bytes) -
 
 def _zip_bomb(root: Path) -> Path:
     # 64 MB of zeros that deflate to about 64 KB.
-    return _zip(root / "bomb.zip", {"t1_attention.py": b"\0" * (64 << 20)}, compression=zipfile.ZIP_DEFLATED)
+    return _zip(root / "bomb.zip", {FIRST_FILE: b"\0" * (64 << 20)}, compression=zipfile.ZIP_DEFLATED)
 
 
 def _lying_zip(root: Path) -> Path:
@@ -151,7 +153,7 @@ def _lying_zip(root: Path) -> Path:
 
 
 def _corrupt_zip(root: Path) -> Path:
-    good = _zip(root / "good.zip", {"t1_attention.py": (REPO_ROOT / "solutions" / "t1_attention.py").read_bytes()})
+    good = _zip(root / "good.zip", {FIRST_FILE: (REPO_ROOT / "solutions" / FIRST_FILE).read_bytes()})
     path = root / "corrupt.zip"
     data = good.read_bytes()
     path.write_bytes(data[:30] + b"\xff" * 200 + data[230:])
@@ -160,21 +162,21 @@ def _corrupt_zip(root: Path) -> Path:
 
 def _encrypted_zip(root: Path) -> Path:
     # General-purpose flag bit 0: the entry is encrypted.
-    return _set_entry_field(_zip(root / "secret.zip", {"t1_attention.py": b"x = 1\n"}), 6, 8, (1).to_bytes(2, "little"))
+    return _set_entry_field(_zip(root / "secret.zip", {FIRST_FILE: b"x = 1\n"}), 6, 8, (1).to_bytes(2, "little"))
 
 
 def _unsupported_zip(root: Path) -> Path:
     # Compression method 97: no such method.
-    return _set_entry_field(_zip(root / "odd.zip", {"t1_attention.py": b"x = 1\n"}), 8, 10, (97).to_bytes(2, "little"))
+    return _set_entry_field(_zip(root / "odd.zip", {FIRST_FILE: b"x = 1\n"}), 8, 10, (97).to_bytes(2, "little"))
 
 
 def _zip_symlink(root: Path) -> Path:
     path = root / "links.zip"
     with zipfile.ZipFile(path, "w") as archive:
-        info = zipfile.ZipInfo("t1_attention.py")
+        info = zipfile.ZipInfo(FIRST_FILE)
         info.create_system = 3
         info.external_attr = (0o120777 << 16)  # a symbolic link entry
-        archive.writestr(info, str(REPO_ROOT / "solutions" / "t1_attention.py"))
+        archive.writestr(info, str(REPO_ROOT / "solutions" / FIRST_FILE))
     return path
 
 
@@ -186,7 +188,7 @@ def _formula_name(root: Path) -> Path:
 
 BUILDERS = {
     "symlink-passwd": _symlink_to("/etc/passwd"),
-    "symlink-solution": _symlink_to(str(REPO_ROOT / "solutions" / "t1_attention.py")),
+    "symlink-solution": _symlink_to(str(REPO_ROOT / "solutions" / FIRST_FILE)),
     "zip-bomb": _zip_bomb, "lying-zip": _lying_zip, "corrupt-zip": _corrupt_zip, "encrypted-zip": _encrypted_zip,
     "unsupported-zip": _unsupported_zip, "zip-symlink": _zip_symlink, "formula-name": _formula_name,
 }

@@ -26,7 +26,7 @@ from grader.runner import gpu_available
 # The reference may run this much slower than the registry's figure before the host is refused.
 REFERENCE_SLOWDOWN_LIMIT = 1.25
 GPU_TOOLS = {"nvcc": "building the CUDA tasks", "g++": "the CUDA region rules (read with nvcc's host compiler)",
-             "compute-sanitizer": "the memory and race checks", "cuobjdump": "the local-memory check of t4/t5"}
+             "compute-sanitizer": "the memory and race checks", "cuobjdump": "the local-memory check of the attention kernels"}
 # cudaDevAttrPageableMemoryAccess: the GPU can read and write ordinary host memory (HMM), the checker's included.
 PAGEABLE_MEMORY_ACCESS = 88
 

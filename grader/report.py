@@ -18,7 +18,7 @@ Every output says what happened, in words where a number would mislead:
   carries ``PENDING_STATUS`` and its name and output say it is pending (a proof left empty is failed: its
   0 is already known);
 * the **leaderboard** entries (Gradescope's ``leaderboard``) are the class leaderboard's figures
-  (``LEADERBOARD``: t4's TFLOP/s, t6's time between tokens), for a submission that opted in with a
+  (``LEADERBOARD``: each task's figure, from its code), for a submission that opted in with a
   ``leaderboard.txt`` (``OPT_IN_FILE``; its first line is the name the class board shows, "no" opts out)
   and only behind a task whose every correctness check passed.
 """
@@ -66,12 +66,16 @@ class Metric:
     higher_is_better: bool
 
 
-# t4's TFLOP/s at the multi-head shape of its time-vs-reference rule, and t6's time between tokens (the decode step
-# of the model rule). The class board ranks by the first.
-LEADERBOARD = (
-    Metric("t4", 1, "student_tflops", "t4 FlashAttention", "TFLOP/s", True),
-    Metric("t6", 1, "student_ms", "t6 time between tokens", "ms", False),
-)
+def _leaderboard() -> tuple[Metric, ...]:
+    """Each task's leaderboard figure (its code's ``leaderboard``), in task order; the class board ranks by the
+    first."""
+    from assignment import tasks
+
+    return tuple(Metric(c.id, b.rule, b.field, f"{c.id} {b.label}", b.unit, b.higher_is_better)
+                 for c in tasks.available() if (b := c.leaderboard) is not None)
+
+
+LEADERBOARD = _leaderboard()
 
 
 def leaderboard_alias(data: bytes | None) -> str | None:

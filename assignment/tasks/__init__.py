@@ -48,6 +48,17 @@ class BenchVariant:
 
 
 @dataclass(frozen=True)
+class Leaderboard:
+    """The figure a class's leaderboard shows for a task: a field of one timing rule's record (grading.json,
+    tasks.<id>.timing[rule])."""
+    rule: int              # the rule's index in the task's [[task.timing]] list
+    field: str             # student_tflops (rules that know their FLOPs), student_ms, value
+    label: str             # after the task id: "FlashAttention", "time between tokens"
+    unit: str
+    higher_is_better: bool
+
+
+@dataclass(frozen=True)
 class TaskCode:
     id: str
     cuda_file: str | None = None          # the CUDA file its kernels live in; None for a Python task
@@ -70,6 +81,7 @@ class TaskCode:
     scaling_causal: bool | None = None    # make scaling sweeps its kernel (causal or not); None: no sweep
     sanitize_args: tuple[str, ...] | None = None  # sanitize_driver.cpp's arguments; None: nothing to sanitize
     generates: bool = False               # the report's text-generation step runs its code
+    leaderboard: Leaderboard | None = None  # its figure on the class leaderboard (None: not on it)
 
     @property
     def regions(self) -> tuple[str, ...]:

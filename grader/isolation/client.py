@@ -63,7 +63,8 @@ from grader.isolation import feedback, sandbox, served
 from grader.isolation.worker import MAX_DRAINED_ITEMS, SERVED_ERRORS, ProtocolError, read_frame, write_frame
 
 WORKER_SOURCE = Path(__file__).resolve().parent / "worker.py"
-DRIVER_SOURCES = (Path(__file__).resolve().parent / "t6_driver.py",)
+# The kit's drivers (<name>_driver.py): a task whose student file is driven by kit code ships its scenarios in one.
+DRIVER_SOURCES = tuple(sorted(Path(__file__).resolve().parent.glob("*_driver.py")))
 MODEL_PACKAGE = Path(model_package.__file__).resolve().parent
 ASSIGNMENT = MODEL_PACKAGE.parent
 # What `from assignment.cuda import kernels` needs (all shipped to students): the wrappers and their imports.
@@ -438,7 +439,7 @@ class Worker:
         the call's kit objects (default: the device of the first tensor argument, else the CPU); ``drain``: the
         result is an iterator whose items the worker streams here as they come (see the module docstring);
         ``driver``: call that kit driver's scenario ``function`` with the student's module instead
-        (worker.KIT_DRIVERS)."""
+        (``<driver>_driver.py`` beside the worker)."""
         with self._lock:
             if not self.alive():
                 self._launch()

@@ -28,7 +28,7 @@ would answer. {"$generator": seed} becomes a ``torch.Generator`` on the call's d
 {"op": "piece", "text"} per item, before asking the iterator for the next: the checker notes, at each
 arrival, how many model steps it has served (streaming happens during generation, not after it).
 
-A request with "driver" (a name in KIT_DRIVERS) calls a function of that kit module beside this file,
+A request with "driver" (``name``, for the kit module ``name_driver.py``) calls a function of that kit module beside this file,
 with the student's module first: t6's cache is a class the kit's model drives, not a function of data,
 so its scenarios are kit code (t6_driver.py) run here around it. Results may then hold dicts with
 string keys, sent as {"$dict": {...}}.
@@ -52,7 +52,7 @@ MAX_JSON_BYTES = 1 << 20
 # Where a tripwire is installed for each forbidden name found there.
 TRIPWIRE_HOMES = ("torch", "torch.nn", "torch.nn.functional", "torch.Tensor", "torch._C", "torch._C._nn",
                   "torch.linalg", "torch.special")
-KIT_DRIVERS = {"t6": "t6_driver"}  # driver name -> kit module beside this file (its ENTRY_POINTS may be called)
+DRIVER_SUFFIX = "_driver.py"  # a kit driver is <name>_driver.py beside this file (its ENTRY_POINTS may be called)
 MAX_DRAINED_ITEMS = 100_000   # items of a drained iterator (a stream of a few hundred pieces is far below)
 MAX_PIECE_CHARS = 1 << 16     # a longer streamed piece crosses as "not text" (a frame's JSON is at most 1 MiB)
 # Errors a served call may raise here (the checker sends the type's name); any other becomes a RuntimeError.
@@ -245,11 +245,11 @@ class Worker:
         return self.modules[filename]
 
     def _driver(self, name: str):
-        """A kit driver module (KIT_DRIVERS), imported once from beside this file."""
-        if name not in KIT_DRIVERS:
+        """A kit driver module (``<name>_driver.py`` the client put beside this file), imported once."""
+        path = os.path.join(self.kit_root, name + DRIVER_SUFFIX)
+        if not name.isidentifier() or not os.path.isfile(path):
             raise ProtocolError(f"unknown driver {name!r}")
         if name not in self.drivers:
-            path = os.path.join(self.kit_root, KIT_DRIVERS[name] + ".py")
             spec = importlib.util.spec_from_file_location("kit_driver_" + name, path)
             driver = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(driver)
