@@ -1,7 +1,7 @@
 """A graded timing workload: one timing rule's inputs, candidates and full check.
 
 Each task's code builds one per timing rule (``TaskCode.timing_workload``, in ``assignment/tasks/``); the
-grader's hidden timing tests and its preflight run them (``grader/hidden/workloads.py``). Inputs are made on the
+grader's hidden timing tests and its preflight run them. Inputs are made on the
 GPU from a seed, so every timed call gets fresh ones cheaply; every student output is compared in full with the
 reference kernel's output on the same (unmodified) inputs.
 """
