@@ -1,4 +1,4 @@
-"""make report (assignment/report.py): REPORT.md and REPORT.html from the student's own runs.
+"""make report (assignment/report/): REPORT.md and REPORT.html from the student's own runs.
 
 The GPU steps run through a fake runner that writes what the real commands write (bench JSON made with the kit's
 own producers: timing.summarize, model_bench.summarize_prompt, targets.new_standing/settle); t7 runs for real on
@@ -27,7 +27,7 @@ from typing import ClassVar
 import pytest
 import torch
 
-from assignment import report
+from assignment.report import steps as report
 from assignment.feedback import load_form
 from assignment.model.presets import preset_config
 from assignment.perf import cases, model_bench, targets
@@ -433,7 +433,7 @@ def test_sigterm_stops_the_report_and_the_step_it_is_running(tmp_path):
     script.write_text(f"""
 import sys
 sys.path.insert(0, {str(REPO)!r})
-from assignment import report
+from assignment.report import steps as report
 real = report.command_runner()
 def runner(argv, **kw):
     return real([sys.executable, "-c", "import time, sys; print({marker!r}, flush=True); time.sleep(60)"], **kw)

@@ -50,9 +50,10 @@ from assignment.impl import REPO_ROOT, ImplError, student_dir
 from assignment.registry import Registry, Task, load_registry
 from assignment.starter import todo_counts
 
-ASSIGNMENT_DIR = Path(__file__).resolve().parent
-MD_TEMPLATE = ASSIGNMENT_DIR / "report.md.j2"
-HTML_TEMPLATE = ASSIGNMENT_DIR / "report.html.j2"
+ASSIGNMENT_DIR = Path(__file__).resolve().parents[1]
+TEMPLATE_DIR = Path(__file__).resolve().parent
+MD_TEMPLATE = TEMPLATE_DIR / "report.md.j2"
+HTML_TEMPLATE = TEMPLATE_DIR / "report.html.j2"
 DEFAULT_BUILD = REPO_ROOT / "build" / "report"
 CACHE_VERSION = 1
 
@@ -811,7 +812,7 @@ def _environment(html_mode: bool):
         text = str(text).replace("\n", " ")
         return (html.escape(text, quote=False) if html_mode else text).replace("|", "\\|")
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(ASSIGNMENT_DIR), undefined=jinja2.StrictUndefined,
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE_DIR), undefined=jinja2.StrictUndefined,
                              autoescape=False, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     def code(text: Any) -> str:
         """Inline code (a command, a path): a code span in the text, <code> on the page."""
@@ -884,6 +885,3 @@ def main(argv: list[str] | None = None, runner: Runner | None = None, gpu: dict[
             signal.signal(signal.SIGTERM, previous)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
