@@ -2,6 +2,6 @@
 
 import sys
 
-from assignment.report.steps import main
+from assignment.report.cli import main
 
 sys.exit(main())

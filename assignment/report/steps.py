@@ -1,13 +1,5 @@
-"""``make report``: REPORT.md and REPORT.html, the write-up a student hands in, made from the student's own runs.
-
-    python -m assignment.report [--task t4 ...] [--refresh] [--out DIR] [--build DIR] [--max-tokens 100]
-                                [--quick-scaling] [--verbose]
-
-The report has seed 000's shape: the t4/t5 attention speedups at batch 4 x length 128 and batch 64 x length
-4096, t6's time to first token (TTFT) and time between tokens (TBT) against the naive path, the text t7's
-sampling loop generates from the registry's ``report_prompt``, where the student stands on the timing rubric,
-the bench tables, the plots, the profiler's counters (when ``ncu`` is on PATH) and the feedback answers. A
-header names the GPU, the implementation, the date and every part that was skipped, and why.
+"""The report's steps: what runs (``plan_steps``), whether a task is written yet (``todo_left``), the runner that
+runs a step as its own process with a time limit, and the cache of step results (``run_steps`` puts them together).
 
 Each measurement is a step run as its own process with a time limit (``make bench``'s module, the scaling
 sweep, the profiler, ``make generate``), so a crash, an illegal address or a hang in the student's code costs
@@ -21,15 +13,9 @@ when it is still valid. Failed steps are never cached.
 
 from __future__ import annotations
 
-import argparse
-import base64
 import hashlib
-import html
 import json
-import math
 import os
-import platform
-import re
 import shlex
 import shutil
 import signal
@@ -37,7 +23,6 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -46,14 +31,11 @@ from typing import Any
 
 from assignment import tasks as task_code
 from assignment.atomic import write_atomic
-from assignment.impl import REPO_ROOT, ImplError, student_dir
-from assignment.registry import Registry, Task, load_registry
+from assignment.impl import REPO_ROOT
+from assignment.registry import Registry
 from assignment.starter import todo_counts
 
 ASSIGNMENT_DIR = Path(__file__).resolve().parents[1]
-TEMPLATE_DIR = Path(__file__).resolve().parent
-MD_TEMPLATE = TEMPLATE_DIR / "report.md.j2"
-HTML_TEMPLATE = TEMPLATE_DIR / "report.html.j2"
 DEFAULT_BUILD = REPO_ROOT / "build" / "report"
 CACHE_VERSION = 1
 
@@ -69,18 +51,8 @@ TIMEOUT_RC = 124  # what a runner returns for a step it stopped at its time limi
 NO_GPU = "no CUDA GPU (torch.cuda.is_available() is False; run make report on a GPU node)"
 GPU_PROBE = "import json; from assignment.perf.timing import gpu_info; print(json.dumps(gpu_info()))"
 GPU_PROBE_TIMEOUT_S = 120.0
-
-# Seed 000's shapes (B, H, L, d): rows of assignment.perf.cases.ATTENTION_SHAPES.
-SEED000_SHAPES = ((4, 1, 128, 64), (64, 1, 4096, 64))
-T6_PROMPTS = (128, 1024)  # model_bench.FULL.prompts
-T6_PATHS = ("naive", "student", "reference", "transformers")
 TAIL_LINES = 30
 DEFAULT_PROMPT = "The history of"
-PLOT_CAPTIONS = {"_time.png": "time against sequence length", "_tflops.png": "TFLOP/s against sequence length",
-                 "_speedup.png": "your speedup over each baseline against sequence length",
-                 "_roofline.png": "roofline: arithmetic intensity against TFLOP/s",
-                 "t6_model_tbt.png": "time between tokens against context, every path",
-                 "t6_model_roofline.png": "decode step against the memory roofline"}
 
 # runner(argv, timeout_s=..., env=..., cwd=...) -> (returncode, stdout, stderr); TIMEOUT_RC when stopped at the limit
 Runner = Callable[..., tuple[int, str, str]]
@@ -350,7 +322,7 @@ def run_step(step: Step, runner: Runner, settings: Settings, key: str, say: Call
         result.tail = tail_of(stdout, stderr)
         if step.kind != "bench":  # a failed bench's JSON still holds the rows it timed; other steps' output does not
             result.data = None
-        say(f"{step.name}: {result.reason} (log: {_shown_path(log)})")
+        say(f"{step.name}: {result.reason} (log: {shown_path(log)})")
         return result
     record = {"version": CACHE_VERSION, "key": key} | {f.name: getattr(result, f.name) for f in fields(StepResult)
                                                        if f.name != "cached"}
@@ -368,7 +340,7 @@ def exit_description(returncode: int) -> str:
     return f"exit status {returncode}"
 
 
-def _shown_path(path: Path | str) -> str:
+def shown_path(path: Path | str) -> str:
     try:
         return str(Path(path).resolve().relative_to(REPO_ROOT))
     except ValueError:
@@ -435,453 +407,4 @@ def run_steps(registry: Registry, settings: Settings, runner: Runner, gpu: dict[
 
 def no_gpu_reason(gpu: dict[str, Any]) -> str:
     return f"no usable CUDA GPU: {gpu['error']}" if gpu.get("error") else NO_GPU
-
-
-def make_report(settings: Settings, runner: Runner | None = None, gpu: dict[str, Any] | None = None,
-                have_ncu: bool | None = None, say: Callable[[str], None] | None = None) -> tuple[Path, Path]:
-    """Run (or reuse) every step and write REPORT.md and REPORT.html into ``settings.out``."""
-    say = say or (lambda line: print(f"[report] {line}", flush=True))
-    registry = load_registry()
-    unknown = [t for t in settings.tasks if t not in registry.ids]
-    if unknown:
-        raise ValueError(f"unknown task {unknown[0]!r} (the registry has {', '.join(registry.ids)})")
-    gpu = detect_gpu() if gpu is None else gpu
-    have_ncu = shutil.which("ncu") is not None if have_ncu is None else have_ncu
-    say(f"implementation: {settings.impl}; GPU: {gpu.get('name') or 'none'}; cache: {_shown_path(settings.build)}")
-    results, todo = run_steps(registry, settings, runner or command_runner(), gpu, have_ncu, say)
-    context = build_context(registry, settings, gpu, results, todo)
-    markdown_text = render_markdown(context, html_mode=False)
-    html_text = render_html(context)
-    md_path, html_path = settings.out / "REPORT.md", settings.out / "REPORT.html"
-    write_atomic(md_path, markdown_text)
-    write_atomic(html_path, html_text)
-    say(f"wrote {_shown_path(md_path)} and {_shown_path(html_path)} ({context['counts']})")
-    return md_path, html_path
-
-
-# --------------------------------------------------------------------------- what the report shows
-
-
-def _num(value: float | None, spec: str, suffix: str = "") -> str:
-    if value is None or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return "–"
-    return format(value, spec) + suffix
-
-
-def _ms(value: float | None) -> str:
-    if value is None:
-        return "–"
-    return _num(value, ".1f" if value >= 100 else ".3f" if value >= 1 else ".4f")
-
-
-def _x(value: float | None) -> str:
-    return _num(value, ".2f", "×")
-
-
-def _why_missing(result: StepResult | None) -> str:
-    if result is None:
-        return "not run"
-    if result.status == "skipped":
-        return result.reason or "skipped"
-    return f"{result.step} {result.reason}" if result.data is None else ""
-
-
-def attention_label(B: int, H: int, L: int, d: int, causal: bool) -> str:
-    """The bench's label of a row of assignment.perf.cases.cases_attention."""
-    return f"{'causal ' if causal else ''}attention B{B} H{H} L{L} d{d}"
-
-
-def _student_note(case: dict) -> str:
-    note = next((n for n in case.get("notes", []) if n.startswith("student")), None)
-    return note or case.get("error") or "your kernel has no result"
-
-
-def attention_view(task: Task, result: StepResult | None, causal: bool) -> dict:
-    view = {"id": task.id, "title": task.title, "causal": causal, "rows": [], "reason": _why_missing(result)}
-    if view["reason"]:
-        return view
-    cases = {case.get("label"): case for case in result.data.get("cases", [])}
-    for B, H, L, d in SEED000_SHAPES:
-        row = {"shape": f"batch {B} × length {L}", "batch": B, "length": L, "missing": None, "error": None}
-        case = cases.get(attention_label(B, H, L, d, causal))
-        students = (case or {}).get("results", {}).get("student")
-        if case is None:
-            row["missing"] = f"no {attention_label(B, H, L, d, causal)} row in the bench results"
-        elif students is None:
-            row["missing"] = _student_note(case)
-        else:
-            mine, results = students["median_ms"], case["results"]
-            over = {name: results[name]["median_ms"] / mine if name in results and mine else None
-                    for name in ("naive pytorch", "SDPA", "naive cuda")}
-            row |= {"ms": _ms(mine), "tflops": _num(students.get("tflops"), ".2f"), "naive": _x(over["naive pytorch"]),
-                    "sdpa": _x(over["SDPA"]), "naive_cuda": _x(over["naive cuda"]),
-                    "error": case.get("error")}
-        view["rows"].append(row)
-    return view
-
-
-def decode_view(task: Task, result: StepResult | None) -> dict:
-    view = {"id": task.id, "title": task.title, "reason": _why_missing(result), "model_reason": None, "headline": [],
-            "prompts": [], "decode": [], "notes": []}
-    if view["reason"]:
-        return view
-    data = result.data
-    model = data.get("model") or {}
-    if not model or model.get("error"):
-        view["model_reason"] = model.get("error") or "the bench ran without the model table"
-    labels = {name: info.get("label", name) for name, info in (model.get("paths") or {}).items()}
-    entries = {entry.get("prompt"): entry for entry in model.get("prompts", [])}
-    for prompt in T6_PROMPTS:
-        entry = entries.get(prompt)
-        mine = (entry or {}).get("rows", {}).get("student")
-        line = {"prompt": prompt, "missing": None}
-        if entry is None:
-            line["missing"] = view["model_reason"] or f"no prompt of {prompt} tokens in the model table"
-        elif mine is None or "skipped" in mine:
-            line["missing"] = f"your path did not run: {(mine or {}).get('skipped', 'no result')}"
-        else:
-            line |= {"ttft": _ms(mine.get("ttft_ms")), "tbt": _ms(mine.get("tbt_ms")),
-                     "ttft_x": _x(mine.get("ttft_speedup_naive")), "tbt_x": _x(mine.get("tbt_speedup_naive"))}
-        view["headline"].append(line)
-    for prompt, entry in sorted(entries.items(), key=lambda item: item[0] or 0):
-        rows = []
-        for name in T6_PATHS:
-            row = entry.get("rows", {}).get(name)
-            if row is None:
-                continue
-            shown = {"path": labels.get(name, name), "skipped": row.get("skipped")}
-            if not row.get("skipped"):
-                agrees = row.get("agrees")
-                shown |= {"ttft": _ms(row.get("ttft_ms")), "ttft_x": _x(row.get("ttft_speedup_naive")),
-                          "tbt": _ms(row.get("tbt_ms")), "tbt_x": _x(row.get("tbt_speedup_naive")),
-                          "roofline": _num(row.get("percent_roofline"), ".0f", "%"),
-                          "agrees": "baseline" if name == "naive" else "–" if agrees is None
-                          else "yes" if agrees else "DIFFERS"}
-            rows.append(shown)
-        view["prompts"].append({"prompt": prompt, "context": entry.get("context"),
-                                "roofline": _ms(entry.get("roofline_tbt_ms")), "rows": rows})
-    view["notes"] = list(model.get("notes", []))
-    copy = data.get("copy_gbps")
-    view["copy_gbps"] = _num(copy, ".0f")
-    for case in data.get("cases", []):
-        if not str(case.get("label", "")).startswith("decode"):
-            continue
-        results = case.get("results", {})
-        mine = results.get("student")
-        row = {"label": case["label"].replace(" (KV bytes/s)", ""), "missing": None}
-        if mine is None:
-            row["missing"] = _student_note(case)
-        else:
-            gbps = mine.get("gbps")
-            naive = results.get("naive pytorch", {}).get("median_ms")
-            row |= {"ms": _ms(mine["median_ms"]), "gbps": _num(gbps, ".0f"),
-                    "copy_percent": _num(100 * gbps / copy if gbps and copy else None, ".0f", "%"),
-                    "naive_x": _x(naive / mine["median_ms"] if naive else None)}
-        view["decode"].append(row)
-    return view
-
-
-def generation_view(task: Task, result: StepResult | None, prompt: str) -> dict:
-    view = {"id": task.id, "title": task.title, "prompt": prompt, "reason": _why_missing(result), "text": "",
-            "timing": [], "stopped_at_once": False}
-    if not view["reason"]:
-        view |= {"prompt": result.data["prompt"], "text": result.data["text"], "timing": result.data["timing"]}
-        view["stopped_at_once"] = not result.data["text"].strip()
-    return view
-
-
-def standings_view(registry: Registry, by_step: dict[str, StepResult]) -> list[dict]:
-    """Each GPU task's timing rules against the student targets (the bench JSON's "targets")."""
-    from assignment.perf.targets import Standing, describe
-
-    names = {f.name for f in fields(Standing)}
-    tasks = []
-    for task in registry.available:
-        if not task.needs_gpu or not task.timing:
-            continue
-        result = by_step.get(f"bench_{task.id}")
-        entry = {"id": task.id, "title": task.title, "reason": _why_missing(result), "rows": [], "points": None,
-                 "max_points": f"{sum(rule.max_points for rule in task.timing):g}"}
-        if not entry["reason"]:
-            raw = result.data.get("targets")
-            if raw is None:
-                entry["reason"] = "the bench wrote no targets"
-            earned = 0.0
-            for item in raw or []:
-                s = Standing(**{k: v for k, v in item.items() if k in names})
-                full_points, full_speed = s.needed[-1]
-                speed = describe(s.baseline, s.speed) if s.speed is not None else f"not measured ({s.reason})"
-                times = []
-                if s.student_ms is not None:
-                    times.append(f"yours {s.student_ms:.3f} ms")
-                if s.baseline_ms is not None:
-                    times.append(f"{s.baseline} {s.baseline_ms:.3f} ms")
-                earned += s.points or 0.0
-                entry["rows"].append({"rule": s.rule, "speed": speed, "times": "; ".join(times),
-                                      "full": f"{describe(s.baseline, full_speed)} ({full_points:g} points)",
-                                      "points": f"{s.points:g} of {s.max_points:g}" if s.points is not None
-                                      else f"– of {s.max_points:g}", "notes": list(s.notes),
-                                      "course_gpu": s.course_gpu})
-            entry["points"] = f"{earned:g}" if raw else None
-        tasks.append(entry)
-    return tasks
-
-
-def bench_tables_view(registry: Registry, by_step: dict[str, StepResult]) -> list[dict]:
-    tables = []
-    for task in registry.available:
-        result = by_step.get(f"bench_{task.id}")
-        if result is None:
-            continue
-        entry = {"id": task.id, "title": task.title, "reason": _why_missing(result), "cases": []}
-        if entry["reason"]:
-            tables.append(entry)
-            continue
-        data = result.data
-        metric = task_code.code(task.id).bench_metric or "TFLOP/s"  # as assignment.perf.cases prints them
-        entry |= {"copy_gbps": _num(data.get("copy_gbps"), ".0f"), "metric": metric}
-        for case in data.get("cases", []):
-            results = case.get("results", {})
-            mine = results.get("student", {}).get("median_ms")
-            rows = [{"name": name, "ms": _ms(r.get("median_ms")),
-                     "value": _num(r.get("gbps") if metric == "GB/s" else r.get("tflops"), ".1f" if metric == "GB/s"
-                                   else ".2f"),
-                     "yours": _x(r["median_ms"] / mine if mine and r.get("median_ms") else None)}
-                    for name, r in results.items()]
-            entry["cases"].append({"label": case.get("label", "?"), "rows": rows, "notes": case.get("notes", []),
-                                   "error": case.get("error")})
-        tables.append(entry)
-    return tables
-
-
-def plots_view(results: list[StepResult], html_mode: bool) -> list[dict]:
-    def kind(path: Path) -> int:  # PLOT_CAPTIONS's order: time, TFLOP/s, roofline; t6's two
-        names = list(PLOT_CAPTIONS)
-        if path.name in PLOT_CAPTIONS:
-            return names.index(path.name)
-        return next((i for i, suffix in enumerate(names) if path.name.endswith(suffix)), len(names))
-
-    plots = []
-    for result in results:
-        for path in sorted(map(Path, result.files), key=lambda p: (kind(p), p.name)):
-            known = kind(path) < len(PLOT_CAPTIONS)
-            caption = list(PLOT_CAPTIONS.values())[kind(path)] if known else path.stem
-            plot = {"name": path.name, "step": result.step, "task": result.task, "caption": f"{result.task}: {caption}"}
-            if html_mode and path.is_file():
-                plot["uri"] = "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
-            plots.append(plot)
-    return plots
-
-
-def feedback_view(path: Path) -> dict:
-    from assignment.feedback import FeedbackError, load_answers, load_form
-
-    view = {"path": _shown_path(path), "present": path.is_file(), "error": None, "answers": [], "problems": []}
-    if not view["present"]:
-        return view
-    try:
-        form = load_form()
-        answers = load_answers(path, form)
-    except FeedbackError as exc:
-        view["error"] = str(exc)
-        return view
-    for q in form.questions:
-        if q.id not in answers:
-            shown = "(not answered)"
-        elif answers[q.id] is None:
-            shown = "(skipped)"
-        elif isinstance(answers[q.id], list):
-            shown = ", ".join(map(str, answers[q.id]))
-        elif q.type == "scale" and isinstance(answers[q.id], int):
-            shown = f"{answers[q.id]}/5 (1: {q.low}, 5: {q.high})"
-        else:
-            shown = str(answers[q.id])
-        view["answers"].append({"question": q.text, "answer": shown})
-    view["problems"] = form.problems(answers)
-    return view
-
-
-def skipped_view(registry: Registry, results: list[StepResult], todo: dict[str, str | None]) -> list[dict]:
-    """What is missing from the report and why: tasks not written, steps skipped (grouped), steps that failed."""
-    titles = {t.id: t.title for t in registry.tasks}
-    items = [{"what": f"{t} {titles[t]}", "command": "", "why": why, "tail": ""} for t, why in todo.items() if why]
-    grouped: dict[tuple[str, str], list[str]] = {}
-    for r in results:
-        if r.status == "skipped" and not todo.get(r.task):
-            grouped.setdefault((r.task, r.reason or "skipped"), []).append(r.kind)
-    for (task, why), kinds in grouped.items():
-        items.append({"what": f"{task} {titles[task]} ({', '.join(kinds)})", "command": "", "why": why, "tail": ""})
-    for r in results:
-        if r.status in ("failed", "timeout"):
-            items.append({"what": f"{r.task} {titles[r.task]}: {r.step}", "command": r.command,
-                          "why": f"{r.reason}; {'the rows it timed are shown' if r.data else 'no results from it'}"
-                                 f"; log: {_shown_path(r.log) if r.log else '-'}",
-                          "tail": r.tail})
-    return items
-
-
-def build_context(registry: Registry, settings: Settings, gpu: dict[str, Any], results: list[StepResult],
-                  todo: dict[str, str | None]) -> dict[str, Any]:
-    from assignment.perf.timing import format_gpu_info
-
-    by_step = {r.step: r for r in results}
-    task_status = []
-    for task in registry.available:
-        mine = [r for r in results if r.task == task.id]
-        if todo.get(task.id):
-            status = todo[task.id]
-        elif not mine:
-            status = f"written (no report step: make test T={task.id} checks it)"
-        elif any(r.status in ("failed", "timeout") for r in mine):
-            status = "written; a step failed (see Skipped)"
-        elif all(r.status == "skipped" for r in mine):
-            status = f"written; not measured ({mine[0].reason})"
-        else:
-            status = "written; measured"
-        task_status.append({"id": task.id, "title": task.title, "status": status})
-    counts = {status: sum(r.status == status and not r.cached for r in results)
-              for status in ("ok", "failed", "timeout", "skipped")}
-    cached = sum(r.cached for r in results)
-    counts_text = (f"{_plural(counts['ok'], 'step')} run, {cached} reused from the cache, {counts['skipped']} "
-                   f"skipped, {counts['failed'] + counts['timeout']} failed")
-    available = registry.available
-
-    def code(task: Task) -> task_code.TaskCode:
-        return task_code.code(task.id)
-
-    return {
-        "title": f"{registry.title}: report",
-        "gpu": format_gpu_info(gpu) if gpu.get("name") else no_gpu_reason(gpu),
-        "impl": str(settings.impl), "date": datetime.now().astimezone().isoformat(timespec="seconds"),
-        "torch": gpu.get("torch") or "unknown", "python": platform.python_version(), "counts": counts_text,
-        "tasks": task_status, "skipped": skipped_view(registry, results, todo),
-        "attention": [attention_view(t, by_step.get(f"bench_{t.id}"), code(t).scaling_causal) for t in available
-                      if code(t).scaling_causal is not None],
-        "decode": next((decode_view(t, by_step.get(f"bench_{t.id}")) for t in available if code(t).model_bench), None),
-        "generation": next((generation_view(t, by_step.get(f"generate_{t.id}"), registry.report_prompt
-                                            or DEFAULT_PROMPT) for t in available if code(t).generates), None),
-        "max_tokens": settings.max_tokens,
-        "standings": standings_view(registry, by_step), "bench_tables": bench_tables_view(registry, by_step),
-        "results": results, "profile": [r for r in results if r.kind == "profile"],
-        "feedback": feedback_view(settings.feedback),
-        "steps": [{"name": r.step, "command": r.command, "status": _step_status(r),
-                   "log": _shown_path(r.log) if r.log else ""} for r in results],
-    }
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
-def _step_status(r: StepResult) -> str:
-    if r.status == "skipped":
-        return "skipped"
-    if r.cached:
-        return f"cached (ran {r.finished}, {r.seconds:g} s)"
-    if r.status == "ok":
-        return f"ran in {r.seconds:g} s"
-    return r.reason or r.status
-
-
-# --------------------------------------------------------------------------- rendering
-
-
-def _fence(text: str) -> str:
-    """A fenced code block whose fence is longer than any run of backticks inside."""
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}text\n{text.rstrip()}\n{fence}"
-
-
-def _environment(html_mode: bool):
-    import jinja2
-
-    def pre(text: str) -> str:
-        if html_mode:  # raw HTML: markdown leaves it alone, so nothing in a log can turn into markup
-            return f"<pre>{html.escape(text.rstrip())}</pre>"
-        return _fence(text)
-
-    def quote(text: str) -> str:
-        if html_mode:
-            body = "<br>\n".join(html.escape(line) for line in text.rstrip().splitlines())
-            return f'<blockquote class="text">{body or "&nbsp;"}</blockquote>'
-        return "\n".join(f"> {line}".rstrip() for line in (text.rstrip().splitlines() or [""]))
-
-    def inline(text: Any) -> str:
-        """Plain text inside a line or a table cell: HTML escaped for the page, pipes escaped for the tables."""
-        text = str(text).replace("\n", " ")
-        return (html.escape(text, quote=False) if html_mode else text).replace("|", "\\|")
-
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE_DIR), undefined=jinja2.StrictUndefined,
-                             autoescape=False, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-    def code(text: Any) -> str:
-        """Inline code (a command, a path): a code span in the text, <code> on the page."""
-        text = str(text).replace("\n", " ")
-        if html_mode:
-            return f"<code>{html.escape(text, quote=False)}</code>".replace("|", "&#124;")
-        ticks = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
-        return f"{ticks}{text}{ticks}".replace("|", "\\|")
-
-    env.filters |= {"pre": pre, "quote": quote, "t": inline, "c": code}
-    return env
-
-
-def render_markdown(context: dict[str, Any], html_mode: bool) -> str:
-    """REPORT.md; with ``html_mode`` the same text made for the page (escaped, images inline)."""
-    plots = plots_view(context["results"], html_mode)
-    text = _environment(html_mode).get_template(MD_TEMPLATE.name).render(**context, plots=plots, html_mode=html_mode)
-    return re.sub(r"\n{3,}", "\n\n", text)
-
-
-def render_html(context: dict[str, Any]) -> str:
-    import markdown
-
-    body = markdown.markdown(render_markdown(context, html_mode=True),
-                             extensions=["tables", "fenced_code", "sane_lists"], output_format="html")
-    return _environment(True).get_template(HTML_TEMPLATE.name).render(title=html.escape(context["title"]),
-                                                                      body=body)
-
-
-# --------------------------------------------------------------------------- command line
-
-
-def _interrupted(signum, frame) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-def main(argv: list[str] | None = None, runner: Runner | None = None, gpu: dict[str, Any] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="make report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--task", action="append", default=[], metavar="tN",
-                        help="run only this task's steps (repeatable); other tasks come from the cache when valid")
-    parser.add_argument("--refresh", action="store_true", help="ignore the cache: run every step again")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT, help="where REPORT.md and REPORT.html go")
-    parser.add_argument("--build", type=Path, default=DEFAULT_BUILD, help="the steps' outputs, logs and cache")
-    parser.add_argument("--impl", help="the implementation (default: IMPL, else the kit's default)")
-    parser.add_argument("--feedback", type=Path, default=REPO_ROOT / "feedback.json", help="the feedback answers")
-    parser.add_argument("--max-tokens", type=int, default=100, help="tokens t7 generates for the report")
-    parser.add_argument("--quick-scaling", action="store_true", help="the shorter scaling sweep (4 lengths)")
-    parser.add_argument("--verbose", action="store_true", help="echo every step's output as it runs")
-    args = parser.parse_args(argv)
-    main_thread = threading.current_thread() is threading.main_thread()
-    # A step runs in a session of its own: on SIGTERM (a batch system's time limit) take it down with us.
-    previous = signal.signal(signal.SIGTERM, _interrupted) if main_thread else None
-    try:
-        settings = Settings(impl=student_dir(args.impl), out=args.out.resolve(), build=args.build.resolve(),
-                            feedback=args.feedback.resolve(), tasks=tuple(dict.fromkeys(args.task)),
-                            refresh=args.refresh, max_tokens=args.max_tokens, quick_scaling=args.quick_scaling)
-        make_report(settings, runner or command_runner(echo=args.verbose), gpu)
-    except KeyboardInterrupt:
-        print("\nreport: interrupted; the report was not written (finished steps are cached)", file=sys.stderr)
-        return 1
-    except (ValueError, ImplError) as exc:  # an unknown task, no implementation directory: no traceback
-        print(f"report: the report could not be written: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # noqa: BLE001 -- whatever stops the write-up: say what, exit 1
-        traceback.print_exc()
-        print(f"report: the report could not be written: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)
-    return 0
 
