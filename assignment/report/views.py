@@ -12,13 +12,14 @@ from __future__ import annotations
 import base64
 import math
 import platform
-from dataclasses import fields
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from assignment import tasks as task_code
 from assignment.registry import Registry, Task
+from assignment.report.records import BenchCase, BenchRun, read_bench
 from assignment.report.steps import DEFAULT_PROMPT, Settings, StepResult, no_gpu_reason, shown_path
 
 # Seed 000's shapes (B, H, L, d): rows of assignment.perf.cases.ATTENTION_SHAPES.
@@ -56,97 +57,108 @@ def _why_missing(result: StepResult | None) -> str:
     return f"{result.step} {result.reason}" if result.data is None else ""
 
 
+@dataclass(frozen=True)
+class Bench:
+    """A task's bench step as the views see it: why it has nothing to show ("" when it has), and its JSON."""
+
+    missing: str
+    run: BenchRun | None = None
+
+
+NOT_RUN = Bench("not run")
+
+
+def read_benches(results: list[StepResult]) -> dict[str, Bench]:
+    """Each task's bench step, its JSON read once (by task id; a task without a bench step is left out)."""
+    return {r.task: Bench(_why_missing(r), None if r.data is None else read_bench(r.data))
+            for r in results if r.kind == "bench"}
+
+
 def attention_label(B: int, H: int, L: int, d: int, causal: bool) -> str:
     """The bench's label of a row of assignment.perf.cases.cases_attention."""
     return f"{'causal ' if causal else ''}attention B{B} H{H} L{L} d{d}"
 
 
-def _student_note(case: dict) -> str:
-    note = next((n for n in case.get("notes", []) if n.startswith("student")), None)
-    return note or case.get("error") or "your kernel has no result"
+def _student_note(case: BenchCase) -> str:
+    note = next((n for n in case.notes if n.startswith("student")), None)
+    return note or case.error or "your kernel has no result"
 
 
-def attention_view(task: Task, result: StepResult | None, causal: bool) -> dict:
-    view = {"id": task.id, "title": task.title, "causal": causal, "rows": [], "reason": _why_missing(result)}
+def attention_view(task: Task, bench: Bench, causal: bool) -> dict:
+    view = {"id": task.id, "title": task.title, "causal": causal, "rows": [], "reason": bench.missing}
     if view["reason"]:
         return view
-    cases = {case.get("label"): case for case in result.data.get("cases", [])}
+    cases = {case.label: case for case in bench.run.cases}
     for B, H, L, d in SEED000_SHAPES:
         row = {"shape": f"batch {B} × length {L}", "batch": B, "length": L, "missing": None, "error": None}
         case = cases.get(attention_label(B, H, L, d, causal))
-        students = (case or {}).get("results", {}).get("student")
+        students = case.results.get("student") if case else None
         if case is None:
             row["missing"] = f"no {attention_label(B, H, L, d, causal)} row in the bench results"
         elif students is None:
             row["missing"] = _student_note(case)
         else:
-            mine, results = students["median_ms"], case["results"]
-            over = {name: results[name]["median_ms"] / mine if name in results and mine else None
+            mine, results = students.median_ms, case.results
+            over = {name: results[name].median_ms / mine if name in results and mine else None
                     for name in ("naive pytorch", "SDPA", "naive cuda")}
-            row |= {"ms": _ms(mine), "tflops": _num(students.get("tflops"), ".2f"), "naive": _x(over["naive pytorch"]),
-                    "sdpa": _x(over["SDPA"]), "naive_cuda": _x(over["naive cuda"]),
-                    "error": case.get("error")}
+            row |= {"ms": _ms(mine), "tflops": _num(students.tflops, ".2f"), "naive": _x(over["naive pytorch"]),
+                    "sdpa": _x(over["SDPA"]), "naive_cuda": _x(over["naive cuda"]), "error": case.error}
         view["rows"].append(row)
     return view
 
 
-def decode_view(task: Task, result: StepResult | None) -> dict:
-    view = {"id": task.id, "title": task.title, "reason": _why_missing(result), "model_reason": None, "headline": [],
+def decode_view(task: Task, bench: Bench) -> dict:
+    view = {"id": task.id, "title": task.title, "reason": bench.missing, "model_reason": None, "headline": [],
             "prompts": [], "decode": [], "notes": []}
     if view["reason"]:
         return view
-    data = result.data
-    model = data.get("model") or {}
-    if not model or model.get("error"):
-        view["model_reason"] = model.get("error") or "the bench ran without the model table"
-    labels = {name: info.get("label", name) for name, info in (model.get("paths") or {}).items()}
-    entries = {entry.get("prompt"): entry for entry in model.get("prompts", [])}
+    run, model = bench.run, bench.run.model
+    if not model.present or model.error:
+        view["model_reason"] = model.error or "the bench ran without the model table"
+    entries = {entry.prompt: entry for entry in model.prompts}
     for prompt in T6_PROMPTS:
         entry = entries.get(prompt)
-        mine = (entry or {}).get("rows", {}).get("student")
+        mine = entry.rows.get("student") if entry else None
         line = {"prompt": prompt, "missing": None}
         if entry is None:
             line["missing"] = view["model_reason"] or f"no prompt of {prompt} tokens in the model table"
-        elif mine is None or "skipped" in mine:
-            line["missing"] = f"your path did not run: {(mine or {}).get('skipped', 'no result')}"
+        elif mine is None or mine.skipped is not None:
+            line["missing"] = f"your path did not run: {mine.skipped if mine else 'no result'}"
         else:
-            line |= {"ttft": _ms(mine.get("ttft_ms")), "tbt": _ms(mine.get("tbt_ms")),
-                     "ttft_x": _x(mine.get("ttft_speedup_naive")), "tbt_x": _x(mine.get("tbt_speedup_naive"))}
+            line |= {"ttft": _ms(mine.ttft_ms), "tbt": _ms(mine.tbt_ms), "ttft_x": _x(mine.ttft_speedup_naive),
+                     "tbt_x": _x(mine.tbt_speedup_naive)}
         view["headline"].append(line)
     for prompt, entry in sorted(entries.items(), key=lambda item: item[0] or 0):
         rows = []
         for name in T6_PATHS:
-            row = entry.get("rows", {}).get(name)
+            row = entry.rows.get(name)
             if row is None:
                 continue
-            shown = {"path": labels.get(name, name), "skipped": row.get("skipped")}
-            if not row.get("skipped"):
-                agrees = row.get("agrees")
-                shown |= {"ttft": _ms(row.get("ttft_ms")), "ttft_x": _x(row.get("ttft_speedup_naive")),
-                          "tbt": _ms(row.get("tbt_ms")), "tbt_x": _x(row.get("tbt_speedup_naive")),
-                          "roofline": _num(row.get("percent_roofline"), ".0f", "%"),
-                          "agrees": "baseline" if name == "naive" else "–" if agrees is None
-                          else "yes" if agrees else "DIFFERS"}
+            shown = {"path": model.labels.get(name, name), "skipped": row.skipped}
+            if not row.skipped:
+                shown |= {"ttft": _ms(row.ttft_ms), "ttft_x": _x(row.ttft_speedup_naive), "tbt": _ms(row.tbt_ms),
+                          "tbt_x": _x(row.tbt_speedup_naive), "roofline": _num(row.percent_roofline, ".0f", "%"),
+                          "agrees": "baseline" if name == "naive" else "–" if row.agrees is None
+                          else "yes" if row.agrees else "DIFFERS"}
             rows.append(shown)
-        view["prompts"].append({"prompt": prompt, "context": entry.get("context"),
-                                "roofline": _ms(entry.get("roofline_tbt_ms")), "rows": rows})
-    view["notes"] = list(model.get("notes", []))
-    copy = data.get("copy_gbps")
+        view["prompts"].append({"prompt": prompt, "context": entry.context, "roofline": _ms(entry.roofline_tbt_ms),
+                                "rows": rows})
+    view["notes"] = list(model.notes)
+    copy = run.copy_gbps
     view["copy_gbps"] = _num(copy, ".0f")
-    for case in data.get("cases", []):
-        if not str(case.get("label", "")).startswith("decode"):
+    for case in run.cases:
+        if not (case.label or "").startswith("decode"):
             continue
-        results = case.get("results", {})
-        mine = results.get("student")
-        row = {"label": case["label"].replace(" (KV bytes/s)", ""), "missing": None}
+        mine = case.results.get("student")
+        row = {"label": case.label.replace(" (KV bytes/s)", ""), "missing": None}
         if mine is None:
             row["missing"] = _student_note(case)
         else:
-            gbps = mine.get("gbps")
-            naive = results.get("naive pytorch", {}).get("median_ms")
-            row |= {"ms": _ms(mine["median_ms"]), "gbps": _num(gbps, ".0f"),
+            gbps = mine.gbps
+            naive = case.results["naive pytorch"].median_ms if "naive pytorch" in case.results else None
+            row |= {"ms": _ms(mine.median_ms), "gbps": _num(gbps, ".0f"),
                     "copy_percent": _num(100 * gbps / copy if gbps and copy else None, ".0f", "%"),
-                    "naive_x": _x(naive / mine["median_ms"] if naive else None)}
+                    "naive_x": _x(naive / mine.median_ms if naive else None)}
         view["decode"].append(row)
     return view
 
@@ -160,25 +172,23 @@ def generation_view(task: Task, result: StepResult | None, prompt: str) -> dict:
     return view
 
 
-def standings_view(registry: Registry, by_step: dict[str, StepResult]) -> list[dict]:
+def standings_view(registry: Registry, benches: dict[str, Bench]) -> list[dict]:
     """Each GPU task's timing rules against the student targets (the bench JSON's "targets")."""
-    from assignment.perf.targets import Standing, describe
+    from assignment.perf.targets import describe
 
-    names = {f.name for f in fields(Standing)}
     tasks = []
     for task in registry.available:
         if not task.needs_gpu or not task.timing:
             continue
-        result = by_step.get(f"bench_{task.id}")
-        entry = {"id": task.id, "title": task.title, "reason": _why_missing(result), "rows": [], "points": None,
+        bench = benches.get(task.id, NOT_RUN)
+        entry = {"id": task.id, "title": task.title, "reason": bench.missing, "rows": [], "points": None,
                  "max_points": f"{sum(rule.max_points for rule in task.timing):g}"}
         if not entry["reason"]:
-            raw = result.data.get("targets")
-            if raw is None:
+            standings = bench.run.targets
+            if standings is None:
                 entry["reason"] = "the bench wrote no targets"
             earned = 0.0
-            for item in raw or []:
-                s = Standing(**{k: v for k, v in item.items() if k in names})
+            for s in standings or []:
                 full_points, full_speed = s.needed[-1]
                 speed = describe(s.baseline, s.speed) if s.speed is not None else f"not measured ({s.reason})"
                 times = []
@@ -192,34 +202,31 @@ def standings_view(registry: Registry, by_step: dict[str, StepResult]) -> list[d
                                       "points": f"{s.points:g} of {s.max_points:g}" if s.points is not None
                                       else f"– of {s.max_points:g}", "notes": list(s.notes),
                                       "course_gpu": s.course_gpu})
-            entry["points"] = f"{earned:g}" if raw else None
+            entry["points"] = f"{earned:g}" if standings else None
         tasks.append(entry)
     return tasks
 
 
-def bench_tables_view(registry: Registry, by_step: dict[str, StepResult]) -> list[dict]:
+def bench_tables_view(registry: Registry, benches: dict[str, Bench]) -> list[dict]:
     tables = []
     for task in registry.available:
-        result = by_step.get(f"bench_{task.id}")
-        if result is None:
+        bench = benches.get(task.id)
+        if bench is None:
             continue
-        entry = {"id": task.id, "title": task.title, "reason": _why_missing(result), "cases": []}
+        entry = {"id": task.id, "title": task.title, "reason": bench.missing, "cases": []}
         if entry["reason"]:
             tables.append(entry)
             continue
-        data = result.data
         metric = task_code.code(task.id).bench_metric or "TFLOP/s"  # as assignment.perf.cases prints them
-        entry |= {"copy_gbps": _num(data.get("copy_gbps"), ".0f"), "metric": metric}
-        for case in data.get("cases", []):
-            results = case.get("results", {})
-            mine = results.get("student", {}).get("median_ms")
-            rows = [{"name": name, "ms": _ms(r.get("median_ms")),
-                     "value": _num(r.get("gbps") if metric == "GB/s" else r.get("tflops"), ".1f" if metric == "GB/s"
-                                   else ".2f"),
-                     "yours": _x(r["median_ms"] / mine if mine and r.get("median_ms") else None)}
-                    for name, r in results.items()]
-            entry["cases"].append({"label": case.get("label", "?"), "rows": rows, "notes": case.get("notes", []),
-                                   "error": case.get("error")})
+        entry |= {"copy_gbps": _num(bench.run.copy_gbps, ".0f"), "metric": metric}
+        for case in bench.run.cases:
+            mine = case.results["student"].median_ms if "student" in case.results else None
+            rows = [{"name": name, "ms": _ms(r.median_ms),
+                     "value": _num(r.gbps if metric == "GB/s" else r.tflops, ".1f" if metric == "GB/s" else ".2f"),
+                     "yours": _x(r.median_ms / mine if mine and r.median_ms else None)}
+                    for name, r in case.results.items()]
+            entry["cases"].append({"label": "?" if case.label is None else case.label, "rows": rows,
+                                   "notes": case.notes, "error": case.error})
         tables.append(entry)
     return tables
 
@@ -294,7 +301,7 @@ def build_context(registry: Registry, settings: Settings, gpu: dict[str, Any], r
                   todo: dict[str, str | None]) -> dict[str, Any]:
     from assignment.perf.timing import format_gpu_info
 
-    by_step = {r.step: r for r in results}
+    by_step, benches = {r.step: r for r in results}, read_benches(results)
     task_status = []
     for task in registry.available:
         mine = [r for r in results if r.task == task.id]
@@ -325,13 +332,13 @@ def build_context(registry: Registry, settings: Settings, gpu: dict[str, Any], r
         "impl": str(settings.impl), "date": datetime.now().astimezone().isoformat(timespec="seconds"),
         "torch": gpu.get("torch") or "unknown", "python": platform.python_version(), "counts": counts_text,
         "tasks": task_status, "skipped": skipped_view(registry, results, todo),
-        "attention": [attention_view(t, by_step.get(f"bench_{t.id}"), code(t).scaling_causal) for t in available
+        "attention": [attention_view(t, benches.get(t.id, NOT_RUN), code(t).scaling_causal) for t in available
                       if code(t).scaling_causal is not None],
-        "decode": next((decode_view(t, by_step.get(f"bench_{t.id}")) for t in available if code(t).model_bench), None),
+        "decode": next((decode_view(t, benches.get(t.id, NOT_RUN)) for t in available if code(t).model_bench), None),
         "generation": next((generation_view(t, by_step.get(f"generate_{t.id}"), registry.report_prompt
                                             or DEFAULT_PROMPT) for t in available if code(t).generates), None),
         "max_tokens": settings.max_tokens,
-        "standings": standings_view(registry, by_step), "bench_tables": bench_tables_view(registry, by_step),
+        "standings": standings_view(registry, benches), "bench_tables": bench_tables_view(registry, benches),
         "results": results, "profile": [r for r in results if r.kind == "profile"],
         "feedback": feedback_view(settings.feedback),
         "steps": [{"name": r.step, "command": r.command, "status": _step_status(r),
