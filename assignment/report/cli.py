@@ -46,7 +46,7 @@ def make_report(settings: Settings, runner: Runner | None = None, gpu: dict[str,
     md_path, html_path = settings.out / "REPORT.md", settings.out / "REPORT.html"
     write_atomic(md_path, markdown_text)
     write_atomic(html_path, html_text)
-    say(f"wrote {shown_path(md_path)} and {shown_path(html_path)} ({context['counts']})")
+    say(f"wrote {shown_path(md_path)} and {shown_path(html_path)} ({context.counts})")
     return md_path, html_path
 
 

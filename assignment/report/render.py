@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from assignment.report.views import plots_view
+from assignment.report.views import Report, plots_view
 
 TEMPLATE_DIR = Path(__file__).resolve().parent
 MD_TEMPLATE = TEMPLATE_DIR / "report.md.j2"
@@ -54,18 +54,19 @@ def _environment(html_mode: bool):
     return env
 
 
-def render_markdown(context: dict[str, Any], html_mode: bool) -> str:
+def render_markdown(context: Report, html_mode: bool) -> str:
     """REPORT.md; with ``html_mode`` the same text made for the page (escaped, images inline)."""
-    plots = plots_view(context["results"], html_mode)
-    text = _environment(html_mode).get_template(MD_TEMPLATE.name).render(**context, plots=plots, html_mode=html_mode)
+    plots = plots_view(context.results, html_mode)
+    text = _environment(html_mode).get_template(MD_TEMPLATE.name).render(**vars(context), plots=plots,
+                                                                         html_mode=html_mode)
     return re.sub(r"\n{3,}", "\n\n", text)
 
 
-def render_html(context: dict[str, Any]) -> str:
+def render_html(context: Report) -> str:
     import markdown
 
     body = markdown.markdown(render_markdown(context, html_mode=True),
                              extensions=["tables", "fenced_code", "sane_lists"], output_format="html")
-    return _environment(True).get_template(HTML_TEMPLATE.name).render(title=html.escape(context["title"]),
+    return _environment(True).get_template(HTML_TEMPLATE.name).render(title=html.escape(context.title),
                                                                       body=body)
 
