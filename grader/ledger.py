@@ -45,7 +45,7 @@ NOT_GRADING = (
     "grader/release.py", "grader/demo.py", "grader/selfcheck.py", "grader/benchmarks", "grader/notes",
     "grader/templates/class_summary.html.j2", "grader/templates/feedback_summary.html.j2", "grader/templates/bundle",
     "assignment/text", "assignment/feedback.py", "assignment/feedback.toml", "assignment/feedback_form.html.j2",
-    "assignment/feedback_html.py", "assignment/report.py", "assignment/report.html.j2", "assignment/report.md.j2",
+    "assignment/feedback_html.py", "assignment/report",
     "assignment/submit.py", "assignment/student.mk", "assignment/bootstrap.sh",
 )
 MARKER = "done.json"

@@ -1,4 +1,4 @@
-"""make report (assignment/report.py): REPORT.md and REPORT.html from the student's own runs.
+"""make report (assignment/report/): REPORT.md and REPORT.html from the student's own runs.
 
 The GPU steps run through a fake runner that writes what the real commands write (bench JSON made with the kit's
 own producers: timing.summarize, model_bench.summarize_prompt, targets.new_standing/settle); t7 runs for real on
@@ -27,7 +27,7 @@ from typing import ClassVar
 import pytest
 import torch
 
-from assignment import report
+from assignment.report import cli, render, steps, views
 from assignment.feedback import load_form
 from assignment.model.presets import preset_config
 from assignment.perf import cases, model_bench, targets
@@ -55,7 +55,7 @@ ATTENTION_MS = {(False, 4, 128): (0.050, 0.1295, 0.040, 0.575), (False, 64, 4096
 MODEL_MS = {128: {"naive": (36.0, 31.2), "student": (10.0, 10.0), "reference": (9.0, 8.0), "transformers": (30.0, 25.0)},
             1024: {"naive": (300.0, 60.0), "student": (75.0, 12.0), "reference": (70.0, 11.0),
                    "transformers": (150.0, 30.0)}}
-KIT_DIGEST = report.kit_digest  # the real one (the autouse fixture below holds the kit's digest still)
+KIT_DIGEST = steps.kit_digest  # the real one (the autouse fixture below holds the kit's digest still)
 PROFILE_TABLE = ("t4 kernel: flash_attention_forward   shape: {'B': 4}\n"
                  "  kernel time                           1.234 ms   gpu__time_duration.sum\n"
                  "  measured / ideal                       1.05 x")
@@ -87,8 +87,8 @@ def attention_rows(causal: bool) -> list[dict]:
     for B, H, L, d in cases.ATTENTION_SHAPES:
         flops, nbytes = cases.attention_work(B, H, L, L, d, causal)
         mine, naive, sdpa, naive_cuda = ATTENTION_MS.get((causal, B, L), (1.0, 2.0, 1.1, 1.5))
-        rows.append(row(report.attention_label(B, H, L, d, causal), {"SDPA": sdpa, "naive pytorch": naive,
-                                                                      "naive cuda": naive_cuda, "student": mine},
+        rows.append(row(views.attention_label(B, H, L, d, causal), {"SDPA": sdpa, "naive pytorch": naive,
+                                                                     "naive cuda": naive_cuda, "student": mine},
                         flops, nbytes))
     return rows
 
@@ -180,7 +180,7 @@ class FakeRunner:
 @pytest.fixture(autouse=True)
 def fixed_kit(monkeypatch):
     """The kit's digest held still: others may edit assignment/ while the tests run (kit_digest is tested alone)."""
-    monkeypatch.setattr(report, "kit_digest", lambda root=None: "kit")
+    monkeypatch.setattr(steps, "kit_digest", lambda root=None: "kit")
 
 
 @pytest.fixture
@@ -190,14 +190,14 @@ def impl(tmp_path) -> Path:
     return path
 
 
-def settings(tmp_path: Path, impl: Path, **options) -> report.Settings:
-    return report.Settings(impl=impl, out=tmp_path / "out", build=tmp_path / "build",
-                           feedback=tmp_path / "feedback.json", **options)
+def settings(tmp_path: Path, impl: Path, **options) -> steps.Settings:
+    return steps.Settings(impl=impl, out=tmp_path / "out", build=tmp_path / "build",
+                          feedback=tmp_path / "feedback.json", **options)
 
 
 def make(tmp_path, impl, runner, gpu=GPU, **options) -> tuple[str, str, list[str]]:
     said: list[str] = []
-    md, page = report.make_report(settings(tmp_path, impl, **options), runner, gpu, have_ncu=True, say=said.append)
+    md, page = cli.make_report(settings(tmp_path, impl, **options), runner, gpu, have_ncu=True, say=said.append)
     return md.read_text(), page.read_text(), said
 
 
@@ -307,11 +307,12 @@ def test_task_option_runs_that_tasks_steps_and_takes_the_rest_from_the_cache(tmp
 
 
 def test_model_and_rule_constants_match_what_the_bench_runs():
-    assert set(report.SEED000_SHAPES) <= set(cases.ATTENTION_SHAPES)
-    assert report.T6_PROMPTS == model_bench.FULL.prompts
-    assert set(report.T6_PATHS) == set(model_bench.PATHS)
-    assert report.MD_TEMPLATE.is_file() and report.HTML_TEMPLATE.is_file()
-    assert "grader" not in report.__dict__ and "import grader" not in Path(report.__file__).read_text()
+    assert set(views.SEED000_SHAPES) <= set(cases.ATTENTION_SHAPES)
+    assert views.T6_PROMPTS == model_bench.FULL.prompts
+    assert set(views.T6_PATHS) == set(model_bench.PATHS)
+    assert render.MD_TEMPLATE.is_file() and render.HTML_TEMPLATE.is_file()
+    for module in (steps, views, render, cli):
+        assert "grader" not in module.__dict__ and "import grader" not in Path(module.__file__).read_text()
 
 
 # --------------------------------------------------------------------------- skips and failures
@@ -319,8 +320,8 @@ def test_model_and_rule_constants_match_what_the_bench_runs():
 
 def test_without_a_gpu_the_gpu_steps_are_skipped_and_t7_runs_for_real(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("IMPL", "solutions")
-    code = report.main(["--out", str(tmp_path / "out"), "--build", str(tmp_path / "build"), "--feedback",
-                        str(tmp_path / "none.json"), "--max-tokens", "4"], gpu=NO_GPU)
+    code = cli.main(["--out", str(tmp_path / "out"), "--build", str(tmp_path / "build"), "--feedback",
+                     str(tmp_path / "none.json"), "--max-tokens", "4"], gpu=NO_GPU)
     printed = capsys.readouterr().out
     assert code == 0, printed
     md = (tmp_path / "out" / "REPORT.md").read_text()
@@ -338,10 +339,10 @@ def test_without_a_gpu_the_gpu_steps_are_skipped_and_t7_runs_for_real(tmp_path, 
 def test_a_failed_step_shows_its_last_lines_and_the_report_is_still_written(tmp_path, impl, capsys):
     crash = "\n".join(f"line {i}" for i in range(100)) + "\nRuntimeError: CUDA error: an illegal memory access was encountered"
     runner = FakeRunner(fail={"bench_t3": (1, "gemm 4096^3\n", crash),
-                              "scaling_t5": (report.TIMEOUT_RC, "B16 L1024 ...\n", "[report] stopped after 900 s")},
+                              "scaling_t5": (steps.TIMEOUT_RC, "B16 L1024 ...\n", "[report] stopped after 900 s")},
                         impossible=("t4",))
-    code = report.main(["--impl", str(impl), "--out", str(tmp_path / "out"), "--build", str(tmp_path / "build"),
-                        "--feedback", str(tmp_path / "none.json")], runner=runner, gpu=GPU)
+    code = cli.main(["--impl", str(impl), "--out", str(tmp_path / "out"), "--build", str(tmp_path / "build"),
+                     "--feedback", str(tmp_path / "none.json")], runner=runner, gpu=GPU)
     assert code == 0
     md = (tmp_path / "out" / "REPORT.md").read_text()
     skipped = md.split("### Skipped")[1].split("\n## ")[0]
@@ -357,8 +358,8 @@ def test_a_failed_step_shows_its_last_lines_and_the_report_is_still_written(tmp_
     assert "exit status 1" in log and "line 5\n" in log
 
     again = FakeRunner()
-    report.main(["--impl", str(impl), "--out", str(tmp_path / "out"), "--build", str(tmp_path / "build")],
-                runner=again, gpu=GPU)
+    cli.main(["--impl", str(impl), "--out", str(tmp_path / "out"), "--build", str(tmp_path / "build")],
+             runner=again, gpu=GPU)
     assert again.calls == ["bench_t3", "bench_t4", "scaling_t5"]  # failures are not cached
 
 
@@ -406,23 +407,23 @@ def test_incomplete_feedback_is_shown_with_what_is_missing(tmp_path, impl):
 
 
 def test_an_unknown_task_or_a_broken_gpu_probe_is_said_plainly(tmp_path, capsys):
-    assert report.main(["--task", "t99", "--out", str(tmp_path), "--build", str(tmp_path)], gpu=GPU) == 1
+    assert cli.main(["--task", "t99", "--out", str(tmp_path), "--build", str(tmp_path)], gpu=GPU) == 1
     assert "unknown task 't99'" in capsys.readouterr().err and not (tmp_path / "REPORT.md").exists()
-    probe = report.detect_gpu(lambda argv, **kw: (-11, "", "Fatal Python error: Segmentation fault\n"))
+    probe = steps.detect_gpu(lambda argv, **kw: (-11, "", "Fatal Python error: Segmentation fault\n"))
     assert probe["name"] is None and "SIGSEGV" in probe["error"] and "Segmentation fault" in probe["error"]
-    assert report.no_gpu_reason(probe).startswith("no usable CUDA GPU: the GPU probe failed")
+    assert steps.no_gpu_reason(probe).startswith("no usable CUDA GPU: the GPU probe failed")
 
 
 def test_the_real_runner_stops_a_hanging_step_at_its_limit(tmp_path):
-    run = report.command_runner()
+    run = steps.command_runner()
     hang = ("import subprocess, sys, time; print('started', flush=True); "
             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)")
     start = time.monotonic()
-    code, out, err = run([sys.executable, "-c", hang], timeout_s=1.5, env=report.step_env(tmp_path), cwd=tmp_path)
-    assert code == report.TIMEOUT_RC and "started" in out and "time limit" in err
+    code, out, err = run([sys.executable, "-c", hang], timeout_s=1.5, env=steps.step_env(tmp_path), cwd=tmp_path)
+    assert code == steps.TIMEOUT_RC and "started" in out and "time limit" in err
     assert time.monotonic() - start < 12  # the child it started (holding the same pipes) went with it
     code, out, err = run([sys.executable, "-c", "import sys; print('hi'); sys.exit(3)"], timeout_s=30,
-                         env=report.step_env(tmp_path), cwd=tmp_path)
+                         env=steps.step_env(tmp_path), cwd=tmp_path)
     assert (code, out) == (3, "hi\n")
 
 
@@ -433,12 +434,12 @@ def test_sigterm_stops_the_report_and_the_step_it_is_running(tmp_path):
     script.write_text(f"""
 import sys
 sys.path.insert(0, {str(REPO)!r})
-from assignment import report
-real = report.command_runner()
+from assignment.report import cli, steps
+real = steps.command_runner()
 def runner(argv, **kw):
     return real([sys.executable, "-c", "import time, sys; print({marker!r}, flush=True); time.sleep(60)"], **kw)
-sys.exit(report.main(["--impl", {str(REPO / "solutions")!r}, "--out", {str(tmp_path)!r}, "--build",
-                      {str(tmp_path / "build")!r}, "--task", "t7"], runner=runner, gpu={NO_GPU!r}))
+sys.exit(cli.main(["--impl", {str(REPO / "solutions")!r}, "--out", {str(tmp_path)!r}, "--build",
+                   {str(tmp_path / "build")!r}, "--task", "t7"], runner=runner, gpu={NO_GPU!r}))
 """)
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30

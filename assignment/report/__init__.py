@@ -1,0 +1,10 @@
+"""``make report``: REPORT.md and REPORT.html, the write-up a student hands in, made from the student's own runs.
+
+Its modules, each importing only those below it:
+
+    cli.py      make_report (the whole run) and the command line; ``python -m assignment.report`` (__main__.py)
+    render.py   the Markdown and HTML, from the templates beside it (report.md.j2, report.html.j2)
+    views.py    what each section of the report shows, as dataclasses the templates read
+    records.py  a bench step's JSON as typed records, read in this one place
+    steps.py    the steps (bench, scaling, profile, generate), the runner, the cache of their results
+"""

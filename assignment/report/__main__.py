@@ -1,0 +1,7 @@
+"""``python -m assignment.report``: what ``make report`` runs."""
+
+import sys
+
+from assignment.report.cli import main
+
+sys.exit(main())
