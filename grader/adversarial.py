@@ -6,7 +6,7 @@ Each fixture in ``grader/fixtures/*.toml`` (one file per family of defences) is 
 planted trick or bug, or a malformed submission) and what the grader must make of it: a status, a
 failed check of some kind, a score below full marks, a note, nothing leaked into the student's
 report, no process left behind. The runner grades each one through the real grader (``--cpu``: the
-ones that need no GPU, run in CI; ``--gpu``: the rest, run by grader/device_check.sh) and prints a
+ones that need no GPU, run in CI; ``--gpu``: the rest, run by grader/scripts/device_check.sh) and prints a
 table of the class, the defence and the verdict; it exits 1 when any fixture got through.
 
 A fixture's graded file is written as UTF-8, with a byte-order mark when ``bom`` is set and ``newline``

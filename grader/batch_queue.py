@@ -167,7 +167,7 @@ def place_workers(workers: list[Worker]) -> None:
     grade`` does (not pinned, the host's thread counts). On an H100 host (16 cores) the solutions' kernel ratios
     (t2-t6) came out 0.98-1.01 in every arrangement tried (pinned or not, split or not); t6's time-between-tokens
     speedup, whose timed step includes the round trip to the sandboxed worker, spread over 10.1-13.5x across six
-    gradings whatever the arrangement (grader/benchmarks/batch_h100.txt)."""
+    gradings whatever the arrangement (grader/records/batch_h100.txt)."""
     cores = _cores()
     gpu_workers = [w for w in workers if w.kind == "gpu"]
     cpu_workers = [w for w in workers if w.kind == "cpu"]

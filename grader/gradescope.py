@@ -32,7 +32,7 @@ The zip (Gradescope unpacks it into ``/autograder/source``):
     gradescope.json     how this zip was built (visibility, isolation, the torch pin, the grader version).
     assignment/ grader/ pyproject.toml    the kit the grader needs: the registry, the model and its shipped
                         checkpoint (t7), the hidden suites. Not the handout texts, the reference solutions
-                        (no CPU task needs them), the kit's own tests, benchmarks or notes.
+                        (no CPU task needs them), the kit's own tests, records, device scripts or notes.
 
 Student code runs in bubblewrap where the container allows it, else in the process fallback (Gradescope's
 containers usually forbid new namespaces); which one ran is in the instructor's stdout.
@@ -65,7 +65,7 @@ BUILD_INFO = "gradescope.json"
 SALT_KEY = "hidden_seed_salt"  # in BUILD_INFO, only when the salt comes from the environment
 # What the zip carries: these roots, less the excluded prefixes and any cache or hidden file.
 KIT_ROOTS = ("assignment", "grader", "pyproject.toml")
-EXCLUDED = ("assignment/text/", "grader/benchmarks/", "grader/notes/", "grader/fixtures/", "grader/templates/bundle/")
+EXCLUDED = ("assignment/text/", "grader/records/", "grader/scripts/", "grader/notes/", "grader/fixtures/", "grader/templates/bundle/")
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 
 SETUP_SH = r"""#!/usr/bin/env bash

@@ -42,7 +42,7 @@ VERSION_ROOTS = ("grader", "assignment", "solutions")
 NOT_GRADING = (
     "grader/batch.py", "grader/batch_queue.py", "grader/batch_worker.py", "grader/roster.py", "grader/ledger.py", "grader/class_outputs.py",
     "grader/slurm.py", "grader/slurm_local.py", "grader/gradescope.py", "grader/feedback_summary.py",
-    "grader/release.py", "grader/demo.py", "grader/selfcheck.py", "grader/benchmarks", "grader/notes",
+    "grader/release.py", "grader/demo.py", "grader/selfcheck.py", "grader/records", "grader/scripts", "grader/notes",
     "grader/templates/class_summary.html.j2", "grader/templates/feedback_summary.html.j2", "grader/templates/bundle",
     "assignment/text", "assignment/feedback.py", "assignment/feedback.toml", "assignment/feedback_form.html.j2",
     "assignment/feedback_html.py", "assignment/report.py", "assignment/report.html.j2", "assignment/report.md.j2",

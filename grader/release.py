@@ -53,7 +53,7 @@ TOP_LEVEL = {"starter", "assignment", "tests", "README.md", "Makefile", "pyproje
              "handout.pdf", ".gitignore", "MANIFEST.json"}
 FORBIDDEN_PREFIXES = ("solutions/", "grader/", "tests/kit/", "assignment/text/", "scratch/", "build/")
 # Paths into the instructor's tree: a student has none of them.
-FORBIDDEN_STRINGS = ("grader/hidden", "grader/notes", "grader/benchmarks", "grader/fixtures")
+FORBIDDEN_STRINGS = ("grader/hidden", "grader/notes", "grader/records", "grader/scripts", "grader/fixtures")
 # Paths to the reference a student does not have, in what a student reads (the kit's code may name solutions/ as
 # the instructor's default implementation).
 READ_BY_STUDENTS = {"handout.html", "README.md", "assignment/tasks.toml"}

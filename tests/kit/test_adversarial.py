@@ -1,6 +1,6 @@
 """The grader against the kit's adversarial fixtures (grader/fixtures): each CPU fixture is caught.
 
-The GPU fixtures run in grader/device_check.sh; here every fixture is at least built, so a change to a
+The GPU fixtures run in grader/scripts/device_check.sh; here every fixture is at least built, so a change to a
 solution that a fixture's patch no longer matches fails in CI, not on the device.
 
 A grading is mostly two processes importing torch, so the CPU fixtures are graded side by side, one per

@@ -47,7 +47,7 @@ def test_the_zip_carries_the_scripts_and_only_the_kit_the_grader_needs(unpacked)
     assert any(n.startswith("assignment/model/checkpoints/") for n in names)  # t7 greedy-decodes the shipped model
     for name in names:
         assert not name.startswith(("solutions/", "starter/", "tests/", "build/", "dist/", ".venv/", ".kit_cache/",
-                                    "grader/benchmarks/", "assignment/text/")), name
+                                    "grader/records/", "grader/scripts/", "assignment/text/")), name
         assert "__pycache__" not in name and not name.endswith(".pyc"), name
     assert archive.stat().st_size < 20 * 2**20
     info = json.loads(zipfile.ZipFile(archive).read("gradescope.json"))

@@ -109,7 +109,7 @@ def test_an_open_task_scores_time_with_its_open_thresholds():
     guided, opened = registry_with(t3="guided").task("t3"), registry_with(t3="open").task("t3")
     assert guided.timing[0].thresholds != opened.timing[0].thresholds
     assert opened.timing[0].max_points == guided.timing[0].max_points
-    # the calibration's kernels (grader/benchmarks/open_t3_h100.txt): full points for a register-blocked shared
+    # the calibration's kernels (grader/records/open_t3_h100.txt): full points for a register-blocked shared
     # kernel without double buffering, something for the two simpler designs, nothing for a slower one
     points = [opened.timing[0].points_for(r) for r in (1.097, 1.234, 5.80, 10.30, 20.0)]
     assert points[0] == points[1] == opened.timing[0].max_points and points[1] > points[2] > points[3] > points[4] == 0

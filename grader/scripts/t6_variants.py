@@ -1,9 +1,9 @@
 """Issue 12: variants of the t6 split kernel timed side by side on a GPU (one process, candidates interleaved,
 the kit's harness: cold L2, fresh inputs, medians), beside ``torch.sum`` over the same bytes (the read floor).
 
-    python grader/benchmarks/t6_variants.py OUTDIR [VARIANT ...]      (default: every variant)
+    python grader/scripts/t6_variants.py OUTDIR [VARIANT ...]      (default: every variant)
     SHAPES="B,H,H_kv,L,d;..." SPLITS=32,64 SPLITVAR=base CAP=6 ...   (shapes, a split sweep of one variant, time cap)
-    python grader/benchmarks/t6_variants.py --calls DIR              (two decode calls per shape: for ncu)
+    python grader/scripts/t6_variants.py --calls DIR              (two decode calls per shape: for ncu)
 
 Each variant is solutions/t6_decode_attention.cu with a few lines replaced, written to /tmp/t6var/NAME/ and built
 by the kit's compiler; every variant but ``nocompute`` is checked against float64 on its first and last output.
@@ -12,7 +12,7 @@ by the kit's compiler; every variant but ``nocompute`` is checked against float6
   pf128/256  cp.async with an L2 prefetch-size hint (.L2::128B / .L2::256B)
   evict      cp.async with an L2 evict-first policy (the cache is read once)
   stage3/4   three or four pipeline stages instead of two (fewer blocks fit on an SM)
-Figures and the findings they led to: grader/benchmarks/t6_decode_h100.txt.
+Figures and the findings they led to: grader/records/t6_decode_h100.txt.
 """
 import json
 import os

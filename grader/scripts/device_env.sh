@@ -1,4 +1,4 @@
-# Sourced from the repository root by the GPU-host scripts (grader/device_check.sh, grader/benchmarks/*.sh): what a
+# Sourced from the repository root by the GPU-host scripts (grader/scripts/*.sh: device_check.sh and the others): what a
 # bare GPU machine lacks and the call carried. Wheels in .whl/ (pytest-json-report) are installed once into
 # /tmp/site, which goes on PYTHONPATH after the repository; Debian's bubblewrap and libcap2 in .deb/ are unpacked
 # into /tmp/kit-bwrap behind a wrapper that KIT_BWRAP names (the kit finds bwrap on PATH or there).

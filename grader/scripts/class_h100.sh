@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The class example and the fairness figures on a GPU host (grader/benchmarks/class_h100.txt):
+# The class example and the fairness figures on a GPU host (grader/records/class_h100.txt):
 #   1. make_class.py writes a generated class of 16 (the solutions five times, the starter, honest bugs, a crash,
 #      hangs, partial work, a .zip) and the slower honest variant;
 #   2. grade-all grades the class (python -m grader.batch, default lanes) and writes the class outputs;
@@ -16,12 +16,12 @@ OUT="${OUT:-build/class-device}"
 W=${CLASS_WORK:-/tmp/kit-class-example}
 mkdir -p "$OUT" "$W"
 export PYTHONUNBUFFERED=1 KIT_CACHE_DIR=/tmp/kit-cache
-source grader/device_env.sh  # carried wheels on PYTHONPATH, carried bubblewrap as KIT_BWRAP
+source grader/scripts/device_env.sh  # carried wheels on PYTHONPATH, carried bubblewrap as KIT_BWRAP
 if [ ! -d $W/class ] && [ -f scratch/class-state.tgz ]; then
   tar -C $W -xzf scratch/class-state.tgz && echo "resumed from the carried state: $(ls $W/done 2>/dev/null | wc -l) phase(s) done"
 fi
 if [ ! -d $W/class ]; then
-  python3 grader/benchmarks/make_class.py $W/class --variant $W/variant > $W/make_class.txt || exit 1
+  python3 grader/scripts/make_class.py $W/class --variant $W/variant > $W/make_class.txt || exit 1
   if [ -n "${KEEP:-}" ]; then  # a smaller class: only these ids (a two-GPU check, say)
     for entry in $W/class/*; do case " $KEEP " in *" $(basename "${entry%.zip}") "*) ;; *) rm -rf "$entry";; esac; done
   fi

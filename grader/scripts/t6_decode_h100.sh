@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device job for issue 12 item 2/3: the t6 split-KV decode kernel (solutions/t6_decode_attention.cu). One call, < 9 min:
 #
-#   run(command="bash grader/benchmarks/t6_decode_h100.sh", carry=[".whl", ".deb"], timeout_s=600)
+#   run(command="bash grader/scripts/t6_decode_h100.sh", carry=[".whl", ".deb"], timeout_s=600)
 #
 # Steps, most important first (each one's exit code goes to $OUT/steps.tsv; a failing step does not stop the
 # next; a step that would start after DEADLINE seconds is skipped, and each is cut to the time left):
@@ -56,7 +56,7 @@ step() {
 }
 
 say "setup"
-source grader/device_env.sh  # carried wheels on PYTHONPATH, carried bubblewrap as KIT_BWRAP
+source grader/scripts/device_env.sh  # carried wheels on PYTHONPATH, carried bubblewrap as KIT_BWRAP
 PYTEST=(python3 -m pytest -q -p no:cacheprovider -rfE)
 json() { python3 -c "import pytest_jsonreport" 2>/dev/null \
   && echo --json-report --json-report-file="$OUT/$1.json" --json-report-omit log streams; }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device job for issue 12 item 1 (grouped-query attention in the t4/t5 kernel). One call, < 9 minutes:
 #
-#   run(command="bash grader/benchmarks/gqa_h100.sh", carry=[".whl", ".deb"], timeout_s=600)
+#   run(command="bash grader/scripts/gqa_h100.sh", carry=[".whl", ".deb"], timeout_s=600)
 #
 # Steps, most important first (each one's exit code goes to $OUT/steps.tsv; a failing step does not stop the
 # next; a step that would start after DEADLINE seconds is skipped, and each is cut to the time left):
@@ -53,7 +53,7 @@ step() {
 }
 
 say "setup"
-source grader/device_env.sh  # carried wheels on PYTHONPATH, carried bubblewrap as KIT_BWRAP
+source grader/scripts/device_env.sh  # carried wheels on PYTHONPATH, carried bubblewrap as KIT_BWRAP
 SEED1="${SEED1:-$(( (RANDOM << 15) | RANDOM ))}"
 SEED2="${SEED2:-$(( (RANDOM << 15) | RANDOM ))}"
 echo "hidden seeds: KIT_SEED=$SEED1 and KIT_SEED=$SEED2 (replay with SEED1=... SEED2=...)"

@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
 # Verify the GPU half of the kit on a CUDA host and record the figures.
-#   bash grader/device_check.sh tests      # compile; every available task's public and hidden tests, the kit's GPU tests;
+#   bash grader/scripts/device_check.sh tests      # compile; every available task's public and hidden tests, the kit's GPU tests;
 #                                          # the starter fails cleanly; the preflight
-#   bash grader/device_check.sh grading    # grading time (a cold and a warm build), selfcheck x SELFCHECK_REPEATS
-#   bash grader/device_check.sh fixtures   # the GPU adversarial fixtures (FIXTURES="name ..." for some of them)
-#   bash grader/device_check.sh repeat     # the solutions graded REPEATS times (full marks each, the time of each),
+#   bash grader/scripts/device_check.sh grading    # grading time (a cold and a warm build), selfcheck x SELFCHECK_REPEATS
+#   bash grader/scripts/device_check.sh fixtures   # the GPU adversarial fixtures (FIXTURES="name ..." for some of them)
+#   bash grader/scripts/device_check.sh repeat     # the solutions graded REPEATS times (full marks each, the time of each),
 #                                          # and a buggy t3 graded REPEATS times (the same points each time)
-#   bash grader/device_check.sh baseline   # grading time of another tree (BASELINE=dir: an earlier commit's
+#   bash grader/scripts/device_check.sh baseline   # grading time of another tree (BASELINE=dir: an earlier commit's
 #                                          # files), cold, beside this tree's, on the same GPU
-#   bash grader/device_check.sh verify     # tests, grading and fixtures
-#   bash grader/device_check.sh bench      # make bench tables, t4/t5 scaling plots, the profiler
+#   bash grader/scripts/device_check.sh verify     # tests, grading and fixtures
+#   bash grader/scripts/device_check.sh bench      # make bench tables, t4/t5 scaling plots, the profiler
 # Logs and figures go to $OUT (default build/device). PY defaults to python3 (a GPU host's python with
 # torch); it needs pytest-json-report importable. Bubblewrap: set KIT_BWRAP, or carry Debian's
 # bubblewrap and libcap2 packages in .deb/ (apt-get download bubblewrap libcap2): they are unpacked to
 # /tmp and used through a wrapper, so the host needs no install.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 STAGE="${1:-verify}"
 OUT="${OUT:-build/device}"
 PY="${PY:-python3}"
@@ -31,7 +31,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,driver_version --
 $PY -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
 nvcc --version | tail -2
 
-source grader/device_env.sh  # carried wheels on PYTHONPATH, carried bubblewrap as KIT_BWRAP
+source grader/scripts/device_env.sh  # carried wheels on PYTHONPATH, carried bubblewrap as KIT_BWRAP
 $PY -c "from grader.isolation.sandbox import best_isolation; print('isolation:', *best_isolation())"
 
 # The available tasks' markers, from the registry ("t1 or t2 or ...").

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Class grading on a GPU host (grader/benchmarks/batch_h100.txt): a small class through grader.batch (its GPU and
+# Class grading on a GPU host (grader/records/batch_h100.txt): a small class through grader.batch (its GPU and
 # CPU lanes, the GPU worker's reference check), the same command again (nothing to do), then the solutions graded
 # with every task on the GPU worker (--no-split) to compare the timed values. Logs and outputs go to $OUT.
-# Needs pytest-json-report importable (carry .whl/) and bubblewrap (carry .deb/, as grader/device_check.sh).
+# Needs pytest-json-report importable (carry .whl/) and bubblewrap (carry .deb/, as grader/scripts/device_check.sh).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-build/batch-device}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-source grader/device_env.sh  # carried wheels on PYTHONPATH, carried bubblewrap as KIT_BWRAP
+source grader/scripts/device_env.sh  # carried wheels on PYTHONPATH, carried bubblewrap as KIT_BWRAP
 C=/tmp/kit-class; rm -rf "$C"; mkdir -p $C/sol $C/starter $C/partial
 cp solutions/*.py solutions/*.cu $C/sol/
 cp starter/*.py starter/*.cu $C/starter/

@@ -1,6 +1,6 @@
-"""A generated class for ``make grade-all`` (grader/benchmarks/class_h100.txt), and a slower honest variant.
+"""A generated class for ``make grade-all`` (grader/records/class_h100.txt), and a slower honest variant.
 
-    python grader/benchmarks/make_class.py CLASS_DIR [--variant DIR]
+    python grader/scripts/make_class.py CLASS_DIR [--variant DIR]
 
 CLASS_DIR gets 16 submissions named by student id: the solutions five times over (three folders, a
 ``.zip``, one with a leaderboard name: five gradings of one tree inside one batch, for the fairness
@@ -72,7 +72,7 @@ def write_variant(dest: Path) -> Path:
         text = (dest / name).read_text(encoding="utf-8")
         if text.count(old) != 1:
             raise SystemExit(f"{name}: the text the variant replaces is not in solutions/ exactly once "
-                             f"({text.count(old)} times): update grader/benchmarks/make_class.py")
+                             f"({text.count(old)} times): update grader/scripts/make_class.py")
         (dest / name).write_text(text.replace(old, new), encoding="utf-8")
     return dest
 
