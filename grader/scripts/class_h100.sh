@@ -2,8 +2,8 @@
 # The class example and the fairness figures on a GPU host (grader/records/class_h100.txt):
 #   1. make_class.py writes a generated class of 16 (the solutions five times, the starter, honest bugs, a crash,
 #      hangs, partial work, a .zip) and the slower honest variant;
-#   2. grade-all grades the class (python -m grader.batch, default lanes) and writes the class outputs;
-#   3. grader.repeatability grades the variant five times (t3 and t5, the tasks it slows down) and summarises the
+#   2. grade-all grades the class (python -m grader.classroom.batch, default lanes) and writes the class outputs;
+#   3. grader.tools.repeatability grades the variant five times (t3 and t5, the tasks it slows down) and summarises the
 #      five gradings of the solutions inside the class.
 # One device call runs at most 10 minutes, so each phase runs in the background (setsid) and every call of this
 # script waits for it up to WAIT seconds, then packs the state into $OUT/state.tgz. Carry that file back as
@@ -30,15 +30,15 @@ fi
 mkdir -p $W/done
 # The grader's version is fixed at the first start and kept across machines: only this script's notes may change
 # between calls, and a resumed batch must not take that for a new grader and grade the class again.
-[ -f $W/grader_version.txt ] || python3 -c 'from grader.ledger import grader_version; print(grader_version())' > $W/grader_version.txt
+[ -f $W/grader_version.txt ] || python3 -c 'from grader.classroom.ledger import grader_version; print(grader_version())' > $W/grader_version.txt
 export KIT_GRADER_VERSION=$(cat $W/grader_version.txt)
 
 DEADLINE=$((SECONDS + ${WAIT:-520}))
 SOLUTIONS=s01-solutions,s13-zipped-solutions,s14-solutions-again,s15-solutions-once-more,s16-solutions-on-the-board
 phase_command() {
   case "$1" in
-    batch) echo "python3 -m grader.batch $W/class --out $W/out";;
-    variant) echo "python3 -m grader.repeatability $W/variant --repeats 5 --task t3 --task t5 --out $W/variant-graded --json $W/variant.json";;
+    batch) echo "python3 -m grader.classroom.batch $W/class --out $W/out";;
+    variant) echo "python3 -m grader.tools.repeatability $W/variant --repeats 5 --task t3 --task t5 --out $W/variant-graded --json $W/variant.json";;
   esac
 }
 for phase in ${PHASES:-batch variant}; do
@@ -54,7 +54,7 @@ for phase in ${PHASES:-batch variant}; do
 done
 if [ -f $W/done/batch ] && [ ! -f $W/solutions.json ] && [ -z "${KEEP:-}" ]; then
   graded=$(echo $SOLUTIONS | tr , '\n' | sed "s|^|$W/out/students/|" | paste -sd,)
-  python3 -m grader.repeatability --graded "solutions=$graded" --json $W/solutions.json > $W/solutions.txt 2>&1
+  python3 -m grader.tools.repeatability --graded "solutions=$graded" --json $W/solutions.json > $W/solutions.txt 2>&1
 fi
 grep -v '^\[kit\]' $W/batch.log | tail -40
 [ -f $W/variant.log ] && tail -25 $W/variant.log

@@ -68,7 +68,7 @@ for nodeid in unclean[:10]:
     print("  not clean:", nodeid)
 PY
   say "preflight (the reference's time at every timing rule)"
-  $PY -m grader.preflight
+  $PY -m grader.grade.preflight
   tar czf "$OUT/tests_json.tgz" -C "$OUT" tests_solutions.json tests_starter.json && rm -f "$OUT"/tests_*.json
 fi
 
@@ -77,34 +77,34 @@ if stage grading; then
   rm -rf .kit_cache/grader/submissions
   # The preflight runs once per grading session (make preflight, or the batch grader), not per submission.
   for run in cold warm; do
-    /usr/bin/time -f "$run: %e s wall, %M KB max RSS" $PY -m grader.grade solutions --out "$OUT/grade_$run" \
+    /usr/bin/time -f "$run: %e s wall, %M KB max RSS" $PY -m grader.grade.grade solutions --out "$OUT/grade_$run" \
         --skip-preflight | tail -8
     $PY -c "import json,sys; g=json.load(open(sys.argv[1])); print({k: v['duration_s'] for k, v in g['tasks'].items()}); [print(k, v['slowest']) for k, v in g['tasks'].items()]" "$OUT/grade_$run/grading.json"
   done
   say "selfcheck x$SELFCHECK_REPEATS"
-  /usr/bin/time -f "selfcheck: %e s wall" $PY -m grader.selfcheck --repeats "$SELFCHECK_REPEATS"
+  /usr/bin/time -f "selfcheck: %e s wall" $PY -m grader.tools.selfcheck --repeats "$SELFCHECK_REPEATS"
   tar czf "$OUT/grading.tgz" -C "$OUT" grade_cold grade_warm && rm -rf "$OUT"/grade_cold "$OUT"/grade_warm
 fi
 
 if stage fixtures; then
   say "adversarial fixtures that need a GPU"
-  if [ -n "${FIXTURES:-}" ]; then $PY -m grader.adversarial --only $FIXTURES; else $PY -m grader.adversarial --gpu; fi
+  if [ -n "${FIXTURES:-}" ]; then $PY -m grader.tools.adversarial --only $FIXTURES; else $PY -m grader.tools.adversarial --gpu; fi
 fi
 
 if [ "$STAGE" = repeat ]; then
   say "the solutions graded ${REPEATS:-5} times (make repeatability)"
-  $PY -m grader.repeatability solutions --repeats "${REPEATS:-5}" --out /tmp/repeat_solutions --json "$OUT/repeat_solutions.json" | tail -40
+  $PY -m grader.tools.repeatability solutions --repeats "${REPEATS:-5}" --out /tmp/repeat_solutions --json "$OUT/repeat_solutions.json" | tail -40
   say "a buggy t3 (t3-k-edge-unguarded) graded ${REPEATS:-5} times"
-  $PY -c "from pathlib import Path; from grader.adversarial import build_submission, load_fixtures; \
+  $PY -c "from pathlib import Path; from grader.tools.adversarial import build_submission, load_fixtures; \
 print(build_submission(next(f for f in load_fixtures() if f.name == 't3-k-edge-unguarded'), Path('/tmp/buggy')))"
-  $PY -m grader.repeatability /tmp/buggy/t3-k-edge-unguarded --repeats "${REPEATS:-5}" --task t3 | tail -25
+  $PY -m grader.tools.repeatability /tmp/buggy/t3-k-edge-unguarded --repeats "${REPEATS:-5}" --task t3 | tail -25
 fi
 
 if [ "$STAGE" = baseline ]; then
   say "grading time, cold: the baseline tree ($BASELINE), then this one"
   for tree in "$BASELINE" "$PWD"; do
     (cd "$tree" && rm -rf .kit_cache && KIT_CACHE_DIR="$PWD/.kit_cache" PYTHONPATH="$PWD:/tmp/site" \
-       /usr/bin/time -f "$tree: %e s wall" $PY -m grader.grade solutions --out "/tmp/grade_$(basename "$tree")" \
+       /usr/bin/time -f "$tree: %e s wall" $PY -m grader.grade.grade solutions --out "/tmp/grade_$(basename "$tree")" \
        --skip-preflight | tail -3)
     $PY -c "import json,sys; g=json.load(open(sys.argv[1])); print({k: round(v['duration_s'], 1) for k, v in g['tasks'].items()})" \
         "/tmp/grade_$(basename "$tree")/grading.json"

@@ -20,7 +20,7 @@
 #                  rows: B 1, H 32, H_kv 8, L 8192, d 64 and 128, each kernel on grouped K/V and on K/V repeated)
 #   hidden2        the hidden value checks again with a second seed (other drawn shapes, H_kv drawn from the
 #                  divisors of H)
-#   grade          python -m grader.grade solutions --task t4 --task t5 (the splice path), if time is left
+#   grade          python -m grader.grade.grade solutions --task t4 --task t5 (the splice path), if time is left
 # Then $OUT/summary.txt: step codes, test counts, the timing rules' values, the GQA/MHA time ratios.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -150,7 +150,7 @@ step bench_t5 180 env IMPL=solutions python3 -m assignment.perf.bench --task t5 
 step hidden2 90 env IMPL=solutions KIT_SEED="$SEED2" "${PYTEST[@]}" grader/hidden/test_t4_hidden.py \
   grader/hidden/test_t5_hidden.py -k "values" $(json hidden2)
 
-step grade 150 python3 -m grader.grade solutions --task t4 --task t5 --skip-preflight --seed "$SEED1" --out "$OUT/grade"
+step grade 150 python3 -m grader.grade.grade solutions --task t4 --task t5 --skip-preflight --seed "$SEED1" --out "$OUT/grade"
 
 say "summary"
 python3 - "$OUT" <<'PY' | tee "$OUT/summary.txt"

@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from grader.adversarial import build_submission, load_fixtures  # noqa: E402
+from grader.tools.adversarial import build_submission, load_fixtures  # noqa: E402
 
 # student id -> the fixture it hands in (a solutions copy with one planted mistake)
 FIXTURES = {

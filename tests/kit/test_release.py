@@ -1,5 +1,5 @@
 """`make release`: the student bundle holds what a student runs and nothing of the instructor's, fails cleanly as
-shipped, and passes with the reference solutions copied in (grader/release.py)."""
+shipped, and passes with the reference solutions copied in (grader/release/release.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from assignment.registry import load_registry
-from grader import release
+from grader.release import release
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.kit

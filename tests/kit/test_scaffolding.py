@@ -14,7 +14,7 @@ from assignment.cuda import regions
 from assignment.registry import REGISTRY_PATH, RegistryError, load_registry, parse_registry
 from assignment.starter import (MarkerError, apply_levels, main, render_starter, solution_lines, strip_solutions,
                                 todo_counts)
-from grader import open_levels
+from grader.tools import open_levels
 
 pytestmark = pytest.mark.kit
 REPO = Path(__file__).resolve().parents[2]

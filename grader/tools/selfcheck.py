@@ -21,8 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from assignment.registry import load_registry
-from grader.config import REPO_ROOT, GradeConfig
-from grader.grade import check_host, grade_submission
+from grader.grade.config import REPO_ROOT, GradeConfig
+from grader.grade.grade import check_host, grade_submission
 
 
 def _starter_failure_problems(task_score) -> list[str]:

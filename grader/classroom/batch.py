@@ -1,20 +1,20 @@
-"""Grade a whole class: ``python -m grader.batch SUBMISSIONS --out OUT`` (``make grade-all``).
+"""Grade a whole class: ``python -m grader.classroom.batch SUBMISSIONS --out OUT`` (``make grade-all``).
 
-    python -m grader.batch SUBMISSIONS --out OUT [--gpus 0,1] [--jobs N] [--only ID ...] [--task t1 ...]
+    python -m grader.classroom.batch SUBMISSIONS --out OUT [--gpus 0,1] [--jobs N] [--only ID ...] [--task t1 ...]
                            [--no-collect] [--collect-only] [--slurm ...] [grading options]
 
 SUBMISSIONS is a folder with one folder or ``.zip`` per student (named by the student id), or a
-Gradescope export (``submission_metadata.yml`` and ``submission_<n>/`` folders): see grader/roster.py.
+Gradescope export (``submission_metadata.yml`` and ``submission_<n>/`` folders): see grader/classroom/roster.py.
 Each submission gets, in ``OUT/students/<id>/``, what ``make grade`` writes (results.json, report.html,
 grades.csv, grading.json) and a done-marker; the class outputs go to ``OUT/class/``
-(grader/class_outputs.py). ``--task theory`` grades the theory answers (alone, or beside the tasks named).
+(grader/classroom/class_outputs.py). ``--task theory`` grades the theory answers (alone, or beside the tasks named).
 
 **Seeds.** Each task's hidden seed is derived from the course's salt and the submission's student: its first
-submitter's SID, else their email, else its folder's name (grader/seeds.py), so a rerun, a resumed batch or a
+submitter's SID, else their email, else its folder's name (grader/grade/seeds.py), so a rerun, a resumed batch or a
 regrade draws the same inputs and gives the same points; ``--seed`` gives every submission one seed instead. The
 batch refuses to start without a usable salt, and a new salt grades every submission again.
 
-**Workers** (grader/batch_queue.py). One worker per GPU (``--gpus``; default every GPU this process
+**Workers** (grader/classroom/batch_queue.py). One worker per GPU (``--gpus``; default every GPU this process
 sees), grading the GPU tasks of one submission at a time with only its GPU visible, so timed checks never
 share a GPU; and ``--jobs`` CPU workers for the tasks that need no GPU (t1, t7), run beside them with no
 GPU visible (``--no-split``: every task on the GPU workers). On a host without a GPU everything is CPU
@@ -26,7 +26,7 @@ submission; each GPU worker then times the reference on its own GPU and is warne
 the registry's figure (or the other GPUs) by more than ``SPEED_TOLERANCE``.
 
 **Resume.** A submission is done when its marker's key (a hash of its contents, the grader's version
-and the settings that shape a grade: grader/ledger.py) is this run's: rerunning the same command after
+and the settings that shape a grade: grader/classroom/ledger.py) is this run's: rerunning the same command after
 a ``kill -9`` or a reboot skips it. A lane that finished before the kill is kept and reused; results
 are written whole (temporary name, then rename) and the marker last, so nothing is half-written and
 nothing is graded twice. A changed submission, or a changed grader (hidden tests, registry, reference
@@ -52,8 +52,8 @@ import time
 from pathlib import Path
 
 from assignment.registry import Task, load_registry
-from grader import ledger, seeds
-from grader.batch_queue import (
+from grader.classroom import ledger
+from grader.classroom.batch_queue import (
     LANE_OVERHEAD_S,
     Batch,
     Interrupted,
@@ -66,11 +66,12 @@ from grader.batch_queue import (
     lane_time_limit,
     last_line,
 )
-from grader.config import ISOLATION_CHOICES, REPO_ROOT, THEORY, GradeConfig
-from grader.roster import RosterError, Submission, parse_due, scan
-from grader.roster import discover as _discover
+from grader.classroom.roster import RosterError, Submission, parse_due, scan
+from grader.classroom.roster import discover as _discover
+from grader.grade import seeds
+from grader.grade.config import ISOLATION_CHOICES, REPO_ROOT, THEORY, GradeConfig
 
-# What grader/slurm.py takes from here (its elements' time limit and resources): re-exported.
+# What grader/classroom/slurm.py takes from here (its elements' time limit and resources): re-exported.
 __all__ = ["LANE_OVERHEAD_S", "Lane", "collect", "default_jobs", "discover", "lane_time_limit", "main", "pending"]
 
 # --------------------------------------------------------------------------- the contract's Python side
@@ -101,7 +102,7 @@ def pending(submissions, out: Path, settings: dict | None = None) -> list[str]:
 
 def collect(submissions, out: Path, **kwargs):
     """Write the class outputs (OUT/class/) from whatever is graded; returns the summary (a dict)."""
-    from grader.class_outputs import write_class_outputs
+    from grader.classroom.class_outputs import write_class_outputs
 
     out = Path(out)
     if isinstance(submissions, (list, tuple)):
@@ -142,12 +143,12 @@ def host_preflight(tasks: list[Task], config: GradeConfig, skip_preflight: bool)
     """The preflight once for the whole batch: on a host with an NVIDIA driver in a child process (the batch itself
     never opens a GPU), elsewhere here."""
     if not any(Path(p).exists() for p in ("/dev/nvidiactl", "/proc/driver/nvidia")):
-        from grader.batch_worker import host_report
+        from grader.classroom.batch_worker import host_report
 
         return host_report(tasks, config, skip_preflight)
     with tempfile.TemporaryDirectory(prefix="kit-batch-") as tmp:
         path = Path(tmp) / "host.json"
-        cmd = [sys.executable, "-m", "grader.batch_worker", "host", "--json", str(path),
+        cmd = [sys.executable, "-m", "grader.classroom.batch_worker", "host", "--json", str(path),
                *[a for t in tasks for a in ("--task", t.id)], *grading_args(config, skip_preflight)]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH",
                                                                                                       "")) if p))
@@ -174,7 +175,7 @@ def choose_gpus(option: str | None, seen: list[str]) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m grader.batch", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m grader.classroom.batch", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("submissions", type=Path, help="one folder or .zip per student, or a Gradescope export")
     parser.add_argument("--out", type=Path, required=True, help="per-student results and the class outputs")
@@ -196,9 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "compared with for the late flag")
     parser.add_argument("--roster", type=Path, default=None,
                         help="a roster CSV (Name, SID, Email) for a folder of submissions named by SID or email")
-    grading = parser.add_argument_group("grading (as python -m grader.grade)")
+    grading = parser.add_argument_group("grading (as python -m grader.grade.grade)")
     grading.add_argument("--seed", type=int, default=None, help="one seed for every submission and task (default: "
-                         "derived per student and task from the course's salt, grader/seeds.py)")
+                         "derived per student and task from the course's salt, grader/grade/seeds.py)")
     grading.add_argument("--isolation", choices=ISOLATION_CHOICES, default="auto")
     grading.add_argument("--allow-weak-isolation", action="store_true")
     grading.add_argument("--skip-preflight", action="store_true",
@@ -209,11 +210,11 @@ def build_parser() -> argparse.ArgumentParser:
     grading.add_argument("--theory", action=argparse.BooleanOptionalAction, default=None,
                          help="grade the theory answers (default: when every task is graded, not with --task)")
     parser.add_argument("--slurm", action="store_true", help="submit the grading as a Slurm job array "
-                                                             "(grader/slurm.py) instead of grading here")
+                                                             "(grader/classroom/slurm.py) instead of grading here")
     try:
-        from grader import slurm
+        from grader.classroom import slurm
     except ModuleNotFoundError as exc:
-        if exc.name != "grader.slurm":
+        if exc.name != "grader.classroom.slurm":
             raise
     else:
         slurm.add_arguments(parser)
@@ -221,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def passthrough_args(args: argparse.Namespace) -> list[str]:
-    """The options each Slurm element's ``python -m grader.batch`` needs to grade as this command would."""
+    """The options each Slurm element's ``python -m grader.classroom.batch`` needs to grade as this command would."""
     out = ["--isolation", args.isolation, "--timeout-scale", repr(args.timeout_scale)]
     out += ["--allow-weak-isolation"] * args.allow_weak_isolation + ["--skip-preflight"] * args.skip_preflight
     out += ["--no-split"] * args.no_split + (["--select", args.select] if args.select else [])
@@ -233,11 +234,11 @@ def passthrough_args(args: argparse.Namespace) -> list[str]:
 
 def _slurm(args: argparse.Namespace, ids: list[str] | None) -> int:
     try:
-        from grader import slurm
+        from grader.classroom import slurm
     except ModuleNotFoundError as exc:
-        if exc.name != "grader.slurm":
+        if exc.name != "grader.classroom.slurm":
             raise
-        print("error: --slurm needs grader/slurm.py, which this kit does not have", file=sys.stderr)
+        print("error: --slurm needs grader/classroom/slurm.py, which this kit does not have", file=sys.stderr)
         return 2
     try:
         slurm.submit(args.submissions, args.out, tasks=tuple(args.task), only=tuple(ids or ()),
@@ -331,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {', '.join(gpu_tasks)} need a GPU worker and --gpus gives none (grade the others with --task, "
               "or pass --skip-preflight to report them as not run)", file=sys.stderr)
         return 3
-    theory = getattr(registry, "theory", None) is not None and (  # as make grade decides (grader/grade.py)
+    theory = getattr(registry, "theory", None) is not None and (  # as make grade decides (grader/grade/grade.py)
         args.theory if args.theory is not None else not args.task or THEORY in args.task)
     batch = Batch(subs, args.out, registry, tasks, config, gpus=gpus, jobs=jobs, split=not args.no_split,
                   skip_preflight=args.skip_preflight, seed=args.seed, host_facts=host.get("facts", {}),
@@ -390,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _collect(args: argparse.Namespace, subs: list[Submission], problems: list[str]) -> int:
-    from grader.class_outputs import CLASS_DIR, write_class_outputs
+    from grader.classroom.class_outputs import CLASS_DIR, write_class_outputs
 
     summary = write_class_outputs(subs, args.out, problems=problems)
     counts = summary["counts"]

@@ -1,10 +1,10 @@
 """A throwaway single-node Slurm on this machine: munged, slurmctld and slurmd on localhost, every file in
 one folder. The kit's CI grades through it, and an instructor can try the cluster flow on a laptop:
 
-    sudo .venv/bin/python -m grader.slurm_local start --dir /tmp/kit-slurm [--gpus]   # prints SLURM_CONF
+    sudo .venv/bin/python -m grader.classroom.slurm_local start --dir /tmp/kit-slurm [--gpus]   # prints SLURM_CONF
     export SLURM_CONF=/tmp/kit-slurm/slurm.conf
     make grade-all SUBMISSIONS=... OUT=... SLURM=1 [TASKS="t1 t7"]   # as yourself; without --gpus: CPU tasks only
-    sudo .venv/bin/python -m grader.slurm_local stop --dir /tmp/kit-slurm
+    sudo .venv/bin/python -m grader.classroom.slurm_local stop --dir /tmp/kit-slurm
 
 Needs Debian's (or Ubuntu's) ``slurmctld slurmd slurm-client munge`` packages
 (``apt-get install --no-install-recommends slurmctld slurmd slurm-client munge``), and root to start and stop
@@ -89,7 +89,7 @@ def node_facts() -> NodeFacts:
 def slurm_conf(root: Path, node: NodeFacts, ctld_port: int, slurmd_port: int, partition: str = "kit") -> str:
     """A minimal slurm.conf: one node (this machine, reached on 127.0.0.1), one partition, no accounting, no
     cgroups (proctrack/linuxproc, task/none: runs in containers and on CI machines alike)."""
-    return f"""# Written by grader/slurm_local.py: a single-node Slurm for trying the kit's cluster grading.
+    return f"""# Written by grader/classroom/slurm_local.py: a single-node Slurm for trying the kit's cluster grading.
 ClusterName=kitlocal
 {'GresTypes=gpu' if node.gpus else '# no GresTypes: no GPU offered (start --gpus offers them)'}
 SlurmctldHost={node.name}(127.0.0.1)
@@ -184,7 +184,7 @@ class LocalSlurm:
             raise LocalSlurmError("checking the user", "a local Slurm needs root (slurmd runs jobs as their owner)")
         if self._alive():
             raise LocalSlurmError("checking the folder", f"daemons from {self.root} still run ({self._alive()}): "
-                                  f"python -m grader.slurm_local stop --dir {self.root}")
+                                  f"python -m grader.classroom.slurm_local stop --dir {self.root}")
         for sub in ("munge", "munge-key", "state", "spool", "log"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         # Any user's sbatch reaches munged's socket; only root reads the key.
@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: a local Slurm could not start: {exc}", file=sys.stderr)
             return 1
         print(f"Slurm runs (node {cluster.node_state()}); for sbatch, squeue and the kit:\n"
-              f"  export SLURM_CONF={cluster.conf}\nstop it with: python -m grader.slurm_local stop --dir {args.dir}")
+              f"  export SLURM_CONF={cluster.conf}\nstop it with: python -m grader.classroom.slurm_local stop --dir {args.dir}")
     elif args.action == "stop":
         cluster.stop()
         print(f"stopped the daemons of {cluster.root}")

@@ -1,28 +1,28 @@
 """Grade a class on a Slurm cluster: one job array, one array element per chunk of submissions, then a
 collect job.
 
-    python -m grader.batch SUBMISSIONS --out OUT --slurm [--chunk-size 8] [--partition gpu] [--account X]
+    python -m grader.classroom.batch SUBMISSIONS --out OUT --slurm [--chunk-size 8] [--partition gpu] [--account X]
     make grade-all SUBMISSIONS=dir OUT=dir SLURM=1
 
-``submit`` asks the batch which submissions still need grading (``grader.batch.pending``: new, changed,
+``submit`` asks the batch which submissions still need grading (``grader.classroom.batch.pending``: new, changed,
 or graded by another grader version), splits them into chunks, and writes one folder per submission
 round under ``OUT/slurm/``: the array's script ``grade.sbatch`` (every ``#SBATCH`` line in plain sight),
 one file of ids per chunk (``chunks/<n>.txt``, read by the element whose ``SLURM_ARRAY_TASK_ID`` is n),
 the collect job's script ``collect.sbatch``, the exact sbatch commands (``submit.sh``) and the jobs'
-logs. Each element runs ``python -m grader.batch SUBMISSIONS --out OUT --only <its ids> --no-collect``;
+logs. Each element runs ``python -m grader.classroom.batch SUBMISSIONS --out OUT --only <its ids> --no-collect``;
 the collect job (``--dependency=afterany:<array>``, so it runs whatever failed) runs
 ``--collect-only`` and writes the class outputs. After failures (a node lost, a time limit hit), the
 same command submits again only what is still missing. ``--gres=gpu:1`` is asked for only when a GPU
 task is graded; the time limit comes from the registry (``[task.grading] timeout_s`` of each task
 graded, per submission, times the chunk's size, plus a margin), so no element is killed while a
 submission that uses every second it is allowed still runs. The elements derive each student's hidden seeds from
-the course's salt (grader/seeds.py): the registry's, on the shared disk, or ``KIT_GRADING_SALT`` in the shell that
+the course's salt (grader/grade/seeds.py): the registry's, on the shared disk, or ``KIT_GRADING_SALT`` in the shell that
 submits (sbatch passes its environment on); the batch refuses to submit without one.
 
-    python -m grader.slurm status OUT       what the last round submitted, what is still queued, what is left
-    python -m grader.slurm collect SUBMISSIONS --out OUT     the collect step, here and now
+    python -m grader.classroom.slurm status OUT       what the last round submitted, what is still queued, what is left
+    python -m grader.classroom.slurm collect SUBMISSIONS --out OUT     the collect step, here and now
 
-A single-node Slurm to try this on (CI runs it): grader/slurm_local.py.
+A single-node Slurm to try this on (CI runs it): grader/classroom/slurm_local.py.
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ from pathlib import Path
 
 from assignment.atomic import write_atomic
 from assignment.registry import Registry, Task, load_registry
-from grader.config import REPO_ROOT, THEORY, GradeConfig
+from grader.grade.config import REPO_ROOT, THEORY, GradeConfig
 
-BATCH_MODULE = "grader.batch"
+BATCH_MODULE = "grader.classroom.batch"
 # 8 submissions of about 90 s of GPU work each (issue 15's measurement on an H100): elements of about 12 minutes,
 # and a class of 600 in 75 elements, well under the MaxArraySize of 1001 that Slurm has by default.
 DEFAULT_CHUNK_SIZE = 8
@@ -51,7 +51,7 @@ DEFAULT_CHUNK_SIZE = 8
 ELEMENT_MARGIN_S = 600
 COLLECT_TIME = "00:30:00"
 # The batch gives a CPU worker (t1/t7) about 4 cores and keeps 4 per GPU worker for its builds and timed checks
-# (grader.batch.default_jobs): an element with the GPU and one CPU worker beside it takes 8, a CPU-only one 4.
+# (grader.classroom.batch.default_jobs): an element with the GPU and one CPU worker beside it takes 8, a CPU-only one 4.
 CORES_PER_WORKER = 4
 
 
@@ -71,8 +71,8 @@ class SlurmOptions:
     collect: bool = True                   # submit the dependent collect job
     wait: bool = False                     # return when the jobs have ended (tests, scripts)
     python: str = sys.executable           # the Python the elements run (the repository is on a shared disk)
-    batch_args: tuple[str, ...] = ()       # passed on to every element's grader.batch (e.g. --allow-weak-isolation)
-    collect_args: tuple[str, ...] = ()     # passed on to the collect job's grader.batch (--due, --roster)
+    batch_args: tuple[str, ...] = ()       # passed on to every element's grader.classroom.batch (e.g. --allow-weak-isolation)
+    collect_args: tuple[str, ...] = ()     # passed on to the collect job's grader.classroom.batch (--due, --roster)
     timeout_scale: float = 1.0             # as the batch's --timeout-scale (the time limit grows with it)
     force: bool = False                    # submit although the last round's jobs are still queued or running
 
@@ -128,7 +128,7 @@ def element_cpus(tasks: list[Task], options: SlurmOptions) -> int:
 
 def element_jobs(tasks: list[Task], cpus: int) -> int:
     """The batch's CPU workers in an element: the cores it was given, less the GPU worker's (the batch's own rule,
-    grader.batch.default_jobs, would count every core of the node)."""
+    grader.classroom.batch.default_jobs, would count every core of the node)."""
     gpu = any(t.needs_gpu for t in tasks)
     return max(1, (cpus - (CORES_PER_WORKER if gpu else 0)) // CORES_PER_WORKER)
 
@@ -167,7 +167,7 @@ def grade_script(*, submissions: Path, out: Path, run_dir: Path, chunks: list[li
     largest = max(len(c) for c in chunks)
     per = seconds_per_submission(tasks, options.timeout_scale)
     return f"""#!/bin/bash
-# The kit's class grading on Slurm, written by grader/slurm.py ({time.strftime('%Y-%m-%d %H:%M:%S %Z')}).
+# The kit's class grading on Slurm, written by grader/classroom/slurm.py ({time.strftime('%Y-%m-%d %H:%M:%S %Z')}).
 # One array element per chunk of submissions ({len(chunks)} chunk(s) of at most {largest}); element n
 # grades the ids listed in {run_dir}/chunks/n.txt{'; requeued, it skips those already graded' if keep_done else ''}.
 # Tasks graded: {', '.join(t.id for t in tasks)}{'' if gpu else ' (CPU only: no GPU asked for)'}.
@@ -193,7 +193,7 @@ def collect_script(*, submissions: Path, out: Path, run_dir: Path, options: Slur
     command = [options.python, "-m", BATCH_MODULE, str(submissions), "--out", str(out), "--collect-only",
                *options.collect_args]
     return f"""#!/bin/bash
-# The collect step of the kit's class grading, written by grader/slurm.py: it runs after every element of
+# The collect step of the kit's class grading, written by grader/classroom/slurm.py: it runs after every element of
 # the grading array has ended (afterany: failed ones too) and merges the per-submission results into the
 # class outputs. What an element could not grade stays missing; submitting again grades only that.
 #SBATCH --job-name=kit-collect
@@ -215,7 +215,7 @@ def _require(program: str) -> str:
     path = shutil.which(program)
     if not path:
         raise SlurmError(f"{program} is not on PATH: submit from a Slurm login node (or try the flow on this "
-                         "machine with a local Slurm: python -m grader.slurm_local start --dir /tmp/kit-slurm)")
+                         "machine with a local Slurm: python -m grader.classroom.slurm_local start --dir /tmp/kit-slurm)")
     return path
 
 
@@ -295,7 +295,9 @@ def wait_for(job_ids: list[str], log=print, poll_s: float = 2.0, slow_after_s: f
 # --------------------------------------------------------------------------------------------------
 
 def _batch():
-    from grader import batch  # imported when used: grader.batch imports this module for its --slurm options
+    from grader.classroom import (
+        batch,  # imported when used: grader.classroom.batch imports this module for its --slurm options
+    )
 
     return batch
 
@@ -333,7 +335,7 @@ def submit(submissions: Path | str, out: Path | str, *, tasks: tuple[str, ...] |
         still = queued([previous.get("array_job"), previous.get("collect_job")])
         if still:
             raise SlurmError(f"the last round's jobs are still queued or running ({', '.join(still[:8])}"
-                             f"{' ...' if len(still) > 8 else ''}): wait for them (python -m grader.slurm status "
+                             f"{' ...' if len(still) > 8 else ''}): wait for them (python -m grader.classroom.slurm status "
                              f"{out}), cancel them (scancel {previous.get('array_job')}), or pass --force")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = out / "slurm" / stamp
@@ -405,7 +407,7 @@ def submit(submissions: Path | str, out: Path | str, *, tasks: tuple[str, ...] |
 def _write_submit_sh(run_dir: Path, array_argv: list[str], grade: Path, collect_argv: list[str] | None,
                      collect: Path) -> None:
     """The round's sbatch commands as a script an instructor can read (or run again by hand)."""
-    lines = ["#!/bin/bash", "# The sbatch commands grader/slurm.py ran for this round.", "set -euo pipefail",
+    lines = ["#!/bin/bash", "# The sbatch commands grader/classroom/slurm.py ran for this round.", "set -euo pipefail",
              f"ARRAY=$({shlex.join(['sbatch', '--parsable', *array_argv, str(grade)])})", 'echo "array job $ARRAY"']
     if collect_argv is not None:
         lines.append(f"{shlex.join(['sbatch', '--parsable', *collect_argv])} --dependency=afterany:\"$ARRAY\" "
@@ -420,10 +422,10 @@ def _save(out: Path, result: SlurmRound) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Command line: status and collect (submitting goes through python -m grader.batch --slurm).
+# Command line: status and collect (submitting goes through python -m grader.classroom.batch --slurm).
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The Slurm options, for grader.batch's parser (with ``--slurm``) and this module's ``submit``."""
+    """The Slurm options, for grader.classroom.batch's parser (with ``--slurm``) and this module's ``submit``."""
     group = parser.add_argument_group("Slurm (with --slurm)")
     group.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE,
                        help=f"submissions per array element (default {DEFAULT_CHUNK_SIZE})")
@@ -437,7 +439,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help=f"per element (default {2 * CORES_PER_WORKER} with a GPU task, else {CORES_PER_WORKER})")
     group.add_argument("--max-running", type=int, default=None, help="at most this many elements at once")
     group.add_argument("--no-collect-job", action="store_true",
-                       help="no dependent collect job (run python -m grader.slurm collect yourself)")
+                       help="no dependent collect job (run python -m grader.classroom.slurm collect yourself)")
     group.add_argument("--wait", action="store_true", help="return when the jobs have ended")
     group.add_argument("--force", action="store_true", help="submit although the last round still runs")
 
@@ -472,7 +474,7 @@ def status(out: Path, log=print) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="The kit's class grading on Slurm. Submit with python -m grader.batch "
+    parser = argparse.ArgumentParser(description="The kit's class grading on Slurm. Submit with python -m grader.classroom.batch "
                                                  "SUBMISSIONS --out OUT --slurm (make grade-all ... SLURM=1).")
     sub = parser.add_subparsers(dest="command", required=True)
     p_status = sub.add_parser("status", help="the last round's jobs, and what is still to grade")

@@ -36,8 +36,8 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from assignment.atomic import write_atomic
 from assignment.registry import Registry
-from grader.scoring import NOT_RUN_TAG, ScoredTest, SubmissionScore
-from grader.theory import MANUAL_TAG, TheoryScore
+from grader.grade.scoring import NOT_RUN_TAG, ScoredTest, SubmissionScore
+from grader.grade.theory import MANUAL_TAG, TheoryScore
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from assignment import policy
 from assignment.cuda import compiler, confine, reading, regions, rules
 from assignment.registry import Task
-from grader.config import REPO_ROOT, GradeConfig
+from grader.grade.config import REPO_ROOT, GradeConfig
 
 KIT_SOURCES = REPO_ROOT / "solutions"  # the kit's own files: host code, and every region's reference
 # CUDA files another task's checks run as the kit wrote them, so that the task is graded on its own: t6's prefill

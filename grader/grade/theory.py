@@ -1,7 +1,7 @@
 """Grading the theory part: each student's answer key, the numeric answers scored, the proof listed for a person.
 
-    python -m grader.theory --key s1234567                    # the questions with their key, and the rubric
-    python -m grader.theory --key s1234567 --write FILE       # an answers file holding the key (demo, tests)
+    python -m grader.grade.theory --key s1234567                    # the questions with their key, and the rubric
+    python -m grader.grade.theory --key s1234567 --write FILE       # an answers file holding the key (demo, tests)
 
 Instructor-only (the student bundle has none of ``grader/``): the questions and their numbers come from
 ``assignment/theory`` (what students run), the answers from the formulas here, one function per kind, each
@@ -36,7 +36,7 @@ from assignment.theory.questions import (
     render_text,
     tolerance_text,
 )
-from grader.scoring import ScoredTest
+from grader.grade.scoring import ScoredTest
 
 TAG = "theory"
 MANUAL_TAG = "manual"

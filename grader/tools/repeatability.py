@@ -1,7 +1,7 @@
 """How far the grade of one submission moves when it is graded again (``make repeatability``).
 
-    python -m grader.repeatability SUBMISSION ... [--repeats 5] [--task t3 ...] [--json FILE]
-    python -m grader.repeatability --graded NAME=DIR,DIR,... [--graded ...]
+    python -m grader.tools.repeatability SUBMISSION ... [--repeats 5] [--task t3 ...] [--json FILE]
+    python -m grader.tools.repeatability --graded NAME=DIR,DIR,... [--graded ...]
 
 The first form grades each submission ``--repeats`` times in a row on this host (as ``make grade``,
 one after the other, so timed checks never share the GPU). The second summarises gradings already
@@ -18,7 +18,7 @@ that threshold, not the harness, decides what a student near it gets.
 
 Identical correctness points are a property of every submission, a buggy one too (not only of the
 solutions, which pass whatever the inputs): each task's hidden inputs come from a seed derived from the
-course's salt, the student and the task (grader/seeds.py), so each grading of the same files draws the
+course's salt, the student and the task (grader/grade/seeds.py), so each grading of the same files draws the
 same inputs. The seeds each grading recorded (grading.json) are compared first: gradings with different
 seeds (another salt, another student id such as the copies of one submission in a class, a ``--seed``)
 drew different inputs, so their correctness points are not compared (a note says so); their timings are.
@@ -144,8 +144,8 @@ def table(summary: dict) -> list[str]:
 
 
 def grade_repeatedly(source: Path, repeats: int, out: Path, registry: Registry, config, host) -> list[Grading]:
-    """``repeats`` gradings of one submission with one host check (``grader.grade.check_host``)."""
-    from grader.grade import grade_submission
+    """``repeats`` gradings of one submission with one host check (``grader.grade.grade.check_host``)."""
+    from grader.grade.grade import grade_submission
 
     gradings = []
     for attempt in range(repeats):
@@ -193,9 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, folders in _graded_groups(args.graded):
         summaries.append(summarise(name, [read_grading(f) for f in folders], registry, args.allowance))
     if args.submissions:
-        from grader import seeds
-        from grader.config import GradeConfig
-        from grader.grade import check_host
+        from grader.grade import seeds
+        from grader.grade.config import GradeConfig
+        from grader.grade.grade import check_host
 
         try:
             seeds.resolve_salt(registry)  # every grading derives its seeds from it

@@ -1,7 +1,7 @@
 """Grading phase 3: run one task's hidden suite in a checker process and read back what happened.
 
 The checker is ``python -m pytest`` on the hidden suite with the grader's plugin
-(``grader.checker_plugin``), in its own session, with a wall-clock budget from the registry
+(``grader.grade.checker_plugin``), in its own session, with a wall-clock budget from the registry
 (``[task.grading]``). It never imports student code: Python goes through the sandboxed worker,
 CUDA is the spliced library (kit host code, student device code). The runner trusts only what the
 checker wrote: the ids it collected, its JSON report and its events (a check that hung, a CUDA fault).
@@ -23,10 +23,10 @@ from pathlib import Path
 from assignment.cuda.compiler import DEVICE_PRINTF_SETTING, SOURCE_RULES_SETTING
 from assignment.cuda.confine import ISOLATION_SETTING
 from assignment.registry import Task
-from grader.checker_plugin import HANG_EXIT_CODE
-from grader.config import HIDDEN_DIR, REPO_ROOT, GradeConfig
+from grader.grade.checker_plugin import HANG_EXIT_CODE
+from grader.grade.config import HIDDEN_DIR, REPO_ROOT, GradeConfig
+from grader.grade.prepare import GRADING_DEVICE_PRINTF, PreparedTask, compile_isolation
 from grader.isolation.client import WorkerConfig
-from grader.prepare import GRADING_DEVICE_PRINTF, PreparedTask, compile_isolation
 
 
 @dataclass
@@ -157,7 +157,7 @@ def run_task(prepared: PreparedTask, workdir: Path, config: GradeConfig, seed: i
     env = checker_environment(prepared, workdir, config, seed, worker)
     command = [
         sys.executable, "-m", "pytest", *map(str, suite), "-m", task.id, "-q", "-p", "no:cacheprovider",
-        "-p", "grader.checker_plugin", "--rootdir", str(REPO_ROOT), "-c", str(REPO_ROOT / "pyproject.toml"),
+        "-p", "grader.grade.checker_plugin", "--rootdir", str(REPO_ROOT), "-c", str(REPO_ROOT / "pyproject.toml"),
         "--json-report", f"--json-report-file={report}", "--json-report-omit", "log", "streams",
         *(["-k", config.select] if config.select else []),
     ]

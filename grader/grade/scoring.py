@@ -10,7 +10,7 @@ A check or a timing rule that did not run on this host (a GPU check on a host wi
 tool) is **not run**: it keeps its share, earns nothing and loses nothing, and the task says how many of
 its points did not run (``TaskScore.not_run``), so a grade with checks left out never reads as complete
 and a check's worth does not depend on the host. A task that could not run at all (no GPU) is all not
-run. Every output says so in words (grader/report.py); the instructor is told, and the preflight refuses
+run. Every output says so in words (grader/grade/report.py); the instructor is told, and the preflight refuses
 such hosts for real grading.
 
 What a student sees for a failed hidden check: its kind, the size of the error against the
@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING
 
 from assignment.checks import CHECK_KINDS
 from assignment.registry import Registry, Task
-from grader.checker_plugin import scrub
-from grader.runner import TaskRun, TestOutcome
+from grader.grade.checker_plugin import scrub
+from grader.grade.runner import TaskRun, TestOutcome
 
-if TYPE_CHECKING:  # grader.theory builds on ScoredTest here
-    from grader.theory import TheoryScore
+if TYPE_CHECKING:  # grader.grade.theory builds on ScoredTest here
+    from grader.grade.theory import TheoryScore
 
 OUTPUT_CHARS = 1500
 KIND_TEXT = CHECK_KINDS | {

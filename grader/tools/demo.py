@@ -16,11 +16,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from assignment.registry import load_registry
-from grader.config import REPO_ROOT, GradeConfig
-from grader.grade import grade_submission
-from grader.report import summary_lines
-from grader.runner import gpu_available
-from grader.theory import reference_answers
+from grader.grade.config import REPO_ROOT, GradeConfig
+from grader.grade.grade import grade_submission
+from grader.grade.report import summary_lines
+from grader.grade.runner import gpu_available
+from grader.grade.theory import reference_answers
 
 OUT = REPO_ROOT / "build" / "demo"
 DEMO_STUDENT_ID = "demo-student"

@@ -5,9 +5,9 @@ kernel body, so the timing rubric needs levels for designs short of the referenc
 guessed. ``grader/fixtures/open/<file stem>.<name>.cu`` holds the body of such a kernel (an open-level
 TODO region filled in); each is a submission a student could honestly hand in.
 
-    python -m grader.open_levels --list                  # the fixtures and the open starter they fill in
-    python -m grader.open_levels --calibrate [--task t3] [--repeats 3] [--json out.json]   # on a GPU
-    python -m grader.open_levels --write DIR             # each fixture as a submission folder, to grade
+    python -m grader.tools.open_levels --list                  # the fixtures and the open starter they fill in
+    python -m grader.tools.open_levels --calibrate [--task t3] [--repeats 3] [--json out.json]   # on a GPU
+    python -m grader.tools.open_levels --write DIR             # each fixture as a submission folder, to grade
 
 ``--calibrate`` checks each kernel's values against the reference on awkward shapes, then times it
 against the reference exactly as the hidden suite's timing check does (the same workload, the kit's
@@ -27,8 +27,8 @@ from pathlib import Path
 from assignment.registry import Registry, load_registry
 from assignment.starter import apply_levels, levels_for, strip_solutions
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "open"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = REPO_ROOT / "grader" / "fixtures" / "open"
 SOLUTIONS = REPO_ROOT / "solutions"
 
 

@@ -7,7 +7,7 @@ measured at (``reference_ms`` in each timing rule, per GPU model): a busy, throt
 GPU would shift every performance score. A GPU model the rubric was not measured on is allowed, with
 a note, since the rubric's ratios are measured against the reference on the same GPU.
 
-    python -m grader.preflight [--task t4 ...]
+    python -m grader.grade.preflight [--task t4 ...]
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import sys
 from dataclasses import dataclass, field
 
 from assignment.registry import Task, load_registry
-from grader.config import GradeConfig
+from grader.grade.config import GradeConfig
+from grader.grade.runner import gpu_available
 from grader.isolation import sandbox
-from grader.runner import gpu_available
 
 # The reference may run this much slower than the registry's figure before the host is refused.
 REFERENCE_SLOWDOWN_LIMIT = 1.25
@@ -38,7 +38,7 @@ class Preflight:
     facts: dict = field(default_factory=dict)
     isolation: str = sandbox.FULL
     # The reference's speed per timing rule: task, rule, gpu, measured_ms, recorded_ms (None: not measured on
-    # this GPU model). The class grading compares its GPU workers with these (grader/batch.py).
+    # this GPU model). The class grading compares its GPU workers with these (grader/classroom/batch.py).
     speeds: list[dict] = field(default_factory=list)
 
     @property

@@ -1,4 +1,4 @@
-"""The grader's pytest plugin, loaded into every hidden-suite process (``-p grader.checker_plugin``).
+"""The grader's pytest plugin, loaded into every hidden-suite process (``-p grader.grade.checker_plugin``).
 
 That process is the checker: it owns the inputs, the expected outputs, the comparisons and the
 timing, and never imports student code (Python runs in the sandboxed worker; CUDA is the kit's host
@@ -29,10 +29,8 @@ from pathlib import Path
 import pytest
 
 from assignment.checks import CheckFailure
+from grader.isolation.feedback import CUDA_FAULT
 
-CUDA_FAULT = re.compile(r"illegal memory access|illegal instruction|misaligned address|unspecified launch failure|"
-                        r"device-side assert|an illegal|launch timed out|cudaErrorLaunchFailure|CUDA error: unspecified",
-                        re.IGNORECASE)
 HANG_EXIT_CODE = 86
 _PATH = re.compile(r"(?:/[\w.@+-]+)+/([\w.@+-]+)")
 SUMMARY_CHARS = 400

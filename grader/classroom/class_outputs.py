@@ -11,11 +11,11 @@
   or did not run whole (``--task``, a host without a GPU), leaves the student out, so that an upload
   changes nothing for them (the summary's ``left_out_of_upload`` says why; a 0 would overwrite their
   score). A student in two submissions gets the later one. ``gradescope_gpu_scores.csv``: the same, with
-  the GPU tasks' points only: what Gradescope's autograder (grader/gradescope.py: t1, t7 and the theory,
+  the GPU tasks' points only: what Gradescope's autograder (grader/classroom/gradescope.py: t1, t7 and the theory,
   no GPU) leaves to the course's GPU machines.
 * ``pass_rates.csv``: per hidden check, how many of the submissions whose task ran passed it (a check
   that did not run is in neither count).
-* ``leaderboard.csv``: the performance metrics (grader/report.py's ``LEADERBOARD``) of the students who
+* ``leaderboard.csv``: the performance metrics (grader/grade/report.py's ``LEADERBOARD``) of the students who
   opted in.
 
 A task cell of the gradebook is its points, ``not run`` when none of it ran, ``0.80 (19.20 not run)`` when
@@ -27,7 +27,7 @@ some of it did not, and empty when the grading did not cover it.
 **Leaderboard opt-in**: a file ``leaderboard.txt`` in the submission (at any depth; the shallowest copy,
 read as the grader reads student files: from a zip without extracting, capped, never through a link).
 Its first non-empty line is the name shown (at most 40 characters; none: "anonymous"); a first line
-"no" opts out (grader/report.py's ``leaderboard_alias``, which also decides the Gradescope leaderboard
+"no" opts out (grader/grade/report.py's ``leaderboard_alias``, which also decides the Gradescope leaderboard
 entries of each results.json). A student's metric is shown only when the task's every correctness check
 passed.
 
@@ -51,12 +51,12 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from assignment.atomic import write_atomic
 from assignment.registry import Registry, load_registry
-from grader import ledger
-from grader.feedback_summary import describe, figure, png
-from grader.report import LEADERBOARD, OPT_IN_BYTES, OPT_IN_FILE, csv_cell, leaderboard_alias, points_cell
-from grader.scoring import NOT_RUN_TAG
-from grader.roster import Student, Submission, scan
-from grader.submission import SubmissionError, _candidates, _Folder, _Zip
+from grader.classroom import ledger
+from grader.classroom.feedback_summary import describe, figure, png
+from grader.grade.report import LEADERBOARD, OPT_IN_BYTES, OPT_IN_FILE, csv_cell, leaderboard_alias, points_cell
+from grader.grade.scoring import NOT_RUN_TAG
+from grader.classroom.roster import Student, Submission, scan
+from grader.grade.submission import SubmissionError, _candidates, _Folder, _Zip
 
 CLASS_DIR = "class"
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -79,7 +79,7 @@ class Record:
     wall_s: float | None = None
     version: str = ""
     gpu_warnings: list[str] = field(default_factory=list)
-    theory: dict | None = None                               # grading.json's theory part (grader/theory.py)
+    theory: dict | None = None                               # grading.json's theory part (grader/grade/theory.py)
     alias: str | None = None                                 # opted in to the leaderboard under this name
 
 
@@ -174,7 +174,7 @@ def _ran_whole(task: dict) -> bool:
 
 
 def task_cell(task: dict) -> str:
-    """A gradebook cell from a grading.json task record (grader/report.py's points_cell)."""
+    """A gradebook cell from a grading.json task record (grader/grade/report.py's points_cell)."""
     return points_cell(float(task.get("score", 0.0)), _not_run(task), float(task.get("max_score") or 0.0))
 
 
@@ -492,7 +492,7 @@ def _with_saved_roster(subs: list[Submission], out: Path) -> list[Submission]:
     saved = _load(out / "batch.json") or {}
     if not subs or not (saved.get("due") or saved.get("roster")) or not saved.get("submissions"):
         return subs
-    from grader.roster import RosterError, parse_due
+    from grader.classroom.roster import RosterError, parse_due
 
     try:
         roster = scan(Path(saved["submissions"]), due=parse_due(saved["due"]) if saved.get("due") else None,

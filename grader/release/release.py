@@ -1,7 +1,7 @@
 """``make release``: the student bundle, ``dist/student/`` and ``dist/student.zip``, checked before it is written.
 
-    python -m grader.release [--out dist] [--no-pdf]
-    python -m grader.release --check dist/student     # the manifest check alone, on a built bundle
+    python -m grader.release.release [--out dist] [--no-pdf]
+    python -m grader.release.release --check dist/student     # the manifest check alone, on a built bundle
 
 The bundle is what a student runs and nothing else:
 
@@ -9,7 +9,7 @@ The bundle is what a student runs and nothing else:
     assignment/       the package the tests and the student's code run on, with the registry's student edition
                       and assignment/cuda/kit/, the kit's copy of each CUDA file (the starter as shipped)
                       (no hidden shapes, no rubric reasoning, no proof rubric); the handout texts stay here,
-                      rendered below; assignment/theory/ draws the theory questions (their key is grader/theory.py's)
+                      rendered below; assignment/theory/ draws the theory questions (their key is grader/grade/theory.py's)
     tests/            the public tests (not tests/kit/)
     handout.html/.pdf the handout for students (the rubric as students can measure it)
     README.md         for the student: two commands to set up, then the loop
@@ -20,7 +20,7 @@ The bundle is what a student runs and nothing else:
 Files come from what git tracks (a clean clone's view), so nothing lying around in the instructor's tree leaks.
 The check refuses a bundle with anything outside that layout, a solution region's code, a hidden shape, a
 line of the rubric's reasoning, a pointer into the grader, a starter that differs from the repository's, or
-the salt of the hidden tests' seeds (grader/seeds.py: the registry's ``[hidden_seed]`` table, or
+the salt of the hidden tests' seeds (grader/grade/seeds.py: the registry's ``[hidden_seed]`` table, or
 ``KIT_GRADING_SALT`` when it is set while the bundle is built) anywhere in it.
 """
 
@@ -45,10 +45,10 @@ import jinja2
 from assignment.atomic import replacing
 from assignment.registry import Registry, RegistryError, hidden_table_lines, load_registry, student_edition
 from assignment.starter import solution_lines
-from grader.seeds import SALT_ENV
+from grader.grade.seeds import SALT_ENV
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-TEMPLATES = Path(__file__).resolve().parent / "templates" / "bundle"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 TOP_LEVEL = {"starter", "assignment", "tests", "README.md", "Makefile", "pyproject.toml", "handout.html",
              "handout.pdf", ".gitignore", "MANIFEST.json"}
 FORBIDDEN_PREFIXES = ("solutions/", "grader/", "tests/kit/", "assignment/text/", "scratch/", "build/")

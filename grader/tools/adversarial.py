@@ -1,6 +1,6 @@
 """The grader against the kit's own adversarial fixtures: known cheats and known honest bugs.
 
-    python -m grader.adversarial [--cpu | --gpu] [--only NAME ...] [--list]
+    python -m grader.tools.adversarial [--cpu | --gpu] [--only NAME ...] [--list]
 
 Each fixture in ``grader/fixtures/*.toml`` (one file per family of defences) is a submission (the reference solutions with one
 planted trick or bug, or a malformed submission) and what the grader must make of it: a status, a
@@ -32,11 +32,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from assignment.registry import load_registry
-from grader.config import REPO_ROOT, GradeConfig
-from grader.grade import check_host, grade_submission
-from grader.scoring import SubmissionScore
+from grader.grade.config import REPO_ROOT, GradeConfig
+from grader.grade.grade import check_host, grade_submission
+from grader.grade.scoring import SubmissionScore
 
-FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures"
+FIXTURES_DIR = Path(__file__).resolve().parents[1] / "fixtures"
 # The grading ids a regrade_same fixture is graded as: the first twice, the second once.
 REGRADE_IDS = ("fixture-student-a", "fixture-student-b")
 

@@ -33,17 +33,16 @@ from functools import cache
 from pathlib import Path
 
 from assignment.atomic import write_atomic
-from grader.config import REPO_ROOT
-from grader.submission import SKIPPED_PARTS
+from grader.grade.config import REPO_ROOT
+from grader.grade.submission import SKIPPED_PARTS
 
 VERSION_ROOTS = ("grader", "assignment", "solutions")
-# Paths (relative to the repository) that cannot change one submission's grade: scheduling, class outputs,
-# packaging, the handout's texts, notes and measurements. Everything else under VERSION_ROOTS is hashed.
+# Paths (relative to the repository) that cannot change one submission's grade: scheduling and class outputs (all of
+# grader/classroom/), packaging, the demo and the self-check, the handout's texts, notes, records and device scripts.
+# Everything else under VERSION_ROOTS is hashed.
 NOT_GRADING = (
-    "grader/batch.py", "grader/batch_queue.py", "grader/batch_worker.py", "grader/roster.py", "grader/ledger.py", "grader/class_outputs.py",
-    "grader/slurm.py", "grader/slurm_local.py", "grader/gradescope.py", "grader/feedback_summary.py",
-    "grader/release.py", "grader/demo.py", "grader/selfcheck.py", "grader/records", "grader/scripts", "grader/notes",
-    "grader/templates/class_summary.html.j2", "grader/templates/feedback_summary.html.j2", "grader/templates/bundle",
+    "grader/classroom", "grader/release", "grader/tools/demo.py", "grader/tools/selfcheck.py",
+    "grader/records", "grader/scripts", "grader/notes",
     "assignment/text", "assignment/feedback.py", "assignment/feedback.toml", "assignment/feedback_form.html.j2",
     "assignment/feedback_html.py", "assignment/report.py", "assignment/report.html.j2", "assignment/report.md.j2",
     "assignment/submit.py", "assignment/student.mk", "assignment/bootstrap.sh",
@@ -203,7 +202,7 @@ def read_attempts(out: Path, sid: str) -> list[dict]:
 class Part:
     lane: str
     meta: dict          # key, seed, tasks, wall_s, worker
-    result: object      # grader.scoring.SubmissionScore
+    result: object      # grader.grade.scoring.SubmissionScore
 
 
 def part_paths(out: Path, sid: str, lane: str) -> tuple[Path, Path]:

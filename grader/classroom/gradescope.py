@@ -10,11 +10,11 @@ their files arrived; Gradescope's total is the registry's.
 Why entries with a maximum rather than output-only ones: Gradescope adds the tests' maxima into the
 autograder's total, so entries with their points keep that total equal to the registry's (and to the
 assignment's points on Gradescope); output-only entries would show 40 of 40 to a student who has 40 of 120.
-The pending entries carry grader/report.py's ``PENDING_STATUS`` (Gradescope knows passed and failed, and
+The pending entries carry grader/grade/report.py's ``PENDING_STATUS`` (Gradescope knows passed and failed, and
 would call an entry below its maximum with no status failed: one nobody has graded yet has not failed),
 the tags ``pending`` and ``gpu``, and their name and output say they are pending and where they are graded.
 
-The hidden seeds (grader/seeds.py) are drawn for the submitter's SID, else their email, from Gradescope's
+The hidden seeds (grader/grade/seeds.py) are drawn for the submitter's SID, else their email, from Gradescope's
 ``submission_metadata.json``, so a resubmission of the same files, or a regrade, draws the same inputs. The
 salt is the registry's, which the zip carries with the hidden suites; a course that keeps it in
 ``KIT_GRADING_SALT`` instead has it written into the zip's gradescope.json by ``make gradescope`` (Gradescope
@@ -54,10 +54,11 @@ from pathlib import Path
 
 from assignment.atomic import write_atomic
 from assignment.registry import Registry, Task, load_registry
-from grader import ledger, seeds
-from grader.config import ISOLATION_CHOICES, REPO_ROOT, GradeConfig
-from grader.grade import PreflightError, grade_submission
-from grader.report import PENDING_STATUS, PENDING_TAG, gradescope_results, summary_lines
+from grader.classroom import ledger
+from grader.grade import seeds
+from grader.grade.config import ISOLATION_CHOICES, REPO_ROOT, GradeConfig
+from grader.grade.grade import PreflightError, grade_submission
+from grader.grade.report import PENDING_STATUS, PENDING_TAG, gradescope_results, summary_lines
 
 DEFAULT_OUT = REPO_ROOT / "build" / "gradescope"
 VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
@@ -65,7 +66,7 @@ BUILD_INFO = "gradescope.json"
 SALT_KEY = "hidden_seed_salt"  # in BUILD_INFO, only when the salt comes from the environment
 # What the zip carries: these roots, less the excluded prefixes and any cache or hidden file.
 KIT_ROOTS = ("assignment", "grader", "pyproject.toml")
-EXCLUDED = ("assignment/text/", "grader/records/", "grader/scripts/", "grader/notes/", "grader/fixtures/", "grader/templates/bundle/")
+EXCLUDED = ("assignment/text/", "grader/records/", "grader/scripts/", "grader/notes/", "grader/fixtures/", "grader/release/templates/")
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 
 SETUP_SH = r"""#!/usr/bin/env bash
@@ -106,7 +107,7 @@ SOURCE="$ROOT/source"
 PYTHON="${KIT_PYTHON:-$ROOT/kit-venv/bin/python}"
 mkdir -p "$ROOT/results"
 cd "$SOURCE" || exit 1
-PYTHONPATH="$SOURCE" "$PYTHON" -m grader.gradescope run --root "$ROOT"
+PYTHONPATH="$SOURCE" "$PYTHON" -m grader.classroom.gradescope run --root "$ROOT"
 status=$?
 if [ ! -s "$ROOT/results/results.json" ]; then
   # The grader could not start at all (no Python at $PYTHON?): Gradescope still gets results, and the
@@ -273,7 +274,7 @@ def pending_entry(task: Task, found: dict[str, str], visibility: str) -> dict:
 
 
 def results_for(result, registry: Registry, visibility: str) -> dict:
-    """Gradescope's results.json: the grader's own entries (grader/report.py), the GPU tasks pending, the
+    """Gradescope's results.json: the grader's own entries (grader/grade/report.py), the GPU tasks pending, the
     visibility chosen at build time."""
     results = gradescope_results(result)
     for test in results["tests"]:

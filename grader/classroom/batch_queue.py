@@ -6,7 +6,7 @@ that need no GPU (t1, t7), run with no GPU visible: a submission's two *lanes* r
 into one set of results (``merge_parts``). ``split=False`` (``--no-split``) grades every task on the GPU
 workers (t1/t7 then also check on the GPU, as a single ``make grade`` on a GPU host does). On a host without a
 GPU everything is CPU work. The CPU workers are pinned to the cores the GPU workers leave (``place_workers``).
-Each lane runs in a process of its own (``grader/batch_worker.py``) with a time limit from the registry
+Each lane runs in a process of its own (``grader/classroom/batch_worker.py``) with a time limit from the registry
 (``[task.grading] timeout_s`` of its tasks, times the time scale, plus the CUDA builds and
 ``LANE_OVERHEAD_S``): a crash or a hang is recorded as that submission's failure, with the reason
 (``failed.json``), and retried on the next run; the batch goes on. A lane's process dies with the batch
@@ -18,7 +18,7 @@ reference-speed check, ``Batch.check_gpus``) and is warned about when a rule's r
 past the preflight's own limit is left out (unless the preflight is skipped). The checks go to
 ``OUT/workers/<run>.json``, into each graded submission's grading.json and into the class summary.
 
-**Resume.** A submission is done when its marker's key (grader/ledger.py) is this run's. Results are written
+**Resume.** A submission is done when its marker's key (grader/classroom/ledger.py) is this run's. Results are written
 whole (temporary name, then rename) and the marker last; a lane that finished before an interruption is kept
 and reused; a student's folder is locked while it is graded. So a ``kill -9`` or a reboot loses nothing, and
 the same command run again grades what is missing, once.
@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from assignment.registry import Registry, Task
-from grader import ledger
-from grader.config import REPO_ROOT, THEORY, GradeConfig
-from grader.roster import Submission
+from grader.classroom import ledger
+from grader.classroom.roster import Submission
+from grader.grade.config import REPO_ROOT, THEORY, GradeConfig
 
 # Seconds a lane may take beyond its tasks' registry limits: Python and torch starting, the submission read,
 # the sandboxed workers starting (measured: t7 graded whole in 12 s on a 2-core CI machine, of which ~4 s start-up).
@@ -49,7 +49,7 @@ LANE_OVERHEAD_S = 120
 # reported: the rubric's noise allowance is 15% (full points up to 1.15x the reference, which timed against
 # itself gives 1.00-1.02x), so a GPU 10% off would eat most of it. Ratios are timed interleaved on one GPU and
 # survive a uniformly slower GPU; the speedup and time-between-tokens rules, and a GPU whose speed changes during
-# the batch (another tenant, clocks), do not. The preflight refuses a GPU past 1.25x (grader/preflight.py).
+# the batch (another tenant, clocks), do not. The preflight refuses a GPU past 1.25x (grader/grade/preflight.py).
 SPEED_TOLERANCE = 0.10
 POLL_S = 0.2
 CORES_PER_LANE = 4
@@ -84,20 +84,20 @@ def plan_lanes(tasks: list[Task], gpus: list[str], jobs: int, split: bool) -> li
 def grading_settings(tasks: list[Task], lanes: list[Lane], config: GradeConfig, theory: bool = False,
                      seeding: str = "") -> dict:
     """What shapes a grade besides the submission and the grader: part of the done-marker's key. ``seeding``:
-    grader/seeds.py's settings_key (the fixed seed, or the salt's fingerprint: a new salt grades everyone again)."""
+    grader/grade/seeds.py's settings_key (the fixed seed, or the salt's fingerprint: a new salt grades everyone again)."""
     return {"tasks": [t.id for t in tasks], "lanes": {lane.name: lane.ids for lane in lanes},
             "timeout_scale": config.timeout_scale, "select": config.select, "theory": theory, "seeding": seeding}
 
 
 def grading_id(sub: Submission) -> str:
-    """Who a submission's hidden seeds are drawn for (grader/seeds.py): its first submitter's SID, else their email,
+    """Who a submission's hidden seeds are drawn for (grader/grade/seeds.py): its first submitter's SID, else their email,
     else its own id (a folder class names each submission by the student id)."""
     return next((s.sid for s in sub.students if s.sid), None) or \
         next((s.email for s in sub.students if s.email), None) or sub.id
 
 
 def theory_lane(lanes: list[Lane]) -> str:
-    """The lane that grades the theory answers (grader/theory.py: no GPU, a second): the CPU lane where there is one."""
+    """The lane that grades the theory answers (grader/grade/theory.py: no GPU, a second): the CPU lane where there is one."""
     return next((lane.name for lane in lanes if lane.name == "cpu"), lanes[0].name)
 
 
@@ -349,7 +349,7 @@ class Batch:
         with tempfile.TemporaryDirectory(prefix="kit-batch-") as tmp:
             for worker in gpu_workers:
                 path = Path(tmp) / f"{worker.name}.json"
-                cmd = [sys.executable, "-m", "grader.batch_worker", "gpu-check", "--json", str(path), *task_args,
+                cmd = [sys.executable, "-m", "grader.classroom.batch_worker", "gpu-check", "--json", str(path), *task_args,
                        *grading_args(self.config)]
                 proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=_worker_env(worker), stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True)
@@ -439,7 +439,7 @@ class Batch:
         part_dir = ledger.student_dir(self.out, job.sub.id) / ledger.PARTS
         log_path = ledger.student_dir(self.out, job.sub.id) / "logs" / f"{lane.name}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "grader.batch_worker", "grade", str(Path(job.sub.path).resolve()),
+        cmd = [sys.executable, "-m", "grader.classroom.batch_worker", "grade", str(Path(job.sub.path).resolve()),
                "--part-dir", str(part_dir), "--lane", lane.name, "--key", job.key,
                *(["--seed", str(job.seed)] if job.seed is not None else []),
                # A lane with no task grades the theory answers alone (grade-all TASKS=theory).
@@ -512,7 +512,7 @@ class Batch:
         progress.finished(f"{job.sub.id}: FAILED: {reason} (retried on the next run)", ok=False)
 
     def _record_grade(self, job: Job, progress: Progress) -> None:
-        from grader.report import write_all
+        from grader.grade.report import write_all
 
         result = merge_parts([job.parts[lane.name] for lane in job.lanes], self.registry)
         walls = {name: part.meta.get("wall_s", 0.0) for name, part in job.parts.items()}
@@ -618,7 +618,7 @@ def _mean(values: list[float]) -> float | None:
 
 def merge_parts(parts: list[ledger.Part], registry: Registry):
     """One SubmissionScore from its lanes: the tasks in registry order, each note once, the durations added."""
-    from grader.scoring import SubmissionScore
+    from grader.grade.scoring import SubmissionScore
 
     order = {t.id: i for i, t in enumerate(registry.tasks)}
     results = [p.result for p in parts]

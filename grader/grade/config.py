@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 HIDDEN_DIR = REPO_ROOT / "grader" / "hidden"
 ISOLATION_CHOICES = ("auto", "bwrap", "process")
 # Among the tasks to grade (--task, make grade TASKS=...): the theory answers, graded as a task id grades its task.
@@ -17,7 +17,7 @@ class GradeConfig:
     # Tasks to grade; empty means every task the registry marks available.
     tasks: tuple[str, ...] = ()
     # Seed for the hidden tests' inputs and drawn shapes, the same for every task; None derives one per task from
-    # the course's salt and the grading id (grader/seeds.py), so that a regrade draws the same inputs.
+    # the course's salt and the grading id (grader/grade/seeds.py), so that a regrade draws the same inputs.
     seed: int | None = None
     # Multiplies every task's time limits from the registry ([task.grading]): a slower host.
     timeout_scale: float = 1.0
@@ -43,14 +43,14 @@ class GradeConfig:
     # The CUDA region rules on the source (the device-only build and its symbol check hold without them).
     cuda_rules: bool = True
     extra_env: dict[str, str] = field(default_factory=dict)
-    # The theory answers (grader/theory.py): None grades them when every task is graded (no `tasks`), so a
+    # The theory answers (grader/grade/theory.py): None grades them when every task is graded (no `tasks`), so a
     # targeted regrade of one task leaves them out; True or False decides.
     theory: bool | None = None
     # The submission's student id, which picks its theory questions and, without a grading_id, its hidden seeds (the
     # batch grader's roster knows it); None takes the student_id written in the answers file.
     student_id: str | None = None
     # Who the submission belongs to for its hidden seeds (the roster's SID, else email; Gradescope's submitter);
-    # None: student_id, else the theory answers' student_id, else the submission's name (grader/seeds.py).
+    # None: student_id, else the theory answers' student_id, else the submission's name (grader/grade/seeds.py).
     grading_id: str | None = None
 
     @property

@@ -1,17 +1,17 @@
-"""The class grading's units of work, each run by ``grader.batch`` in a process of its own (so that a crash,
-a hang or a leak in one never reaches the batch): ``python -m grader.batch_worker COMMAND ...``.
+"""The class grading's units of work, each run by ``grader.classroom.batch`` in a process of its own (so that a crash,
+a hang or a leak in one never reaches the batch): ``python -m grader.classroom.batch_worker COMMAND ...``.
 
     grade SOURCE --part-dir DIR --lane L --key K --task t1 ... [--seed N] [--grading-id ID] [grading options]
         grade one lane of one submission (the grader's own grade_submission, preflight already done by the
         batch) and leave DIR/L.pkl (the SubmissionScore) and DIR/L.json (key, seed, tasks, wall time); the
-        hidden seeds are derived for ID (grader/seeds.py) unless --seed fixes one for every task
+        hidden seeds are derived for ID (grader/grade/seeds.py) unless --seed fixes one for every task
     host --json FILE --task ... [grading options]
         the host's preflight, once per batch, without timing the reference; plus the GPUs it sees
     gpu-check --json FILE --task ...
         on the GPU in CUDA_VISIBLE_DEVICES: the preflight's reference timing (item 5 of issue 15)
 
 Exit codes: 0 done; 1 the grader raised (the traceback is on stderr, which the batch keeps); 3 the
-host refused (as ``python -m grader.grade``).
+host refused (as ``python -m grader.grade.grade``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from assignment.atomic import replacing, write_atomic
 from assignment.registry import load_registry
-from grader.config import ISOLATION_CHOICES, GradeConfig
+from grader.grade.config import ISOLATION_CHOICES, GradeConfig
 
 
 def add_grading_options(parser: argparse.ArgumentParser) -> None:
@@ -51,7 +51,7 @@ def config_from(args: argparse.Namespace, **changes) -> GradeConfig:
 
 
 def grade(args: argparse.Namespace) -> int:
-    from grader.grade import PreflightError, grade_submission
+    from grader.grade.grade import PreflightError, grade_submission
 
     registry = load_registry()
     # The batch ran the host's preflight once; here only the isolation is decided again (a cheap probe).
@@ -78,8 +78,8 @@ def grade(args: argparse.Namespace) -> int:
 
 def host_report(tasks, config: GradeConfig, skip_preflight: bool) -> dict:
     """The host's preflight without timing the reference (the GPU workers do that), and the GPUs it sees."""
-    from grader.preflight import isolation_check, run_preflight
-    from grader.runner import gpu_available
+    from grader.grade.preflight import isolation_check, run_preflight
+    from grader.grade.runner import gpu_available
 
     result = isolation_check(tasks, config) if skip_preflight else run_preflight(tasks, config, time_reference=False)
     gpus = []
@@ -100,7 +100,7 @@ def host(args: argparse.Namespace) -> int:
 
 
 def gpu_check(args: argparse.Namespace) -> int:
-    from grader.preflight import run_preflight
+    from grader.grade.preflight import run_preflight
 
     registry = load_registry()
     tasks = [registry.task(t) for t in args.task] or list(registry.available)
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     p_grade.add_argument("--lane", required=True)
     p_grade.add_argument("--key", required=True)
     p_grade.add_argument("--seed", type=int, default=None, help="one seed for every task (default: derived)")
-    p_grade.add_argument("--grading-id", default=None, help="who the hidden seeds are drawn for (grader/seeds.py)")
+    p_grade.add_argument("--grading-id", default=None, help="who the hidden seeds are drawn for (grader/grade/seeds.py)")
     p_grade.add_argument("--theory", action=argparse.BooleanOptionalAction, default=None,
                          help="grade the theory answers in this lane (the batch picks one lane for them)")
     p_grade.add_argument("--student-id", default=None, help="the student id that picks the theory questions")
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         if p is not p_grade:
             p.add_argument("--json", required=True)
     args = parser.parse_args(argv)
-    from grader.checker_plugin import die_with_parent
+    from grader.grade.checker_plugin import die_with_parent
 
     die_with_parent()  # a batch killed with kill -9 leaves no lane grading on (and timing on a GPU)
     try:

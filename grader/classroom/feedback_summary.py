@@ -1,9 +1,9 @@
 """Summarise the beta testers' feedback forms into one page:
-``python -m grader.feedback_summary SUBMISSIONS_DIR [--grades GRADES_DIR] [--out build/feedback-summary]``.
+``python -m grader.classroom.feedback_summary SUBMISSIONS_DIR [--grades GRADES_DIR] [--out build/feedback-summary]``.
 
 Each entry of SUBMISSIONS_DIR is one student's submission, a folder or a .zip named by the student id. Its
 ``feedback.json`` may sit at any depth (the shallowest copy is taken, as the grader takes student files); it is
-read the grader's way (grader/submission.py): from a zip without extracting, with a size cap that counts the
+read the grader's way (grader/grade/submission.py): from a zip without extracting, with a size cap that counts the
 bytes actually read, never through a symbolic link. Each file is validated against the form
 (assignment/feedback.toml) and counted as complete, partial (some answers missing or invalid: its valid answers
 still count), malformed (unreadable, not JSON, another form version, a link, too large) or missing; every file
@@ -34,7 +34,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from assignment.atomic import write_atomic
 from assignment.feedback import SCALE, FeedbackError, Form, Question, load_form, parse_answers
 from assignment.registry import Registry, load_registry
-from grader.submission import SubmissionError, _candidates, _Folder, _Zip
+from grader.grade.submission import SubmissionError, _candidates, _Folder, _Zip
 
 FEEDBACK_FILE = "feedback.json"
 # Two 4000-character text answers, JSON-escaped at worst 6 bytes a character, and the rest: under 64 KiB.
@@ -162,7 +162,7 @@ def summarise_question(q: Question, responses: list[Response]) -> dict:
 
 def read_grades(grades_dir: Path, registry: Registry) -> tuple[dict[str, dict[str, tuple[float, float]]], list[str]]:
     """student -> task id -> (score, max score), summed over results.json's tests tagged with the task
-    (grader/report.py's gradescope_results tags each test with its task id). A task the grader did not
+    (grader/grade/report.py's gradescope_results tags each test with its task id). A task the grader did not
     grade for a student has no tests there and so no entry."""
     task_ids = {t.id for t in registry.tasks}
     grades: dict[str, dict[str, tuple[float, float]]] = {}

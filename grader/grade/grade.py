@@ -1,14 +1,14 @@
-"""Grade one submission: ``python -m grader.grade <dir or .zip> --out <dir>``.
+"""Grade one submission: ``python -m grader.grade.grade <dir or .zip> --out <dir>``.
 
 The phases, one module each: preflight (is this host fit to grade?), collect (copy the student's
 files out of the submission, safely), prepare (check, splice and build each task's files), run (each
 task's hidden suite in its own checker process; student Python in a sandboxed worker), score (the theory
-answers too, grader/theory.py, when every task is graded or ``--task theory`` asks for them), and report
+answers too, grader/grade/theory.py, when every task is graded or ``--task theory`` asks for them), and report
 (Gradescope results.json, grades.csv and report.html for the student; grading.json for the instructor:
 isolation level, each task's seed and how it was derived, host, review flags, each task's log).
 
 Each task's hidden seed is derived from the course's salt, the submission's grading id and the task
-(grader/seeds.py), so a regrade of the same files gets the same points; ``--seed`` gives every task one seed
+(grader/grade/seeds.py), so a regrade of the same files gets the same points; ``--seed`` gives every task one seed
 instead. Exits 0 even when the submission scores zero; 2 when the submission cannot be read; 3 when the host
 fails the preflight or there is no salt to derive the seeds from.
 """
@@ -27,16 +27,16 @@ from pathlib import Path
 
 from assignment.registry import Registry, load_registry
 from assignment.theory import answers as theory_answers
-from grader import seeds
-from grader.config import ISOLATION_CHOICES, REPO_ROOT, THEORY, GradeConfig
+from grader.grade import seeds
+from grader.grade.config import ISOLATION_CHOICES, REPO_ROOT, THEORY, GradeConfig
+from grader.grade.preflight import Preflight, isolation_check, run_preflight
+from grader.grade.prepare import prepare
+from grader.grade.report import OPT_IN_FILE, leaderboard_alias, summary_lines, write_all
+from grader.grade.runner import TaskRun, gpu_available, run_task
+from grader.grade.scoring import SubmissionScore, score_task
+from grader.grade.submission import SubmissionError, collect
+from grader.grade.theory import grade_theory
 from grader.isolation.client import WorkerConfig
-from grader.preflight import Preflight, isolation_check, run_preflight
-from grader.prepare import prepare
-from grader.report import OPT_IN_FILE, leaderboard_alias, summary_lines, write_all
-from grader.runner import TaskRun, gpu_available, run_task
-from grader.scoring import SubmissionScore, score_task
-from grader.submission import SubmissionError, collect
-from grader.theory import grade_theory
 
 
 class PreflightError(RuntimeError):
@@ -63,7 +63,7 @@ def grades_theory(config: GradeConfig, registry: Registry) -> bool:
 
 
 def grading_identity(config: GradeConfig, registry: Registry, extra: dict[str, bytes], source: Path) -> tuple[str, str]:
-    """(who the submission belongs to, where that came from): the hidden seeds' grading id (grader/seeds.py)."""
+    """(who the submission belongs to, where that came from): the hidden seeds' grading id (grader/grade/seeds.py)."""
     if config.grading_id:
         return config.grading_id, "the grader's caller (the class roster or Gradescope's submitter)"
     if config.student_id:
