@@ -48,7 +48,7 @@ from assignment.atomic import write_atomic
 from assignment.impl import REPO_ROOT, ImplError, student_dir
 from assignment.perf.cases import TASKS as BENCH_TASKS
 from assignment.registry import Registry, Task, load_registry
-from assignment.starter import todo_counts
+from assignment.todos import todo_counts
 
 ASSIGNMENT_DIR = Path(__file__).resolve().parent
 MD_TEMPLATE = ASSIGNMENT_DIR / "report.md.j2"

@@ -1,6 +1,6 @@
 """The open scaffolding level's honest, simpler kernels, and the GPU run that calibrates its partial credit.
 
-At the ``open`` level (registry ``scaffolding = "open"``; assignment/starter.py) a student designs a whole
+At the ``open`` level (registry ``scaffolding = "open"``; assignment/markers.py) a student designs a whole
 kernel body, so the timing rubric needs levels for designs short of the reference's, measured rather than
 guessed. ``grader/fixtures/open/<file stem>.<name>.cu`` holds the body of such a kernel (an open-level
 TODO region filled in); each is a submission a student could honestly hand in.
@@ -24,8 +24,9 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from assignment.markers import apply_levels, strip_solutions
 from assignment.registry import Registry, load_registry
-from assignment.starter import apply_levels, levels_for, strip_solutions
+from assignment.starter import levels_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT / "grader" / "fixtures" / "open"

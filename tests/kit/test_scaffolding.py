@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from assignment.cuda import regions
+from assignment.markers import MarkerError, apply_levels, strip_solutions
 from assignment.registry import REGISTRY_PATH, RegistryError, load_registry, parse_registry
-from assignment.starter import (MarkerError, apply_levels, main, render_starter, solution_lines, strip_solutions,
-                                todo_counts)
+from assignment.starter import main, render_starter, solution_lines
+from assignment.todos import todo_counts
 from grader.tools import open_levels
 
 pytestmark = pytest.mark.kit
@@ -148,7 +149,7 @@ def test_the_open_starter_has_one_region_for_t3_and_no_solution_code(open_starte
 
 def test_the_grader_splices_at_the_open_level(open_starter, monkeypatch):
     levels = open_levels.open_levels(load_registry())
-    monkeypatch.setattr("assignment.starter.task_levels", lambda registry=None: dict(levels))
+    monkeypatch.setattr("assignment.markers.task_levels", lambda registry=None: dict(levels))
     kit = (REPO / "solutions/t3_gemm.cu").read_text()
     assert regions.splice(kit, kit, ("t3",), filename="t3_gemm.cu").text == apply_levels(kit, "t3_gemm.cu", levels)
     spliced = regions.splice(kit, (open_starter / "t3_gemm.cu").read_text(), ("t3",), filename="t3_gemm.cu")
