@@ -57,10 +57,10 @@ lint: $(SETUP)
 	$(PY) -m ruff check .
 
 starter: $(SETUP)
-	$(PY) -m assignment.starter
+	$(PY) -m grader.authoring.starter
 
 check-starter: $(SETUP)
-	$(PY) -m assignment.starter --check
+	$(PY) -m grader.authoring.starter --check
 
 selfcheck: $(SETUP)
 	$(PY) -m grader.tools.selfcheck
@@ -89,13 +89,13 @@ CORPUS     ?= build/corpus
 CHECKPOINT ?= assignment/model/checkpoints/kit-tiny
 MINUTES    ?= 5
 corpus: $(SETUP)
-	$(PY) -m assignment.model.corpus --out $(CORPUS)
+	$(PY) -m grader.authoring.corpus --out $(CORPUS)
 
 $(CORPUS)/train.txt: | $(SETUP)
-	$(PY) -m assignment.model.corpus --out $(CORPUS)
+	$(PY) -m grader.authoring.corpus --out $(CORPUS)
 
 train-tiny: $(SETUP) $(CORPUS)/train.txt
-	$(PY) -m assignment.model.train --corpus $(CORPUS) --out $(CHECKPOINT) --minutes $(MINUTES)
+	$(PY) -m grader.authoring.train --corpus $(CORPUS) --out $(CHECKPOINT) --minutes $(MINUTES)
 
 AUDIENCE ?= student
 handout: $(SETUP)

@@ -1,5 +1,5 @@
 """The marker syntax of the kit's files, in one place, and its two readings: what the starter generator
-(assignment/starter.py) writes and the splice (assignment/cuda/regions.py) reads.
+(grader/authoring/starter.py) writes and the splice (assignment/cuda/regions.py) reads.
 
 In a solution file (``#`` comments in Python, ``//`` in CUDA):
 

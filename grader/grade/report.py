@@ -12,7 +12,7 @@ Every output says what happened, in words where a number would mislead:
 * a check that did not run on this host is **not run**: in results.json an entry with no score and no
   status (Gradescope shows it without points, neither passed nor failed), in grades.csv a task cell
   ``not run`` (nothing ran) or ``0.80 (19.20 not run)`` (some of it ran) and a ``not_run`` column;
-* an entry waiting for a person (the theory proof) or for another machine (grader/gradescope.py's GPU
+* an entry waiting for a person (the theory proof) or for another machine (grader/classroom/gradescope.py's GPU
   tasks) is **pending**: Gradescope's results.json knows two statuses, passed and failed, and calls an
   entry below its maximum failed when it has none; an entry nobody has graded yet has not failed, so it
   carries ``PENDING_STATUS`` and its name and output say it is pending (a proof left empty is failed: its

@@ -75,7 +75,7 @@ def type_said(qualified: str) -> str:
 @cache
 def stub_messages() -> frozenset[str]:
     """The exact messages of the starter's ``raise NotImplementedError(...)`` stubs, at every scaffolding level."""
-    from assignment.starter import LEVELS, REPO_ROOT, levels_for, render_starter
+    from grader.authoring.starter import LEVELS, REPO_ROOT, levels_for, render_starter
 
     messages: set[str] = set()
     for level in (None, *LEVELS):

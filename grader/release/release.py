@@ -44,7 +44,7 @@ import jinja2
 
 from assignment.atomic import replacing
 from assignment.registry import Registry, RegistryError, hidden_table_lines, load_registry, student_edition
-from assignment.starter import solution_lines
+from grader.authoring.starter import solution_lines
 from grader.grade.seeds import SALT_ENV
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +58,7 @@ FORBIDDEN_STRINGS = ("grader/hidden", "grader/notes", "grader/records", "grader/
 # the instructor's default implementation).
 READ_BY_STUDENTS = {"handout.html", "README.md", "assignment/tasks.toml"}
 # The kit's own modules that define the solution-marker syntax (they parse it; they hold no solution).
-MARKER_SYNTAX_FILES = {"assignment/markers.py", "assignment/starter.py", "assignment/cuda/regions.py"}
+MARKER_SYNTAX_FILES = {"assignment/markers.py", "assignment/cuda/regions.py"}
 # A solution line this short (`return out;`) is too common to prove a leak.
 MIN_LEAK_CHARS = 30
 BUNDLE_GITIGNORE = ".venv/\nbuild/\n.kit_cache/\n__pycache__/\n.pytest_cache/\nsubmission.zip\n"

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from assignment.markers import apply_levels, strip_solutions
 from assignment.registry import Registry, load_registry
-from assignment.starter import levels_for
+from grader.authoring.starter import levels_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT / "grader" / "fixtures" / "open"

@@ -38,7 +38,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("handout",),                         # the handout (its facts read grader.grade.config's defaults)
     ("grader.grade",),                    # one submission
     ("grader.hidden",),                   # the hidden suites the checker runs
-    ("grader.isolation",),                # the sandboxed worker and what a student is told
+    ("grader.isolation",),                # the sandboxed worker and what a student is told (the starter's stubs)
+    ("grader.authoring",),                # the starter generator, the shipped model's corpus, training and card
     ("assignment",),                      # what students get, and what everything runs on
     ("grader",),
 )

@@ -13,8 +13,8 @@ import pytest
 from assignment.cuda import regions
 from assignment.markers import MarkerError, apply_levels, strip_solutions
 from assignment.registry import REGISTRY_PATH, RegistryError, load_registry, parse_registry
-from assignment.starter import main, render_starter, solution_lines
 from assignment.todos import todo_counts
+from grader.authoring.starter import main, render_starter, solution_lines
 from grader.tools import open_levels
 
 pytestmark = pytest.mark.kit

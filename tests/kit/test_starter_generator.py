@@ -9,8 +9,8 @@ import pytest
 
 from assignment.markers import MarkerError, strip_solutions
 from assignment.registry import load_registry
-from assignment.starter import StarterError, check_starter, main, write_starter
 from assignment.todos import todo_counts
+from grader.authoring.starter import StarterError, check_starter, main, write_starter
 
 pytestmark = pytest.mark.kit
 REPO = Path(__file__).resolve().parents[2]

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .checkpoint import LoadedModel, load_checkpoint
-from .corpus import words_of
+from assignment.model.checkpoint import LoadedModel, load_checkpoint
+from grader.authoring.corpus import words_of
 
 if TYPE_CHECKING:
-    from .train import RunResult
+    from grader.authoring.train import RunResult
 
 PROMPTS = ("The history of", "Once upon a time", "The most important thing", "She said that", "In the morning")
 SAMPLING = {"temperature": 0.8, "top_k": 40, "seed": 0}
@@ -125,7 +125,7 @@ def _data_section(sources: dict, facts: RunFacts) -> str:
     return f"""## Data
 
 English prose from Debian packages, fetched with `apt-get download` and cleaned by
-`python -m assignment.model.corpus` (paragraphs of running text only: no code, tables, tables of
+`python -m grader.authoring.corpus` (paragraphs of running text only: no code, tables, tables of
 contents or markup; duplicate paragraphs removed). Validation holds out whole documents (chapters,
 pages, glossary sections), about {sources['val_fraction']:.1%} of each source.
 
@@ -245,7 +245,7 @@ kernels and sampling loops, not an assistant.
 ## Reproduce
 
 ```
-make corpus       # python -m assignment.model.corpus --out build/corpus   (needs Debian's apt-get)
+make corpus       # python -m grader.authoring.corpus --out build/corpus   (needs Debian's apt-get)
 make train-tiny   # {facts.command}
 ```
 """

@@ -4,11 +4,11 @@ Each solution file becomes its starter by ``assignment.markers.strip_solutions``
 level (the marker syntax and the levels are that module's): every region a stub that keeps the description and
 the plan and fails loudly. The grader builds a student's CUDA file by splicing the code between a stub's
 ``// TODO(t1): ...`` and ``// END TODO(t1)`` lines into the kit's own file (assignment/cuda/regions.py).
-A student bundle has no solutions/ to generate from.
+Instructor-only: a student bundle has no solutions/ to generate from.
 
-    python -m assignment.starter            # write starter/
-    python -m assignment.starter --check    # exit 1 when starter/ is out of date
-    python -m assignment.starter --level open --starter /tmp/open   # every task that has OPEN blocks, open
+    python -m grader.authoring.starter            # write starter/
+    python -m grader.authoring.starter --check    # exit 1 when starter/ is out of date
+    python -m grader.authoring.starter --level open --starter /tmp/open   # every task that has OPEN blocks, open
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from assignment.markers import (COMMENT_FOR_SUFFIX, PLAN, STUB, MarkerError, app
                                 strip_solutions, task_levels)
 from assignment.registry import Registry, load_registry
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 LEVELS = ("guided", "open")
 IGNORED_NAMES = {"__pycache__", ".pytest_cache"}
 

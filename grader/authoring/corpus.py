@@ -1,6 +1,6 @@
 """Build the training text of the kit's tiny LLaMA from Debian packages.
 
-``python -m assignment.model.corpus --out build/corpus`` fetches a few Debian packages with
+``python -m grader.authoring.corpus --out build/corpus`` fetches a few Debian packages with
 ``apt-get download`` (no root, nothing installed: each ``.deb`` is unpacked with ``dpkg-deb -x``), pulls
 the English prose out of each, cleans it, removes duplicate paragraphs, holds out a validation split
 by whole document, and writes::

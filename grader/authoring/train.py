@@ -1,9 +1,9 @@
 """Train the kit's tiny LLaMA (``checkpoints/kit-tiny``): its BPE tokenizer, then the model.
 
-    PYTHONPATH=. python -m assignment.model.train --corpus build/corpus \\
+    PYTHONPATH=. python -m grader.authoring.train --corpus build/corpus \\
         --out assignment/model/checkpoints/kit-tiny --minutes 5 --device cuda
 
-reads the text ``python -m assignment.model.corpus`` built, and writes a Hugging Face checkpoint
+reads the text ``python -m grader.authoring.corpus`` built, and writes a Hugging Face checkpoint
 directory: ``tokenizer.json`` and ``tokenizer_config.json`` (byte-level BPE trained here with the
 ``tokenizers`` package), ``config.json``, ``model.safetensors`` (bfloat16) and ``generation_config.json``
 (checkpoint.save_checkpoint), then ``training_log.csv``, ``loss.png`` and ``MODEL_CARD.md``
@@ -44,11 +44,11 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, processors, trainers
 from torch import nn
 
-from .checkpoint import save_checkpoint
-from .config import ModelConfig
-from .corpus import DOC_SEPARATOR
-from .llama import Transformer
-from .model_card import RunFacts, write_model_card
+from assignment.model.checkpoint import save_checkpoint
+from assignment.model.config import ModelConfig
+from assignment.model.llama import Transformer
+from grader.authoring.corpus import DOC_SEPARATOR
+from grader.authoring.model_card import RunFacts, write_model_card
 
 BOS, EOS = "<|begin_of_text|>", "<|end_of_text|>"
 # A plain transcript format of the kit's own: the model never saw it in training (the corpus has no
@@ -130,7 +130,7 @@ def read_documents(corpus: Path, name: str, max_bytes: int | None) -> list[str]:
     """The documents of ``train.txt`` or ``val.txt`` (see corpus.DOC_SEPARATOR), whole ones up to max_bytes."""
     path = corpus / name
     if not path.is_file():
-        raise SystemExit(f"train: {path} is missing: build the corpus first (python -m assignment.model.corpus)")
+        raise SystemExit(f"train: {path} is missing: build the corpus first (python -m grader.authoring.corpus)")
     documents, size = [], 0
     for document in path.read_text(encoding="utf-8").split(DOC_SEPARATOR):
         if max_bytes is not None and documents and size + len(document) > max_bytes:
@@ -381,7 +381,7 @@ def device_name(device: torch.device) -> str:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--corpus", type=Path, default=Path("build/corpus"), help="what assignment.model.corpus wrote")
+    parser.add_argument("--corpus", type=Path, default=Path("build/corpus"), help="what grader.authoring.corpus wrote")
     parser.add_argument("--out", type=Path, required=True, help="the checkpoint directory to write")
     parser.add_argument("--minutes", type=float, default=5.0, help="training time budget (compilation excluded)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -429,7 +429,7 @@ def save_run(model: Transformer, data: Data, settings: Settings, result: RunResu
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    command = shlex.join(["python", "-m", "assignment.model.train", *(sys.argv[1:] if argv is None else argv)])
+    command = shlex.join(["python", "-m", "grader.authoring.train", *(sys.argv[1:] if argv is None else argv)])
     settings = SMOKE if args.smoke else FULL
     settings = replace(settings, epochs=args.epochs or settings.epochs, max_steps=args.max_steps or settings.max_steps)
     device = torch.device(args.device)
