@@ -3,14 +3,17 @@
     python -m grader.release.release [--out dist] [--no-pdf]
     python -m grader.release.release --check dist/student     # the manifest check alone, on a built bundle
 
-The bundle is what a student runs and nothing else:
+The bundle is what a student runs and nothing else. What ships is decided by the layout: three folders are
+copied as they are (``FOLDERS``), and the rest is written from templates and the registry:
 
-    starter/          the student files (generated from solutions/, TODO regions)
-    assignment/       the package the tests and the student's code run on, with the registry's student edition
-                      and assignment/cuda/kit/, the kit's copy of each CUDA file (the starter as shipped)
-                      (no hidden shapes, no rubric reasoning, no proof rubric); the handout texts stay here,
-                      rendered below; assignment/theory/ draws the theory questions (their key is grader/grade/theory.py's)
-    tests/            the public tests (not tests/kit/)
+    starter/          the student files (generated from solutions/, TODO regions), copied
+    assignment/       the package the tests and the student's code run on, copied: it holds nothing of the
+                      instructor's (the starter generator and the model's training tools live in grader/authoring/),
+                      less the handout's sources (assignment/text/, rendered into handout.html) and the registry,
+                      whose student edition is written in its place (no hidden shapes, no rubric reasoning, no
+                      proof rubric); plus assignment/cuda/kit/, the kit's copy of each CUDA file (the starter as
+                      shipped). assignment/theory/ draws the theory questions (their key is grader/grade/theory.py's)
+    tests/            the public tests, copied (not tests/kit/)
     handout.html/.pdf the handout for students (the rubric as students can measure it)
     README.md         for the student: two commands to set up, then the loop
     Makefile          the student's targets (assignment/student.mk) and `make test`
@@ -18,10 +21,10 @@ The bundle is what a student runs and nothing else:
     MANIFEST.json     every file with its size and SHA-256
 
 Files come from what git tracks (a clean clone's view), so nothing lying around in the instructor's tree leaks.
-The check refuses a bundle with anything outside that layout, a solution region's code, a hidden shape, a
-line of the rubric's reasoning, a pointer into the grader, a starter that differs from the repository's, or
-the salt of the hidden tests' seeds (grader/grade/seeds.py: the registry's ``[hidden_seed]`` table, or
-``KIT_GRADING_SALT`` when it is set while the bundle is built) anywhere in it.
+The manifest check is the safety net behind the layout: it refuses a bundle with anything outside that layout, a
+solution region's code, a hidden shape, a line of the rubric's reasoning, a pointer into the grader, a starter that
+differs from the repository's, or the salt of the hidden tests' seeds (grader/grade/seeds.py: the registry's
+``[hidden_seed]`` table, or ``KIT_GRADING_SALT`` when it is set while the bundle is built) anywhere in it.
 """
 
 from __future__ import annotations
@@ -49,6 +52,10 @@ from grader.grade.seeds import SALT_ENV
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+# The folders copied into the bundle as they are, each less the paths it names, and the files copied beside them.
+FOLDERS = {"starter": (), "assignment": ("assignment/text/", "assignment/tasks.toml"), "tests": ("tests/kit/",)}
+FILES = ("pyproject.toml",)
+# What the manifest check allows, independently of what the build copies.
 TOP_LEVEL = {"starter", "assignment", "tests", "README.md", "Makefile", "pyproject.toml", "handout.html",
              "handout.pdf", ".gitignore", "MANIFEST.json"}
 FORBIDDEN_PREFIXES = ("solutions/", "grader/", "tests/kit/", "assignment/text/", "scratch/", "build/")
@@ -87,14 +94,11 @@ def tracked_files(repo: Path) -> list[str]:
 
 
 def shipped(name: str) -> bool:
-    """Is this tracked file part of the bundle as it is?"""
-    if name.startswith("starter/"):
-        return True
-    if name.startswith("assignment/"):
-        return not name.startswith("assignment/text/") and name != "assignment/tasks.toml"
-    if name.startswith("tests/"):
-        return not name.startswith("tests/kit/")
-    return name == "pyproject.toml"
+    """Is this tracked file copied into the bundle as it is?"""
+    folder, _, rest = name.partition("/")
+    if rest and folder in FOLDERS:
+        return not name.startswith(FOLDERS[folder])  # an empty tuple leaves nothing out
+    return name in FILES
 
 
 def course_gpus(registry: Registry) -> str:
@@ -115,15 +119,15 @@ def write_bundle(repo: Path, dest: Path, pdf: bool = True, log=print) -> list[st
     from handout import render
 
     notes: list[str] = []
-    for name in tracked_files(repo):
-        if shipped(name):
-            target = dest / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(repo / name, target)
+    copied = [name for name in tracked_files(repo) if shipped(name)]
+    for name in copied:
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(repo / name, target)
     # The kit's own copy of each CUDA file, as shipped (the starter before the student edits it): the device build
     # splices the student's regions into it and its host code launches them, as the grader does with its own.
     kit_copies = dest / "assignment" / "cuda" / "kit"
-    for name in tracked_files(repo):
+    for name in copied:
         if name.startswith("starter/") and name.endswith(".cu"):
             kit_copies.mkdir(parents=True, exist_ok=True)
             shutil.copy2(repo / name, kit_copies / Path(name).name)
