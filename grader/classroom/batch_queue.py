@@ -84,20 +84,22 @@ def plan_lanes(tasks: list[Task], gpus: list[str], jobs: int, split: bool) -> li
 def grading_settings(tasks: list[Task], lanes: list[Lane], config: GradeConfig, theory: bool = False,
                      seeding: str = "") -> dict:
     """What shapes a grade besides the submission and the grader: part of the done-marker's key. ``seeding``:
-    grader/grade/seeds.py's settings_key (the fixed seed, or the salt's fingerprint: a new salt grades everyone again)."""
+    grader/grade/seeds.py's settings_key (the fixed seed, or the salt's fingerprint: a new salt grades everyone
+    again)."""
     return {"tasks": [t.id for t in tasks], "lanes": {lane.name: lane.ids for lane in lanes},
             "timeout_scale": config.timeout_scale, "select": config.select, "theory": theory, "seeding": seeding}
 
 
 def grading_id(sub: Submission) -> str:
-    """Who a submission's hidden seeds are drawn for (grader/grade/seeds.py): its first submitter's SID, else their email,
-    else its own id (a folder class names each submission by the student id)."""
+    """Who a submission's hidden seeds are drawn for (grader/grade/seeds.py): its first submitter's SID, else their
+    email, else its own id (a folder class names each submission by the student id)."""
     return next((s.sid for s in sub.students if s.sid), None) or \
         next((s.email for s in sub.students if s.email), None) or sub.id
 
 
 def theory_lane(lanes: list[Lane]) -> str:
-    """The lane that grades the theory answers (grader/grade/theory.py: no GPU, a second): the CPU lane where there is one."""
+    """The lane that grades the theory answers (grader/grade/theory.py: no GPU, a second): the CPU lane where there
+    is one."""
     return next((lane.name for lane in lanes if lane.name == "cpu"), lanes[0].name)
 
 
@@ -349,8 +351,8 @@ class Batch:
         with tempfile.TemporaryDirectory(prefix="kit-batch-") as tmp:
             for worker in gpu_workers:
                 path = Path(tmp) / f"{worker.name}.json"
-                cmd = [sys.executable, "-m", "grader.classroom.batch_worker", "gpu-check", "--json", str(path), *task_args,
-                       *grading_args(self.config)]
+                cmd = [sys.executable, "-m", "grader.classroom.batch_worker", "gpu-check", "--json", str(path),
+                       *task_args, *grading_args(self.config)]
                 proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=_worker_env(worker), stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True)
                 _pin(proc, worker)

@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     p_grade.add_argument("--lane", required=True)
     p_grade.add_argument("--key", required=True)
     p_grade.add_argument("--seed", type=int, default=None, help="one seed for every task (default: derived)")
-    p_grade.add_argument("--grading-id", default=None, help="who the hidden seeds are drawn for (grader/grade/seeds.py)")
+    p_grade.add_argument("--grading-id", default=None,
+                         help="who the hidden seeds are drawn for (grader/grade/seeds.py)")
     p_grade.add_argument("--theory", action=argparse.BooleanOptionalAction, default=None,
                          help="grade the theory answers in this lane (the batch picks one lane for them)")
     p_grade.add_argument("--student-id", default=None, help="the student id that picks the theory questions")

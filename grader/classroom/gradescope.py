@@ -66,7 +66,8 @@ BUILD_INFO = "gradescope.json"
 SALT_KEY = "hidden_seed_salt"  # in BUILD_INFO, only when the salt comes from the environment
 # What the zip carries: these roots, less the excluded prefixes and any cache or hidden file.
 KIT_ROOTS = ("assignment", "grader", "pyproject.toml")
-EXCLUDED = ("assignment/text/", "grader/records/", "grader/scripts/", "grader/notes/", "grader/fixtures/", "grader/release/templates/")
+EXCLUDED = ("assignment/text/", "grader/records/", "grader/scripts/", "grader/notes/", "grader/fixtures/",
+            "grader/release/templates/")
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 
 SETUP_SH = r"""#!/usr/bin/env bash

@@ -71,7 +71,7 @@ class SlurmOptions:
     collect: bool = True                   # submit the dependent collect job
     wait: bool = False                     # return when the jobs have ended (tests, scripts)
     python: str = sys.executable           # the Python the elements run (the repository is on a shared disk)
-    batch_args: tuple[str, ...] = ()       # passed on to every element's grader.classroom.batch (e.g. --allow-weak-isolation)
+    batch_args: tuple[str, ...] = ()       # passed on to each element's grader.classroom.batch (--allow-weak-isolation)
     collect_args: tuple[str, ...] = ()     # passed on to the collect job's grader.classroom.batch (--due, --roster)
     timeout_scale: float = 1.0             # as the batch's --timeout-scale (the time limit grows with it)
     force: bool = False                    # submit although the last round's jobs are still queued or running
@@ -215,7 +215,8 @@ def _require(program: str) -> str:
     path = shutil.which(program)
     if not path:
         raise SlurmError(f"{program} is not on PATH: submit from a Slurm login node (or try the flow on this "
-                         "machine with a local Slurm: python -m grader.classroom.slurm_local start --dir /tmp/kit-slurm)")
+                         "machine with a local Slurm: python -m grader.classroom.slurm_local start "
+                         "--dir /tmp/kit-slurm)")
     return path
 
 
@@ -335,8 +336,9 @@ def submit(submissions: Path | str, out: Path | str, *, tasks: tuple[str, ...] |
         still = queued([previous.get("array_job"), previous.get("collect_job")])
         if still:
             raise SlurmError(f"the last round's jobs are still queued or running ({', '.join(still[:8])}"
-                             f"{' ...' if len(still) > 8 else ''}): wait for them (python -m grader.classroom.slurm status "
-                             f"{out}), cancel them (scancel {previous.get('array_job')}), or pass --force")
+                             f"{' ...' if len(still) > 8 else ''}): wait for them (python -m "
+                             f"grader.classroom.slurm status {out}), cancel them (scancel "
+                             f"{previous.get('array_job')}), or pass --force")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = out / "slurm" / stamp
     n = 1
@@ -474,8 +476,9 @@ def status(out: Path, log=print) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="The kit's class grading on Slurm. Submit with python -m grader.classroom.batch "
-                                                 "SUBMISSIONS --out OUT --slurm (make grade-all ... SLURM=1).")
+    parser = argparse.ArgumentParser(description="The kit's class grading on Slurm. Submit with python -m "
+                                                 "grader.classroom.batch SUBMISSIONS --out OUT --slurm "
+                                                 "(make grade-all ... SLURM=1).")
     sub = parser.add_subparsers(dest="command", required=True)
     p_status = sub.add_parser("status", help="the last round's jobs, and what is still to grade")
     p_status.add_argument("out", type=Path)

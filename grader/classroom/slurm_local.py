@@ -313,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: a local Slurm could not start: {exc}", file=sys.stderr)
             return 1
         print(f"Slurm runs (node {cluster.node_state()}); for sbatch, squeue and the kit:\n"
-              f"  export SLURM_CONF={cluster.conf}\nstop it with: python -m grader.classroom.slurm_local stop --dir {args.dir}")
+              f"  export SLURM_CONF={cluster.conf}\n"
+              f"stop it with: python -m grader.classroom.slurm_local stop --dir {args.dir}")
     elif args.action == "stop":
         cluster.stop()
         print(f"stopped the daemons of {cluster.root}")

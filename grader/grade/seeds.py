@@ -10,11 +10,11 @@ then takes that seed (to replay a grading, or to try one input on purpose).
 
 **The salt** is the instructor's alone: ``KIT_GRADING_SALT`` when it is set (to keep the course's salt out of the
 repository: the grading host's environment, the cluster job's), else the registry's ``[hidden_seed] salt``, a table
-the student edition leaves out and `make release` refuses to ship (grader/release/release.py). It is never the registry's
-``[theory] salt``: that one ships to students, who draw their own theory questions with it (the loader refuses a
-hidden-seed salt equal to it). A salt of fewer than ``MIN_SALT_CHARS`` characters, or none at all, is an error
-that names both places; there is no silent fallback, because a grade drawn from a guessable seed is one a student
-can prepare for. What the grader records (grading.json) is how each seed was made and the salt's fingerprint,
+the student edition leaves out and `make release` refuses to ship (grader/release/release.py). It is never the
+registry's ``[theory] salt``: that one ships to students, who draw their own theory questions with it (the loader
+refuses a hidden-seed salt equal to it). A salt of fewer than ``MIN_SALT_CHARS`` characters, or none at all, is an
+error that names both places; there is no silent fallback, because a grade drawn from a guessable seed is one a
+student can prepare for. What the grader records (grading.json) is how each seed was made and the salt's fingerprint,
 never the salt.
 
 **The grading id** is who the submission belongs to, in this order: the id the caller knows (``make grade

@@ -1,5 +1,5 @@
-"""Class grading (grader/classroom/batch.py, roster.py, ledger.py, class_outputs.py), on the CPU: real gradings of t7 (the
-hidden suite cut to one check with --select, so that a grading costs seconds, not a minute), a folder class and a
+"""Class grading (grader/classroom/batch.py, roster.py, ledger.py, class_outputs.py), on the CPU: real gradings of t7
+(the hidden suite cut to one check with --select, so that a grading costs seconds, not a minute), a folder class and a
 Gradescope export read, the gradebook and the upload CSV; a batch killed with SIGKILL in the middle and rerun
 grades every submission exactly once; a changed submission, --only and a changed grader are regraded, a failed
 grading is recorded and retried; the class outputs (leaderboard, timing plots, escaping) from recorded gradings."""
@@ -451,8 +451,8 @@ def test_the_theory_answers_alone_are_gradable(tmp_path):
     registry = load_registry()
     subs, out = tmp_path / "subs", tmp_path / "out"
     student(subs, "s7654321", SOLUTION, **{registry.theory.answers_file: reference_answers("s7654321", registry)})
-    command = [sys.executable, "-m", "grader.classroom.batch", str(subs), "--out", str(out), "--task", "theory", "--jobs", "1",
-               "--allow-weak-isolation"]
+    command = [sys.executable, "-m", "grader.classroom.batch", str(subs), "--out", str(out), "--task", "theory",
+               "--jobs", "1", "--allow-weak-isolation"]
     proc = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False,
                           env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "KIT_GRADER_VERSION": VERSION})
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -133,8 +133,8 @@ def test_csv_cells_are_never_formulas(tmp_path):
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this host has a GPU")
 def test_preflight_refuses_gpu_tasks_on_a_host_without_a_gpu(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "grader.grade.grade", "solutions", "--out", str(tmp_path), "--task", "t2"],
-                          cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "grader.grade.grade", "solutions", "--out", str(tmp_path),
+                           "--task", "t2"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 3 and "need a CUDA GPU" in proc.stderr, proc.stderr
 
 

@@ -1,5 +1,5 @@
-"""Gradescope's autograder zip (grader/classroom/gradescope.py): built, unpacked into a stand-in for /autograder (a temporary
-folder named by AUTOGRADER_ROOT), and run on real submissions with the kit's own Python (KIT_PYTHON) in place of
+"""Gradescope's autograder zip (grader/classroom/gradescope.py): built, unpacked into a stand-in for /autograder (a
+temporary folder named by AUTOGRADER_ROOT), and run on real submissions with the kit's own Python (KIT_PYTHON) in place of
 what setup.sh installs; setup.sh itself runs in its dry-run mode."""
 
 from __future__ import annotations

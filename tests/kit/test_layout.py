@@ -100,7 +100,8 @@ def test_imports_flow_down_the_layers():
 
 
 def test_the_layer_check_sees_every_kind_of_import():
-    source = "from grader.classroom import batch\nimport grader.tools.demo\n\ndef f():\n    from ..classroom import ledger\n"
+    source = ("from grader.classroom import batch\nimport grader.tools.demo\n\n"
+              "def f():\n    from ..classroom import ledger\n")
     assert _imports(source, "grader.grade.probe") == [
         (1, "grader.classroom.batch"), (2, "grader.tools.demo"), (5, "grader.classroom.ledger")]
     assert _imports("from . import seeds\n", "grader.grade", is_package=True) == [(1, "grader.grade.seeds")]

@@ -1,4 +1,5 @@
-"""grader.tools.repeatability: the spread of a submission's grades over repeated gradings, from the files make grade writes."""
+"""grader.tools.repeatability: the spread of a submission's grades over repeated gradings, from the files make grade
+writes."""
 
 import json
 import subprocess

@@ -1,6 +1,6 @@
-"""Hidden seeds (grader/grade/seeds.py): derived from the course's salt, the student and the task, so a regrade draws the
-same inputs; the salt has one home the student never gets, a missing or weak one is an error, and no output but the
-instructor's fingerprint says anything about it."""
+"""Hidden seeds (grader/grade/seeds.py): derived from the course's salt, the student and the task, so a regrade draws
+the same inputs; the salt has one home the student never gets, a missing or weak one is an error, and no output but
+the instructor's fingerprint says anything about it."""
 
 from __future__ import annotations
 

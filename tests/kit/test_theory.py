@@ -26,7 +26,8 @@ from grader.grade.config import GradeConfig
 from grader.grade.grade import grade_submission
 from grader.grade.report import csv_row, gradescope_results, instructor_record, write_all
 from grader.grade.scoring import SubmissionScore
-from grader.grade.theory import answer_key, grade_theory, online_softmax_key, reference_answers, smem_footprint, split_kv_key
+from grader.grade.theory import (answer_key, grade_theory, online_softmax_key, reference_answers, smem_footprint,
+                                 split_kv_key)
 
 pytestmark = pytest.mark.kit
 REPO = Path(__file__).resolve().parents[2]
