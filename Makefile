@@ -57,45 +57,45 @@ lint: $(SETUP)
 	$(PY) -m ruff check .
 
 starter: $(SETUP)
-	$(PY) -m assignment.starter
+	$(PY) -m grader.authoring.starter
 
 check-starter: $(SETUP)
-	$(PY) -m assignment.starter --check
+	$(PY) -m grader.authoring.starter --check
 
 selfcheck: $(SETUP)
-	$(PY) -m grader.selfcheck
+	$(PY) -m grader.tools.selfcheck
 
 grade: $(SETUP)
-	$(PY) -m grader.grade "$(SUBMISSION)" --out "$(OUT)" $(foreach t,$(TASKS),--task $(t)) \
+	$(PY) -m grader.grade.grade "$(SUBMISSION)" --out "$(OUT)" $(foreach t,$(TASKS),--task $(t)) \
 	  $(if $(STUDENT),--student-id "$(STUDENT)") $(GRADE_FLAGS)
 
 # A class: rerun the same command after an interruption to resume; ONLY regrades those students.
 CLASS_OUT = $(if $(filter file,$(origin OUT)),build/class,$(OUT))
 grade-all: $(SETUP)
 	@test -n "$(SUBMISSIONS)" || { echo 'make grade-all: give SUBMISSIONS=dir (one folder or .zip per student, or a Gradescope export)'; exit 2; }
-	$(PY) -m grader.batch "$(SUBMISSIONS)" --out "$(CLASS_OUT)" $(if $(GPUS),--gpus $(GPUS)) $(if $(JOBS),--jobs $(JOBS)) \
+	$(PY) -m grader.classroom.batch "$(SUBMISSIONS)" --out "$(CLASS_OUT)" $(if $(GPUS),--gpus $(GPUS)) $(if $(JOBS),--jobs $(JOBS)) \
 	  $(if $(ONLY),--only $(ONLY)) $(if $(SLURM),--slurm) $(foreach t,$(TASKS),--task $(t)) $(GRADE_FLAGS)
 
 # Is a grade repeatable on this host? The same submission graded REPEATS times; fails past the rubric's 15% allowance.
 REPEATS ?= 5
 repeatability: $(SETUP)
-	$(PY) -m grader.repeatability "$(SUBMISSION)" --repeats $(REPEATS) $(foreach t,$(TASKS),--task $(t))
+	$(PY) -m grader.tools.repeatability "$(SUBMISSION)" --repeats $(REPEATS) $(foreach t,$(TASKS),--task $(t))
 
 preflight: $(SETUP)
-	$(PY) -m grader.preflight $(foreach t,$(TASKS),--task $(t))
+	$(PY) -m grader.grade.preflight $(foreach t,$(TASKS),--task $(t))
 
 # The shipped model: its corpus (Debian packages, licences recorded) and its training run (a GPU, minutes).
 CORPUS     ?= build/corpus
 CHECKPOINT ?= assignment/model/checkpoints/kit-tiny
 MINUTES    ?= 5
 corpus: $(SETUP)
-	$(PY) -m assignment.model.corpus --out $(CORPUS)
+	$(PY) -m grader.authoring.corpus --out $(CORPUS)
 
 $(CORPUS)/train.txt: | $(SETUP)
-	$(PY) -m assignment.model.corpus --out $(CORPUS)
+	$(PY) -m grader.authoring.corpus --out $(CORPUS)
 
 train-tiny: $(SETUP) $(CORPUS)/train.txt
-	$(PY) -m assignment.model.train --corpus $(CORPUS) --out $(CHECKPOINT) --minutes $(MINUTES)
+	$(PY) -m grader.authoring.train --corpus $(CORPUS) --out $(CHECKPOINT) --minutes $(MINUTES)
 
 AUDIENCE ?= student
 handout: $(SETUP)
@@ -103,18 +103,18 @@ handout: $(SETUP)
 
 feedback-summary: $(SETUP)
 	@test -n "$(SUBMISSIONS)" || { echo 'make feedback-summary: give SUBMISSIONS=dir (one folder or .zip per student)'; exit 2; }
-	$(PY) -m grader.feedback_summary "$(SUBMISSIONS)" $(if $(GRADES),--grades "$(GRADES)") --out build/feedback-summary
+	$(PY) -m grader.classroom.feedback_summary "$(SUBMISSIONS)" $(if $(GRADES),--grades "$(GRADES)") --out build/feedback-summary
 
 release: $(SETUP)
-	$(PY) -m grader.release --out dist
+	$(PY) -m grader.release.release --out dist
 
 # Gradescope's autograder (no GPU there): the CPU tasks and the theory; the GPU scores come from grade-all's CSV.
 VISIBILITY ?= visible
 gradescope: $(SETUP)
-	$(PY) -m grader.gradescope build --out build/gradescope --visibility $(VISIBILITY)
+	$(PY) -m grader.classroom.gradescope build --out build/gradescope --visibility $(VISIBILITY)
 
 demo: $(SETUP)
-	$(PY) -m grader.demo
+	$(PY) -m grader.tools.demo
 
 clean:
 	rm -rf build .kit_cache .pytest_cache

@@ -47,7 +47,7 @@ class Threshold:
 # and SDPA through PyTorch, and the model's naive path.
 STUDENT_BASELINES = ("copy", "cuBLAS", "SDPA", "naive path")
 # "instructor": this repository's registry; "student": the bundle's copy (no hidden shapes, no reasoning), which
-# assignment/student_edition.py writes.
+# grader/release/student_edition.py writes.
 EDITIONS = ("instructor", "student")
 
 
@@ -202,7 +202,7 @@ class Task:
     rules: PythonRules = field(default_factory=PythonRules)
     grading: Grading = field(default_factory=Grading)
     # "guided": the starter's TODO regions with their plans; "open": the student designs the kernel body (the
-    # solution's OPEN blocks; assignment/starter.py), and the timing rules use their `open` thresholds.
+    # solution's OPEN blocks; assignment/markers.py), and the timing rules use their `open` thresholds.
     scaffolding: str = "guided"
     # What a student can do after the task (the handout lists them; required for available tasks).
     objectives: tuple[str, ...] = ()
@@ -254,7 +254,7 @@ class RubricItem:
 
 @dataclass(frozen=True)
 class Theory:
-    """``[theory]``: questions drawn per student (``make theory``), graded by ``grader/theory.py``."""
+    """``[theory]``: questions drawn per student (``make theory``), graded by ``grader/grade/theory.py``."""
     salt: str                       # drawn into every student's numbers with the id: a new salt, new numbers
     answers_file: str               # what `make theory` writes and `make submit` packs (in course.submit_files)
     kinds: tuple[TheoryKind, ...]
@@ -292,7 +292,7 @@ class Registry:
     integrity_policy: str = ""
     # The theory part (None: the course has none); its points count in total_points with the tasks'.
     theory: Theory | None = None
-    # ``[hidden_seed] salt``: the secret the grader derives each student's hidden-test seeds from (grader/seeds.py).
+    # ``[hidden_seed] salt``: the secret the grader derives each student's hidden-test seeds from (grader/grade/seeds.py).
     # Instructor-only: None in the student edition, which leaves the table out.
     hidden_seed_salt: str | None = None
 

@@ -48,7 +48,7 @@ from assignment.atomic import replacing
 from assignment.cuda import compiler, confine, reading, regions, rules
 from assignment.impl import REPO_ROOT, ImplError, student_dir
 from assignment.registry import Registry, load_registry
-from assignment.starter import todo_counts
+from assignment.todos import todo_counts
 from assignment.theory import answers as theory_answers
 
 import tomllib

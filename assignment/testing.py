@@ -281,7 +281,7 @@ def run_timing_rule(rule, candidates: dict, make_inputs, *, check=None, flops=No
             "gpu": info.get("name", "?"),
         }
         # The student's throughput where the rule knows its work (t3/t4/t5: TFLOP/s; t2/t6: GB/s): the class
-        # leaderboard shows it (grader/class_outputs.py).
+        # leaderboard shows it (grader/classroom/class_outputs.py).
         for unit in ("tflops", "gbps"):
             if getattr(results["student"], unit) is not None:
                 record["timing"][f"student_{unit}"] = getattr(results["student"], unit)

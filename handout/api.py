@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from assignment.registry import Registry, Task
-from assignment.starter import strip_solutions
+from assignment.markers import strip_solutions
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _TODO = re.compile(r"^\s*(?:#|//)\s*TODO\((?P<task>t\d+)\):\s*(?P<desc>.*?)\s*$")

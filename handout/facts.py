@@ -50,7 +50,7 @@ class KitFacts:
     torch_floor: str                 # pyproject.toml's torch>=X
     torch_bootstrap: str             # the torch version assignment/bootstrap.sh installs where none is importable
     course_gpus: tuple[str, ...]     # the GPUs the timing rubric's student targets were measured on (registry)
-    build_timeout_s: float           # grader/config.py: the grader's limit for building one task's CUDA files
+    build_timeout_s: float           # grader/grade/config.py: the grader's limit for building one task's CUDA files
 
     @property
     def toolkits(self) -> str:
@@ -72,7 +72,7 @@ def _version_after(text: str, pattern: str, where: Path) -> str:
 
 def kit_facts(registry: Registry, compiler_source: Path = COMPILER_SOURCE, pyproject: Path = PYPROJECT,
               bootstrap: Path = BOOTSTRAP) -> KitFacts:
-    from grader.config import GradeConfig  # a plain dataclass: its defaults are stated there, once
+    from grader.grade.config import GradeConfig  # a plain dataclass: its defaults are stated there, once
 
     compiler = literal_constants(compiler_source, ("CHECK_ARCHS", "NVCC_FLAGS", "TOOLKIT_MAJORS"))
     project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]

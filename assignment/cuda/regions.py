@@ -22,8 +22,8 @@ import difflib
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
-from assignment.markers import BEGIN_SOLUTION, END_SOLUTION, END_TODO, TODO_BEGIN, TODO_END
-from assignment.starter import apply_levels, strip_solutions
+from assignment.markers import (BEGIN_SOLUTION, END_SOLUTION, END_TODO, TODO_BEGIN, TODO_END, apply_levels,
+                                strip_solutions)
 
 
 class RegionError(ValueError):

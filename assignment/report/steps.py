@@ -33,7 +33,7 @@ from assignment import tasks as task_code
 from assignment.atomic import write_atomic
 from assignment.impl import REPO_ROOT
 from assignment.registry import Registry
-from assignment.starter import todo_counts
+from assignment.todos import todo_counts
 
 ASSIGNMENT_DIR = Path(__file__).resolve().parents[1]
 DEFAULT_BUILD = REPO_ROOT / "build" / "report"

@@ -6,7 +6,7 @@ every machine and Python version, and two ids get different numbers. The kinds, 
 come from the registry; the questions' wording and the ranges their numbers are drawn from live here.
 
 This package ships to students, so it only *asks*: it computes no answer (nor anything a question could be
-checked against). The answer key is the grader's (``grader/theory.py``, instructor-only), computed from the
+checked against). The answer key is the grader's (``grader/grade/theory.py``, instructor-only), computed from the
 same ``Question.params``.
 """
 

@@ -68,7 +68,7 @@ DRIVER_SOURCES = tuple(sorted(Path(__file__).resolve().parent.glob("*_driver.py"
 MODEL_PACKAGE = Path(model_package.__file__).resolve().parent
 ASSIGNMENT = MODEL_PACKAGE.parent
 # What `from assignment.cuda import kernels` needs (all shipped to students): the wrappers and their imports.
-CUDA_WRAPPER_FILES = ("impl.py", "starter.py", "registry.py", "cuda/__init__.py", "cuda/compiler.py",
+CUDA_WRAPPER_FILES = ("impl.py", "registry.py", "cuda/__init__.py", "cuda/compiler.py",
                       "cuda/confine.py", "cuda/reading.py", "cuda/kernels.py", "checks.py", "testing.py")
 CHECKPOINT_IN_KIT = DEFAULT_CHECKPOINT.relative_to(MODEL_PACKAGE.parents[1])  # the same place under /kit
 MODEL_FILES_KEPT_OUT = ("scripted.py",)  # t7's test model: its logits live in the checker only (served.py)

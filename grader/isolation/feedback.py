@@ -44,6 +44,11 @@ KNOWN_TYPES = frozenset([name for name, value in vars(builtins).items() if isins
 CRASH_SIGNALS = {signal.SIGSEGV: "a segmentation fault", signal.SIGABRT: "an abort", signal.SIGBUS: "a bus error",
                  signal.SIGFPE: "a floating-point exception", signal.SIGILL: "an illegal instruction",
                  signal.SIGKILL: "killed"}
+# The CUDA driver's own phrases for a fault that poisons the context (a fixed few: safe to say). The checker
+# (grader/grade/checker_plugin.py) ends a hidden suite on them.
+CUDA_FAULT = re.compile(r"illegal memory access|illegal instruction|misaligned address|unspecified launch failure|"
+                        r"device-side assert|an illegal|launch timed out|cudaErrorLaunchFailure|CUDA error: unspecified",
+                        re.IGNORECASE)
 RESULT_REASONS = {
     "not_an_iterator": "did not return an iterator: write it as a generator that yields each piece as soon as it "
                        "is ready",
@@ -70,7 +75,7 @@ def type_said(qualified: str) -> str:
 @cache
 def stub_messages() -> frozenset[str]:
     """The exact messages of the starter's ``raise NotImplementedError(...)`` stubs, at every scaffolding level."""
-    from assignment.starter import LEVELS, REPO_ROOT, levels_for, render_starter
+    from grader.authoring.starter import LEVELS, REPO_ROOT, levels_for, render_starter
 
     messages: set[str] = set()
     for level in (None, *LEVELS):
@@ -125,8 +130,6 @@ def told(kind: str, error: dict, filename: str, function: str, exposed: bool, fo
         last = str(error.get("traceback", "")).strip().splitlines()[-1:]
         return f"{error.get('type')}: {message}" + (f" | {last[0].strip()}" if last else "")
     if kind == "exception":
-        from grader.checker_plugin import CUDA_FAULT  # its phrases are the driver's, a fixed few: safe to say
-
         fault = CUDA_FAULT.search(message)
         return (f"{type_name} raised by your code" + (f" (a CUDA fault: {fault[0].lower()})" if fault else "")
                 + (f"; {refusal.feedback()}" if refusal is not None else "")

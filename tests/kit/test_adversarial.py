@@ -1,6 +1,6 @@
 """The grader against the kit's adversarial fixtures (grader/fixtures): each CPU fixture is caught.
 
-The GPU fixtures run in grader/device_check.sh; here every fixture is at least built, so a change to a
+The GPU fixtures run in grader/scripts/device_check.sh; here every fixture is at least built, so a change to a
 solution that a fixture's patch no longer matches fails in CI, not on the device.
 
 A grading is mostly two processes importing torch, so the CPU fixtures are graded side by side, one per
@@ -10,7 +10,7 @@ running) are graded alone afterwards, where another fixture's worker would look 
 
 Without bubblewrap the fixtures that skip the static rules (hostile code that only the sandbox holds) are
 not run: under the process fallback they would write to this host (one rewrites every file on the disk
-whose name starts with "grades", grader/gradescope.py included).
+whose name starts with "grades", grader/classroom/gradescope.py included).
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from dataclasses import replace
 import pytest
 
 from assignment.registry import load_registry
-from grader.adversarial import build_submission, load_fixtures, planted_text, run_fixture
-from grader.config import GradeConfig
-from grader.grade import check_host
+from grader.tools.adversarial import build_submission, load_fixtures, planted_text, run_fixture
+from grader.grade.config import GradeConfig
+from grader.grade.grade import check_host
 from grader.isolation import sandbox
-from grader.runner import gpu_available
+from grader.grade.runner import gpu_available
 
 pytestmark = [pytest.mark.kit, pytest.mark.slow]  # end to end: make test-slow
 FIXTURES = load_fixtures()

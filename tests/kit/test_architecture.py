@@ -9,7 +9,8 @@ import pytest
 
 pytestmark = pytest.mark.kit
 REPO = Path(__file__).resolve().parents[2]
-# A path is a backticked name with a slash in it (grader/seeds.py, assignment/cuda/) or a top-level file or folder.
+# A path is a backticked name with a slash in it (grader/grade/seeds.py, assignment/cuda/) or a top-level file or
+# folder.
 _PATH = re.compile(r"`([A-Za-z_][\w.\-/]*?/[\w.\-/]*|[A-Za-z_][\w.\-]*\.(?:md|toml|py|sh|cu|cuh|mk))`")
 
 

@@ -1,5 +1,5 @@
-"""Class grading (grader/batch.py, roster.py, ledger.py, class_outputs.py), on the CPU: real gradings of t7 (the
-hidden suite cut to one check with --select, so that a grading costs seconds, not a minute), a folder class and a
+"""Class grading (grader/classroom/batch.py, roster.py, ledger.py, class_outputs.py), on the CPU: real gradings of t7
+(the hidden suite cut to one check with --select, so that a grading costs seconds, not a minute), a folder class and a
 Gradescope export read, the gradebook and the upload CSV; a batch killed with SIGKILL in the middle and rerun
 grades every submission exactly once; a changed submission, --only and a changed grader are regraded, a failed
 grading is recorded and retried; the class outputs (leaderboard, timing plots, escaping) from recorded gradings."""
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from assignment.registry import load_registry
-from grader import batch, class_outputs, ledger, roster
-from grader.config import REPO_ROOT
+from grader.classroom import batch, class_outputs, ledger, roster
+from grader.grade.config import REPO_ROOT
 
 pytestmark = [pytest.mark.kit, pytest.mark.slow]  # end to end: make test-slow
 SOLUTION = (REPO_ROOT / "solutions" / "t7_generate.py").read_text()
@@ -58,7 +58,7 @@ def zipped(root: Path, name: str, source: str) -> Path:
 
 
 def run_batch(subs: Path, out: Path, *args: str, env: dict | None = None, timeout: float = 300):
-    command = [sys.executable, "-m", "grader.batch", str(subs), "--out", str(out), *GRADING, *args]
+    command = [sys.executable, "-m", "grader.classroom.batch", str(subs), "--out", str(out), *GRADING, *args]
     environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "KIT_GRADER_VERSION": VERSION, **(env or {})}
     return subprocess.run(command, cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=timeout,
                           check=False)
@@ -239,7 +239,7 @@ def killed_class(tmp_path_factory):
     for sid, source in (("s1", BROKEN), ("s2", STARTER)):
         student(subs, sid, source)
     tag = f"KIT_TEST_TAG_{uuid.uuid4().hex}"
-    command = [sys.executable, "-m", "grader.batch", str(subs), "--out", str(out), *GRADING, "--jobs", "1"]
+    command = [sys.executable, "-m", "grader.classroom.batch", str(subs), "--out", str(out), *GRADING, "--jobs", "1"]
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), BATCH_TEST_TAG=tag, KIT_GRADER_VERSION=VERSION)
     with open(root / "killed.log", "wb") as log:
         proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -321,12 +321,12 @@ def test_changed_submission_failure_only_and_grader_version(killed_class, monkey
 
 
 def test_grader_version_hashes_what_grades(tmp_path):
-    for rel in ("grader/hidden/test_t7_hidden.py", "grader/batch.py", "assignment/tasks.toml",
+    for rel in ("grader/hidden/test_t7_hidden.py", "grader/classroom/batch.py", "assignment/tasks.toml",
                 "assignment/text/t7.md", "solutions/t7_generate.py"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO_ROOT / rel, tmp_path / rel)
     before = ledger.tree_hash(tmp_path)
-    for rel, changes in (("grader/batch.py", False), ("assignment/text/t7.md", False),
+    for rel, changes in (("grader/classroom/batch.py", False), ("assignment/text/t7.md", False),
                          ("grader/hidden/test_t7_hidden.py", True), ("assignment/tasks.toml", True),
                          ("solutions/t7_generate.py", True)):
         with open(tmp_path / rel, "a") as handle:
@@ -446,13 +446,13 @@ def test_what_did_not_run_is_never_a_zero_in_the_class_files(tmp_path):
 
 
 def test_the_theory_answers_alone_are_gradable(tmp_path):
-    from grader.theory import reference_answers
+    from grader.grade.theory import reference_answers
 
     registry = load_registry()
     subs, out = tmp_path / "subs", tmp_path / "out"
     student(subs, "s7654321", SOLUTION, **{registry.theory.answers_file: reference_answers("s7654321", registry)})
-    command = [sys.executable, "-m", "grader.batch", str(subs), "--out", str(out), "--task", "theory", "--jobs", "1",
-               "--allow-weak-isolation"]
+    command = [sys.executable, "-m", "grader.classroom.batch", str(subs), "--out", str(out), "--task", "theory",
+               "--jobs", "1", "--allow-weak-isolation"]
     proc = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False,
                           env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "KIT_GRADER_VERSION": VERSION})
     assert proc.returncode == 0, proc.stdout + proc.stderr

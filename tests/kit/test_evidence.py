@@ -8,7 +8,7 @@ import torch
 
 from assignment.checks import CheckFailure
 from assignment.model.scripted import ByteTokenizer, ScriptedModel
-from grader.checker_plugin import classify
+from grader.grade.checker_plugin import classify
 from grader.hidden.generation_reference import character_times, check_stream, greedy
 from grader.isolation import feedback, sandbox, served
 from grader.isolation.client import KitObject, Worker, WorkerConfig, WorkerFailure

@@ -15,9 +15,9 @@ import pytest
 
 from assignment.feedback import FeedbackError, load_form
 from assignment.registry import load_registry
-from grader import feedback_summary
-from grader.report import write_all
-from grader.scoring import ScoredTest, SubmissionScore, TaskScore
+from grader.classroom import feedback_summary
+from grader.grade.report import write_all
+from grader.grade.scoring import ScoredTest, SubmissionScore, TaskScore
 
 pytestmark = pytest.mark.kit
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from assignment.registry import load_registry
-from grader.config import GradeConfig
-from grader.grade import PreflightError, check_host, grade_submission
+from grader.grade.config import GradeConfig
+from grader.grade.grade import PreflightError, check_host, grade_submission
 from grader.isolation import sandbox
 
 pytestmark = pytest.mark.kit
@@ -58,8 +58,8 @@ def test_solutions_score_full_and_starter_zero_via_make_grade(tmp_path):
 
 
 def test_points_are_shared_over_the_checks_the_checker_collected():
-    from grader.runner import TaskRun, TestOutcome, reconcile
-    from grader.scoring import score_task
+    from grader.grade.runner import TaskRun, TestOutcome, reconcile
+    from grader.grade.scoring import score_task
 
     collected = ["a::test_x[1]", "a::test_x[2]", "a::test_y", "a::test_z"]
     reported = [TestOutcome("a::test_x[1]", "passed"), TestOutcome("a::test_y", "passed"),
@@ -109,19 +109,19 @@ def test_unreadable_submission_still_gets_results_and_exit_2(tmp_path):
     bad = tmp_path / "bob.zip"
     bad.write_bytes(b"PK\x03\x04" + b"\0" * 100)
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "grader.grade", str(bad), "--out", str(out), "--task", "t1",
+    proc = subprocess.run([sys.executable, "-m", "grader.grade.grade", str(bad), "--out", str(out), "--task", "t1",
                            "--skip-preflight", "--allow-weak-isolation"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "not a readable zip" in proc.stderr or "neither a folder nor" in proc.stderr
     results = json.loads((out / "results.json").read_text())
     assert results["score"] == 0 and "bob.zip" in results["output"]
-    missing = subprocess.run([sys.executable, "-m", "grader.grade", str(tmp_path / "nope"), "--out", str(out),
+    missing = subprocess.run([sys.executable, "-m", "grader.grade.grade", str(tmp_path / "nope"), "--out", str(out),
                               "--task", "t1", "--skip-preflight"], cwd=REPO, capture_output=True, text=True)
     assert missing.returncode == 2 and "does not exist" in missing.stderr
 
 
 def test_csv_cells_are_never_formulas(tmp_path):
-    from grader.report import csv_cell
+    from grader.grade.report import csv_cell
 
     assert csv_cell("=HYPERLINK(1)") == "'=HYPERLINK(1)" and csv_cell("+1") == "'+1" and csv_cell("alice") == "alice"
     folder = tmp_path / "=cmd|' -C calc'!A0"
@@ -133,8 +133,8 @@ def test_csv_cells_are_never_formulas(tmp_path):
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this host has a GPU")
 def test_preflight_refuses_gpu_tasks_on_a_host_without_a_gpu(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "grader.grade", "solutions", "--out", str(tmp_path), "--task", "t2"],
-                          cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "grader.grade.grade", "solutions", "--out", str(tmp_path),
+                           "--task", "t2"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 3 and "need a CUDA GPU" in proc.stderr, proc.stderr
 
 
@@ -153,9 +153,9 @@ def test_the_process_fallback_grades_the_solutions(tmp_path):
 
 
 def test_a_check_that_did_not_run_is_not_run_everywhere_never_zero_or_passed(tmp_path):
-    from grader.report import write_all
-    from grader.runner import TaskRun, TestOutcome
-    from grader.scoring import SubmissionScore, score_task
+    from grader.grade.report import write_all
+    from grader.grade.runner import TaskRun, TestOutcome
+    from grader.grade.scoring import SubmissionScore, score_task
 
     registry = load_registry()
     t6, t2 = registry.task("t6"), registry.task("t2")
@@ -184,7 +184,7 @@ def test_a_check_that_did_not_run_is_not_run_everywhere_never_zero_or_passed(tmp
 
 
 def test_the_theory_answers_are_gradable_alone_with_make_grade(tmp_path):
-    from grader.theory import reference_answers
+    from grader.grade.theory import reference_answers
 
     registry = load_registry()
     sub = tmp_path / "s7654321"

@@ -1,5 +1,5 @@
-"""Gradescope's autograder zip (grader/gradescope.py): built, unpacked into a stand-in for /autograder (a temporary
-folder named by AUTOGRADER_ROOT), and run on real submissions with the kit's own Python (KIT_PYTHON) in place of
+"""Gradescope's autograder zip (grader/classroom/gradescope.py): built, unpacked into a stand-in for /autograder (a
+temporary folder named by AUTOGRADER_ROOT), and run on real submissions with the kit's own Python (KIT_PYTHON) in place of
 what setup.sh installs; setup.sh itself runs in its dry-run mode."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from assignment.registry import load_registry
-from grader import gradescope
+from grader.classroom import gradescope
 
 pytestmark = [pytest.mark.kit, pytest.mark.slow]  # end to end: make test-slow
 REPO = Path(__file__).resolve().parents[2]
@@ -47,7 +47,7 @@ def test_the_zip_carries_the_scripts_and_only_the_kit_the_grader_needs(unpacked)
     assert any(n.startswith("assignment/model/checkpoints/") for n in names)  # t7 greedy-decodes the shipped model
     for name in names:
         assert not name.startswith(("solutions/", "starter/", "tests/", "build/", "dist/", ".venv/", ".kit_cache/",
-                                    "grader/benchmarks/", "assignment/text/")), name
+                                    "grader/records/", "grader/scripts/", "assignment/text/")), name
         assert "__pycache__" not in name and not name.endswith(".pyc"), name
     assert archive.stat().st_size < 20 * 2**20
     info = json.loads(zipfile.ZipFile(archive).read("gradescope.json"))
@@ -108,7 +108,7 @@ def test_a_full_submission_on_a_fake_autograder_root(unpacked, tmp_path):
     registry = load_registry()
     files = {name: (REPO / "solutions" / name).read_bytes() for name in ("t1_attention.py", "t7_generate.py")}
     if registry.theory:
-        from grader.theory import reference_answers
+        from grader.grade.theory import reference_answers
 
         files[registry.theory.answers_file] = reference_answers(SID, registry).encode()
     results = run_autograder(source, tmp_path / "autograder", files, sid=SID)
@@ -151,9 +151,9 @@ def test_the_starter_scores_zero_and_still_lists_the_gpu_tasks(unpacked, tmp_pat
 
 
 def test_leaderboard_entries_are_the_opted_in_figures_of_fully_correct_tasks():
-    from grader.report import LEADERBOARD, gradescope_results, leaderboard_alias
-    from grader.runner import TaskRun, TestOutcome
-    from grader.scoring import SubmissionScore, score_task
+    from grader.grade.report import LEADERBOARD, gradescope_results, leaderboard_alias
+    from grader.grade.runner import TaskRun, TestOutcome
+    from grader.grade.scoring import SubmissionScore, score_task
 
     registry = load_registry()
     t4, t6 = registry.task("t4"), registry.task("t6")
@@ -180,7 +180,7 @@ def test_leaderboard_entries_are_the_opted_in_figures_of_fully_correct_tasks():
 
 
 def test_the_salt_reaches_the_autograder_only_where_the_registry_does_not_carry_it(unpacked, tmp_path, monkeypatch):
-    from grader import seeds
+    from grader.grade import seeds
 
     archive, _, _, _ = unpacked
     info = json.loads(zipfile.ZipFile(archive).read("gradescope.json"))

@@ -214,6 +214,6 @@ def test_a_new_task_takes_seven_files_and_runs_end_to_end(tmp_path):
     assert page.is_file() and "Scale a tensor" in page.read_text(), (
         f"the handout has no section for {NEW}:\n{handout.stdout[-2000:]}{handout.stderr[-2000:]}")
 
-    graded = _run([python, "-m", "grader.adversarial", "--only", f"{NEW}-forgets-alpha"], copy)
+    graded = _run([python, "-m", "grader.tools.adversarial", "--only", f"{NEW}-forgets-alpha"], copy)
     assert graded.returncode == 0 and "1/1 fixtures caught" in graded.stdout, (
         f"the grader on a buggy {NEW}:\n{graded.stdout[-3000:]}{graded.stderr[-3000:]}")

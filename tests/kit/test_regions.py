@@ -9,7 +9,7 @@ import pytest
 
 from assignment.cuda import regions, rules
 from assignment.cuda.regions import Region, RegionError
-from assignment.starter import apply_levels
+from assignment.markers import apply_levels
 
 pytestmark = [pytest.mark.kit, pytest.mark.skipif(shutil.which("g++") is None,
                                                  reason="the rules read regions with the host compiler g++")]

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.kit
 def edition_writer():
     """``student_edition``, or a skip where tomli_w, which writes it, is not installed (a GPU host off the network)."""
     pytest.importorskip("tomli_w")
-    from assignment.student_edition import student_edition
+    from grader.release.student_edition import student_edition
 
     return student_edition
 

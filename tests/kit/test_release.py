@@ -1,5 +1,5 @@
 """`make release`: the student bundle holds what a student runs and nothing of the instructor's, fails cleanly as
-shipped, and passes with the reference solutions copied in (grader/release.py)."""
+shipped, and passes with the reference solutions copied in (grader/release/release.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from assignment.registry import load_registry
-from grader import release
+from grader.release import release
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.kit
@@ -50,6 +50,34 @@ def test_the_bundle_has_the_student_layout_and_passes_the_manifest_check(built):
     readme = (bundle / "README.md").read_text()
     assert "make test T=t1" in readme and "make submit" in readme and "starter/" in readme
     assert "make starter" not in (bundle / "Makefile").read_text()
+
+
+def test_the_bundle_is_a_copy_of_the_student_folders(built):
+    # What ships is decided by the layout: assignment/ (less the handout's sources and the full registry), starter/
+    # and the public tests, each file as the repository has it; the bundle adds only generated files.
+    bundle, _ = built
+    tracked = subprocess.run(["git", "-C", str(REPO_ROOT), "ls-files", "assignment", "starter", "tests"],
+                             capture_output=True, text=True, check=True).stdout.split()
+    copied = [n for n in tracked if not n.startswith(("assignment/text/", "tests/kit/")) and n != "assignment/tasks.toml"]
+    assert [n for n in copied if (bundle / n).read_bytes() != (REPO_ROOT / n).read_bytes()] == []
+    added = {p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()} - set(copied)
+    assert {n for n in added if "/" in n} == {"assignment/tasks.toml"} | {
+        f"assignment/cuda/kit/{Path(n).name}" for n in copied if n.startswith("starter/") and n.endswith(".cu")}
+
+
+def test_every_module_of_the_bundle_imports_without_the_instructors_tree(built, tmp_path):
+    bundle = copy_of(built[0], tmp_path)
+    script = ("import importlib, pkgutil, assignment\n"
+              "names = [m.name for m in pkgutil.walk_packages(assignment.__path__, 'assignment.')\n"
+              "         if not m.name.endswith('__main__')]\n"
+              "for name in names:\n    importlib.import_module(name)\n"
+              "import sys\nassert not [m for m in sys.modules if m.split('.')[0] in ('grader', 'handout')]\n"
+              "print(len(names))\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("IMPL", "PYTHONPATH")}
+    done = subprocess.run([sys.executable, "-c", script], cwd=bundle, capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout.split()[-1]) > 40
 
 
 def test_no_target_a_student_runs_rewrites_their_files(built):

@@ -1,4 +1,5 @@
-"""grader.repeatability: the spread of a submission's grades over repeated gradings, from the files make grade writes."""
+"""grader.tools.repeatability: the spread of a submission's grades over repeated gradings, from the files make grade
+writes."""
 
 import json
 import subprocess
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from assignment.registry import load_registry
-from grader.repeatability import read_grading, spread, summarise
+from grader.tools.repeatability import read_grading, spread, summarise
 
 REPO = Path(__file__).resolve().parents[2]
 RULE_T3 = load_registry().task("t3").timing[0]
@@ -69,7 +70,7 @@ def test_spread():
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "grader.repeatability", *map(str, args)], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "grader.tools.repeatability", *map(str, args)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -99,9 +100,9 @@ def test_a_buggy_submission_gets_the_same_correctness_points_on_every_grading(tm
     shapes (rows that see no key give NaN) scores the same each time, where a fresh seed per grading moved it."""
     from dataclasses import replace
 
-    from grader.config import GradeConfig
-    from grader.grade import check_host
-    from grader.repeatability import grade_repeatedly
+    from grader.grade.config import GradeConfig
+    from grader.grade.grade import check_host
+    from grader.tools.repeatability import grade_repeatedly
 
     registry = load_registry()
     sub = tmp_path / "buggy"

@@ -35,7 +35,7 @@ from assignment.perf.timing import summarize
 from assignment.registry import load_registry
 from assignment.markers import BEGIN_SOLUTION as _BEGIN
 from assignment.markers import END_SOLUTION as _END
-from assignment.starter import strip_solutions
+from assignment.markers import strip_solutions
 
 pytestmark = pytest.mark.kit
 REPO = Path(__file__).resolve().parents[2]

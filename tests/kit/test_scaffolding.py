@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from assignment.cuda import regions
+from assignment.markers import MarkerError, apply_levels, strip_solutions
 from assignment.registry import REGISTRY_PATH, RegistryError, load_registry, parse_registry
-from assignment.starter import (MarkerError, apply_levels, main, render_starter, solution_lines, strip_solutions,
-                                todo_counts)
-from grader import open_levels
+from assignment.todos import todo_counts
+from grader.authoring.starter import main, render_starter, solution_lines
+from grader.tools import open_levels
 
 pytestmark = pytest.mark.kit
 REPO = Path(__file__).resolve().parents[2]
@@ -109,7 +110,7 @@ def test_an_open_task_scores_time_with_its_open_thresholds():
     guided, opened = registry_with(t3="guided").task("t3"), registry_with(t3="open").task("t3")
     assert guided.timing[0].thresholds != opened.timing[0].thresholds
     assert opened.timing[0].max_points == guided.timing[0].max_points
-    # the calibration's kernels (grader/benchmarks/open_t3_h100.txt): full points for a register-blocked shared
+    # the calibration's kernels (grader/records/open_t3_h100.txt): full points for a register-blocked shared
     # kernel without double buffering, something for the two simpler designs, nothing for a slower one
     points = [opened.timing[0].points_for(r) for r in (1.097, 1.234, 5.80, 10.30, 20.0)]
     assert points[0] == points[1] == opened.timing[0].max_points and points[1] > points[2] > points[3] > points[4] == 0
@@ -148,7 +149,7 @@ def test_the_open_starter_has_one_region_for_t3_and_no_solution_code(open_starte
 
 def test_the_grader_splices_at_the_open_level(open_starter, monkeypatch):
     levels = open_levels.open_levels(load_registry())
-    monkeypatch.setattr("assignment.starter.task_levels", lambda registry=None: dict(levels))
+    monkeypatch.setattr("assignment.markers.task_levels", lambda registry=None: dict(levels))
     kit = (REPO / "solutions/t3_gemm.cu").read_text()
     assert regions.splice(kit, kit, ("t3",), filename="t3_gemm.cu").text == apply_levels(kit, "t3_gemm.cu", levels)
     spliced = regions.splice(kit, (open_starter / "t3_gemm.cu").read_text(), ("t3",), filename="t3_gemm.cu")

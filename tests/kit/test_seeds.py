@@ -1,6 +1,6 @@
-"""Hidden seeds (grader/seeds.py): derived from the course's salt, the student and the task, so a regrade draws the
-same inputs; the salt has one home the student never gets, a missing or weak one is an error, and no output but the
-instructor's fingerprint says anything about it."""
+"""Hidden seeds (grader/grade/seeds.py): derived from the course's salt, the student and the task, so a regrade draws
+the same inputs; the salt has one home the student never gets, a missing or weak one is an error, and no output but
+the instructor's fingerprint says anything about it."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from assignment.registry import REGISTRY_PATH, load_registry
-from grader import seeds
-from grader.config import GradeConfig
-from grader.grade import PreflightError, grade_submission
+from grader.grade import seeds
+from grader.grade.config import GradeConfig
+from grader.grade.grade import PreflightError, grade_submission
 
 pytestmark = pytest.mark.kit
 REPO = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ def registry_without_salt(tmp_path: Path):
 
 
 def answers_of(student_id: str) -> str:
-    from grader.theory import reference_answers
+    from grader.grade.theory import reference_answers
 
     return reference_answers(student_id, load_registry())
 
@@ -105,7 +105,7 @@ def test_without_a_usable_salt_nothing_is_graded(tmp_path, no_env_salt):
     with pytest.raises(PreflightError, match=r"\[hidden_seed\] salt"):
         grade_submission(tmp_path, tmp_path / "out", QUICK, registry_without_salt(tmp_path), log=lambda *a, **k: None)
     assert not (tmp_path / "out").exists()
-    proc = subprocess.run([sys.executable, "-m", "grader.grade", str(tmp_path), "--out", str(tmp_path / "cli"),
+    proc = subprocess.run([sys.executable, "-m", "grader.grade.grade", str(tmp_path), "--out", str(tmp_path / "cli"),
                            "--task", "t1", "--skip-preflight", "--allow-weak-isolation"], cwd=REPO, capture_output=True,
                           text=True, env={**os.environ, seeds.SALT_ENV: "too short"})
     assert proc.returncode == 3 and f"{seeds.SALT_ENV} is set but shorter" in proc.stderr, proc.stderr

@@ -20,7 +20,7 @@ import pytest
 
 from assignment.impl import REPO_ROOT
 from assignment.model import DEFAULT_CHECKPOINT, load_checkpoint
-from assignment.model.model_card import continue_prompt
+from grader.authoring.model_card import continue_prompt
 
 pytestmark = [pytest.mark.kit, pytest.mark.skipif(not (DEFAULT_CHECKPOINT / "config.json").is_file(),
                                                   reason=f"no shipped checkpoint at {DEFAULT_CHECKPOINT}")]

@@ -1,5 +1,5 @@
-"""Class grading on Slurm (grader/slurm.py): the job array and its collect job on a real single-node Slurm
-(munged, slurmctld and slurmd on localhost, started by grader/slurm_local.py), and the scripts' resources.
+"""Class grading on Slurm (grader/classroom/slurm.py): the job array and its collect job on a real single-node Slurm
+(munged, slurmctld and slurmd on localhost, started by grader/classroom/slurm_local.py), and the scripts' resources.
 
 The cluster test skips, saying which step failed and showing the daemon's log, only where Slurm cannot start
 (Debian's slurmctld, slurmd, slurm-client and munge missing, or not root); .ci/run installs them.
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from assignment.registry import load_registry
-from grader import batch, slurm
-from grader.slurm_local import PACKAGES, LocalSlurm, LocalSlurmError, missing_programs
+from grader.classroom import batch, slurm
+from grader.classroom.slurm_local import PACKAGES, LocalSlurm, LocalSlurmError, missing_programs
 
 pytestmark = [pytest.mark.kit, pytest.mark.slow]  # end to end: make test-slow
 REPO = Path(__file__).resolve().parents[2]

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from assignment.markers import MarkerError, strip_solutions
 from assignment.registry import load_registry
-from assignment.starter import MarkerError, StarterError, check_starter, main, strip_solutions, todo_tasks, write_starter
+from assignment.todos import todo_counts
+from grader.authoring.starter import StarterError, check_starter, main, write_starter
 
 pytestmark = pytest.mark.kit
 REPO = Path(__file__).resolve().parents[2]
@@ -51,9 +53,9 @@ def test_cuda_region_becomes_kit_todo_and_keeps_stub_lines():
     text, _ = strip_solutions(CU_SOURCE, "t2_softmax.cu", load_registry())
     assert "// TODO(t2): warp maximum" in text and "KIT_TODO(t2);" in text
     assert "    return y;\n" in text and "x * 2.0f" not in text
-    assert todo_tasks(text) == {"t2"}
-    assert todo_tasks(CU_SOURCE) == set()
-    assert todo_tasks("// KIT_TODO(t3); in a comment\n") == set()
+    assert set(todo_counts(text, "t2_softmax.cu")) == {"t2"}
+    assert todo_counts(CU_SOURCE, "t2_softmax.cu") == {}
+    assert todo_counts("// KIT_TODO(t3); in a comment\n", "t3_gemm.cu") == {}
 
 
 @pytest.mark.parametrize(

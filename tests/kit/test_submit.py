@@ -94,7 +94,7 @@ def test_the_grader_scores_the_zip_as_the_folder(packed, tmp_path):
     scores = {}
     for label, submission in (("folder", root / "starter"), ("zip", archive)):
         out = tmp_path / label
-        proc = subprocess.run([sys.executable, "-m", "grader.grade", str(submission), "--out", str(out),
+        proc = subprocess.run([sys.executable, "-m", "grader.grade.grade", str(submission), "--out", str(out),
                                "--task", "t1", "--task", "t7", "--seed", "11", *flags],
                               check=False, cwd=REPO, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout + proc.stderr

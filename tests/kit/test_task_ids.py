@@ -35,7 +35,7 @@ REMAINING = {
     "assignment/model/generate.py": 3,
     "assignment/perf/model_bench.py": 4,
     "assignment/report/views.py": 2,
-    "grader/open_levels.py": 1,
+    "grader/tools/open_levels.py": 1,
     "handout/render.py": 3,
 }
 

@@ -1,5 +1,5 @@
 """The theory part: questions drawn per student id (assignment/theory), the answer key and the grading
-(grader/theory.py), the answers file (`make theory`, `make submit`) and the reports (results.json, grades.csv,
+(grader/grade/theory.py), the answers file (`make theory`, `make submit`) and the reports (results.json, grades.csv,
 report.html, grading.json)."""
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ from assignment import submit
 from assignment.registry import REGISTRY_PATH, RegistryError, load_registry
 from assignment.theory import answers
 from assignment.theory.questions import TheoryError, normalise_id, questions_for, render_markdown, render_text
-from grader import release
-from grader.config import GradeConfig
-from grader.grade import grade_submission
-from grader.report import csv_row, gradescope_results, instructor_record, write_all
-from grader.scoring import SubmissionScore
-from grader.theory import answer_key, grade_theory, online_softmax_key, reference_answers, smem_footprint, split_kv_key
+from grader.release import release
+from grader.grade.config import GradeConfig
+from grader.grade.grade import grade_submission
+from grader.grade.report import csv_row, gradescope_results, instructor_record, write_all
+from grader.grade.scoring import SubmissionScore
+from grader.grade.theory import (answer_key, grade_theory, online_softmax_key, reference_answers, smem_footprint,
+                                 split_kv_key)
 
 pytestmark = pytest.mark.kit
 REPO = Path(__file__).resolve().parents[2]
@@ -176,7 +177,7 @@ def test_the_split_kv_key_is_attention_over_all_the_keys():
 
 
 def test_the_roofline_key_on_a_small_model_worked_by_hand():
-    from grader.theory import roofline_key
+    from grader.grade.theory import roofline_key
 
     p = {"hidden": 4, "layers": 1, "heads": 2, "kv_heads": 1, "head_dim": 2, "intermediate": 8, "vocab": 10,
          "bytes_per_value": 2, "peak": 100e12, "bandwidth": 1e12, "T": 3, "C": 5}
@@ -304,7 +305,7 @@ def test_results_json_grades_csv_grading_json_and_the_html_show_the_theory(tmp_p
     assert sum(t["max_score"] for t in theory_tests) == pytest.approx(THEORY.points)
     assert results["score"] == pytest.approx(THEORY.points - THEORY.proof_points)
     (manual_test,) = [t for t in theory_tests if "manual" in t["tags"]]
-    # Pending, not failed (grader/report.py's PENDING_STATUS), and its name says so; an empty proof is failed.
+    # Pending, not failed (grader/grade/report.py's PENDING_STATUS), and its name says so; an empty proof is failed.
     assert manual_test["status"] == "passed" and "pending" in manual_test["output"] and manual_test["score"] == 0
     empty = SubmissionScore("alice", [], [], 1.0, {}, grade_theory(keyed_file("alice", written=""), REGISTRY))
     assert [t["status"] for t in gradescope_results(empty)["tests"] if "manual" in t["tags"]] == ["failed"]
@@ -429,9 +430,9 @@ def test_make_submit_warns_about_missing_and_unreadable_theory_answers(tmp_path)
 
 
 def test_the_student_side_computes_no_answer():
-    """assignment/theory ships; the key is grader/theory.py's, which no bundle holds."""
+    """assignment/theory ships; the key is grader/grade/theory.py's, which no bundle holds."""
     assert release.shipped("assignment/theory/questions.py") and release.shipped("assignment/theory/answers.py")
-    assert not release.shipped("grader/theory.py")
+    assert not release.shipped("grader/grade/theory.py")
     rubric = {s.text for s in release.secrets(REPO) if s.what == "the theory proof's rubric"}
     assert rubric == {item.criterion for item in THEORY.rubric}, "the release check looks for the rubric's text"
     for path in sorted((REPO / "assignment" / "theory").glob("*.py")):
@@ -456,7 +457,7 @@ def test_the_student_side_computes_no_answer():
 def test_every_kind_the_registry_allows_has_a_question_and_a_key():
     from assignment.registry import THEORY_KINDS
     from assignment.theory.questions import GENERATORS
-    from grader.theory import KEYS
+    from grader.grade.theory import KEYS
 
     assert set(THEORY_KINDS) == set(GENERATORS) == set(KEYS)
 
@@ -481,7 +482,7 @@ def test_the_registry_validates_the_theory_and_the_student_edition_drops_the_rub
     with pytest.raises(RegistryError, match=r"field 'theory.questions.roofline'.*rtol < 0.5"):
         load_variant("rtol = 0.01 }", "rtol = 5 }")
     pytest.importorskip("tomli_w")  # what writes the student edition (a GPU host off the network may lack it)
-    from assignment.student_edition import student_edition
+    from grader.release.student_edition import student_edition
 
     edition = student_edition(text)
     assert "[theory.rubric]" not in edition and all(item.criterion not in edition for item in THEORY.rubric)

@@ -1,5 +1,5 @@
-"""How the shipped checkpoint is made: the corpus cleaning (assignment.model.corpus) on made-up inputs, and a
-smoke run of assignment.model.train that must leave a complete checkpoint directory the kit and transformers load.
+"""How the shipped checkpoint is made: the corpus cleaning (grader.authoring.corpus) on made-up inputs, and a
+smoke run of grader.authoring.train that must leave a complete checkpoint directory the kit and transformers load.
 
 Nothing here reaches the network: the smoke run trains on a corpus the test writes itself.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from assignment.model import corpus
-from assignment.model.corpus import Document
+from grader.authoring import corpus
+from grader.authoring.corpus import Document
 
 pytestmark = pytest.mark.kit
 
@@ -189,7 +189,7 @@ def _made_up_documents(count: int, seed: int) -> list[Document]:
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
     """A smoke run on a made-up corpus written by the corpus module's own writer."""
-    from assignment.model import train
+    from grader.authoring import train
 
     root = tmp_path_factory.mktemp("training")
     source = corpus.Source("made-up-text", "sentences the test makes up", lambda _: [], "CC0-1.0", "")
@@ -274,7 +274,7 @@ def test_the_model_card_records_data_model_and_run(checkpoint):
 def test_the_shipped_shape_fits_the_repository_and_the_kernels():
     from assignment.model.attention import KERNEL_HEAD_DIMS
     from assignment.model.llama import Transformer
-    from assignment.model.train import FULL, model_config
+    from grader.authoring.train import FULL, model_config
 
     with torch.device("meta"):
         parameters = sum(p.numel() for p in Transformer(model_config(FULL, FULL.vocab_size, 0, 1)).parameters())

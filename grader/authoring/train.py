@@ -1,0 +1,465 @@
+"""Train the kit's tiny LLaMA (``checkpoints/kit-tiny``): its BPE tokenizer, then the model.
+
+    PYTHONPATH=. python -m grader.authoring.train --corpus build/corpus \\
+        --out assignment/model/checkpoints/kit-tiny --minutes 5 --device cuda
+
+reads the text ``python -m grader.authoring.corpus`` built, and writes a Hugging Face checkpoint
+directory: ``tokenizer.json`` and ``tokenizer_config.json`` (byte-level BPE trained here with the
+``tokenizers`` package), ``config.json``, ``model.safetensors`` (bfloat16) and ``generation_config.json``
+(checkpoint.save_checkpoint), then ``training_log.csv``, ``loss.png`` and ``MODEL_CARD.md``
+(model_card.py), with the corpus' ``SOURCES.json`` and ``words.txt.gz`` copied beside them.
+
+Why this shape: the checkpoint lives in the repository (about 11 MB in bfloat16), its head dimension
+(64) is one the t4-t6 kernels support, and it has fewer KV heads than query heads so that t6's
+grouped-query path runs on it.
+
+Why this length: the corpus is small (about 4 M tokens), and a 5 M-parameter model starts to
+memorise it after a few passes: in a first H100 run at a constant learning rate, on 2.7 M tokens,
+the validation loss was lowest after 9 passes (12 s) and then climbed while the training loss kept
+falling. So the run is planned in passes over the data (``epochs``) and its cosine decay ends there;
+it also stops at ``--minutes`` of wall time, or when the validation loss has not improved for
+``patience`` evaluations. The weights kept are those of the best validation loss.
+
+``--smoke`` trains a tiny model for a few dozen steps on the start of the corpus, on the CPU in
+seconds: CI runs it to prove every file is produced and loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import platform
+import shlex
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers, processors, trainers
+from torch import nn
+
+from assignment.model.checkpoint import save_checkpoint
+from assignment.model.config import ModelConfig
+from assignment.model.llama import Transformer
+from grader.authoring.corpus import DOC_SEPARATOR
+from grader.authoring.model_card import RunFacts, write_model_card
+
+BOS, EOS = "<|begin_of_text|>", "<|end_of_text|>"
+# A plain transcript format of the kit's own: the model never saw it in training (the corpus has no
+# dialogues in this form), it is there so that the kit's --chat path has a template to render.
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if message['role'] == 'system' %}{{ message['content'] | trim }}\n\n"
+    "{% elif message['role'] == 'user' %}User: {{ message['content'] | trim }}\n"
+    "{% else %}Assistant: {{ message['content'] | trim }}{{ eos_token }}\n{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+CORPUS_FILES = ("SOURCES.json", "words.txt.gz")
+LOG_FIELDS = ("step", "tokens", "elapsed_s", "lr", "train_loss", "val_loss", "tokens_per_s")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every hyper-parameter of a run; FULL is the shipped checkpoint's, SMOKE the CI run's."""
+
+    vocab_size: int = 4096
+    hidden_size: int = 256
+    intermediate_size: int = 704            # ~8/3 of hidden (SwiGLU), rounded up to a multiple of 64
+    num_hidden_layers: int = 6
+    num_attention_heads: int = 4            # head_dim = 256 / 4 = 64
+    num_key_value_heads: int = 2
+    rope_theta: float = 10000.0
+    context: int = 512
+    batch_size: int = 64
+    peak_lr: float = 2e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    epochs: float = 8.0                     # passes over the training tokens: the run's length ...
+    max_steps: int | None = None            # ... unless a step count is given instead
+    log_every: int = 25
+    eval_every: int = 100
+    patience: int = 5                       # evaluations without a better validation loss before stopping
+    max_train_bytes: int | None = None      # read only the start of train.txt ...
+    max_val_bytes: int | None = None        # ... and of val.txt
+    sample_tokens: int = 48                 # per continuation in the model card
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    def steps_for(self, train_tokens: int) -> int:
+        """The run's length in steps: max_steps, or ``epochs`` passes over ``train_tokens``."""
+        return self.max_steps or math.ceil(self.epochs * train_tokens / (self.batch_size * self.context))
+
+
+FULL = Settings()
+SMOKE = Settings(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                 num_key_value_heads=1, context=64, batch_size=8, peak_lr=3e-3, warmup_steps=5, max_steps=30,
+                 log_every=5, eval_every=10, patience=100, max_train_bytes=200_000, max_val_bytes=20_000,
+                 sample_tokens=8)
+
+
+@dataclass
+class RunResult:
+    """What the model card reports about a run."""
+
+    steps: int = 0
+    tokens_seen: int = 0
+    best_val_loss: float = math.inf
+    best_step: int = 0
+    final_train_loss: float = math.nan
+    train_seconds: float = 0.0
+    stopped_because: str = ""
+    compiled: bool = False
+    log: list[dict] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------------------------
+# Data and tokenizer
+
+
+def read_documents(corpus: Path, name: str, max_bytes: int | None) -> list[str]:
+    """The documents of ``train.txt`` or ``val.txt`` (see corpus.DOC_SEPARATOR), whole ones up to max_bytes."""
+    path = corpus / name
+    if not path.is_file():
+        raise SystemExit(f"train: {path} is missing: build the corpus first (python -m grader.authoring.corpus)")
+    documents, size = [], 0
+    for document in path.read_text(encoding="utf-8").split(DOC_SEPARATOR):
+        if max_bytes is not None and documents and size + len(document) > max_bytes:
+            break
+        documents.append(document.strip("\n"))
+        size += len(document.encode())
+    return [d for d in documents if d]
+
+
+def train_tokenizer(documents: list[str], vocab_size: int) -> HFTokenizer:
+    """Byte-level BPE: every UTF-8 string maps to tokens and back unchanged (no unknown token).
+
+    The encoder adds BOS in front of every text (the post-processor), as Llama 3's does: the model
+    always saw documents start after BOS, so a prompt should too.
+    """
+    tokenizer = HFTokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=[BOS, EOS],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tokenizer.train_from_iterator(documents, trainer=trainer)
+    bos_id = tokenizer.token_to_id(BOS)
+    tokenizer.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, bos_id)]),
+    ])
+    return tokenizer
+
+
+def save_tokenizer(tokenizer: HFTokenizer, out: Path, context: int) -> None:
+    """tokenizer.json and the tokenizer_config.json that transformers' AutoTokenizer and the kit read."""
+    tokenizer.save(str(out / "tokenizer.json"))
+    settings = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS, "eos_token": EOS,
+                "add_bos_token": True, "add_eos_token": False, "model_max_length": context,
+                "clean_up_tokenization_spaces": False, "chat_template": CHAT_TEMPLATE}
+    (out / "tokenizer_config.json").write_text(json.dumps(settings, indent=2) + "\n")
+
+
+def token_stream(tokenizer: HFTokenizer, documents: list[str], device: torch.device) -> torch.Tensor:
+    """All documents as one 1-D tensor of ids, each as BOS, its tokens, EOS (what generation starts from)."""
+    bos, eos = tokenizer.token_to_id(BOS), tokenizer.token_to_id(EOS)
+    ids: list[int] = []
+    for encoding in tokenizer.encode_batch(documents, add_special_tokens=False):
+        ids.extend((bos, *encoding.ids, eos))
+    return torch.tensor(ids, dtype=torch.long, device=device)
+
+
+def random_windows(stream: torch.Tensor, batch: int, context: int, generator: torch.Generator):
+    """(inputs, targets), each (batch, context): windows at random offsets, targets shifted by one."""
+    starts = torch.randint(0, len(stream) - context - 1, (batch,), generator=generator, device=stream.device)
+    rows = stream[starts[:, None] + torch.arange(context + 1, device=stream.device)]
+    return rows[:, :-1], rows[:, 1:]
+
+
+# ----------------------------------------------------------------------------------------------
+# Model
+
+
+def model_config(settings: Settings, vocab_size: int, bos_id: int, eos_id: int) -> ModelConfig:
+    return ModelConfig(
+        vocab_size=vocab_size, hidden_size=settings.hidden_size,
+        intermediate_size=settings.intermediate_size, num_hidden_layers=settings.num_hidden_layers,
+        num_attention_heads=settings.num_attention_heads, num_key_value_heads=settings.num_key_value_heads,
+        head_dim=settings.head_dim, rope_theta=settings.rope_theta, max_position_embeddings=settings.context,
+        tie_word_embeddings=True, bos_token_id=bos_id, eos_token_id=[eos_id], torch_dtype="bfloat16")
+
+
+def init_weights(model: Transformer) -> None:
+    """GPT-2's initialisation: N(0, 0.02), the residual outputs scaled down by sqrt(2 * layers).
+
+    PyTorch's defaults would give the tied embedding N(0, 1) and so logits of size ~16 at the start.
+    """
+    residual_std = 0.02 / math.sqrt(2 * model.config.num_hidden_layers)
+    for name, module in model.named_modules():
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            std = residual_std if name.endswith(("o_proj", "down_proj")) else 0.02
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())  # a tied weight is counted once
+
+
+def make_optimizer(model: nn.Module, settings: Settings, device: torch.device) -> torch.optim.AdamW:
+    """AdamW with weight decay on the matrices only (norm gains are not decayed)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": settings.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=settings.peak_lr, betas=(0.9, 0.95), fused=device.type == "cuda")
+
+
+def learning_rate(step: int, progress: float, settings: Settings) -> float:
+    """Linear warm-up over steps, then a cosine decay to min_lr_ratio as ``progress`` goes from 0 to 1.
+
+    The run is planned in steps (``epochs`` of data) and also limited in minutes (the step rate depends
+    on the GPU), so progress is the larger of the two fractions used up: the decay completes whichever
+    limit comes first.
+    """
+    if step <= settings.warmup_steps:
+        return settings.peak_lr * step / settings.warmup_steps
+    floor = settings.min_lr_ratio
+    return settings.peak_lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
+
+
+@torch.no_grad()
+def evaluate(model: Transformer, stream: torch.Tensor, context: int, batch: int, autocast) -> float:
+    """Mean cross-entropy (nats per token) over consecutive, non-overlapping windows of the stream."""
+    model.eval()
+    count = (len(stream) - 1) // context
+    inputs = stream[:count * context].view(count, context)
+    targets = stream[1:count * context + 1].view(count, context)
+    total = 0.0
+    for i in range(0, count, batch):
+        with autocast():
+            logits = model(inputs[i:i + batch])
+        total += F.cross_entropy(logits.flatten(0, 1), targets[i:i + batch].flatten(), reduction="sum").item()
+    model.train()
+    return total / (count * context)
+
+
+def maybe_compile(model: Transformer, sample: torch.Tensor, autocast) -> tuple[nn.Module, bool]:
+    """torch.compile where it works (a CUDA host with a working Triton); the eager model otherwise.
+
+    Compilation happens at the first call, so that call is made here, inside the guard.
+    """
+    try:
+        compiled = torch.compile(model)
+        with autocast():
+            compiled(sample).float().mean().backward()
+        model.zero_grad(set_to_none=True)
+        return compiled, True
+    except Exception as exc:  # noqa: BLE001 - any compiler failure means: train eagerly
+        print(f"train: torch.compile unavailable ({type(exc).__name__}: {str(exc)[:200]}); training eagerly",
+              file=sys.stderr)
+        model.zero_grad(set_to_none=True)
+        return model, False
+
+
+class Trainer:
+    """One training run: the optimisation step, the periodic log and evaluation, the best weights so far."""
+
+    def __init__(self, model: Transformer, train_stream: torch.Tensor, val_stream: torch.Tensor,
+                 settings: Settings, device: torch.device, seed: int):
+        self.model, self.settings = model, settings
+        self.train_stream, self.val_stream = train_stream, val_stream
+        self.generator = torch.Generator(device=device).manual_seed(seed)
+        self.bf16 = device.type == "cuda"
+        self.optimizer = make_optimizer(model, settings, device)
+        self.step_model: nn.Module = model
+        self.result = RunResult()
+        self.best_state: dict[str, torch.Tensor] = {}
+        self.stale = 0                                     # evaluations since the best one
+        self.loss_sum, self.steps_summed = torch.zeros((), device=device), 0
+
+    def autocast(self):
+        return torch.autocast(self.model.device.type, dtype=torch.bfloat16, enabled=self.bf16)
+
+    def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return random_windows(self.train_stream, self.settings.batch_size, self.settings.context, self.generator)
+
+    def step(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        inputs, targets = self.batch()
+        with self.autocast():
+            logits = self.step_model(inputs)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.loss_sum += loss.detach()                     # summed on the device: no host sync per step
+        self.steps_summed += 1
+        self.result.tokens_seen += inputs.numel()
+
+    def record(self, step: int, lr: float, elapsed: float, interval: float, evaluate_now: bool) -> dict:
+        """Log the mean training loss since the last record and, when asked, the validation loss."""
+        train_loss = self.loss_sum.item() / self.steps_summed if self.steps_summed else ""
+        tokens = self.steps_summed * self.settings.batch_size * self.settings.context
+        row = {"step": step, "tokens": self.result.tokens_seen, "elapsed_s": round(elapsed, 2), "lr": lr,
+               "train_loss": train_loss, "val_loss": "", "tokens_per_s": round(tokens / interval) if tokens else ""}
+        self.loss_sum.zero_()
+        self.steps_summed = 0
+        if evaluate_now:
+            row["val_loss"] = evaluate(self.model, self.val_stream, self.settings.context, self.settings.batch_size,
+                                       self.autocast)
+            self.keep_if_best(step, row["val_loss"])
+        self.result.log.append(row)
+        print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+        return row
+
+    def keep_if_best(self, step: int, val_loss: float) -> None:
+        if val_loss < self.result.best_val_loss:
+            self.result.best_val_loss, self.result.best_step, self.stale = val_loss, step, 0
+            self.best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        else:
+            self.stale += 1
+
+    def run(self, budget_s: float, use_compile: bool) -> RunResult:
+        """Train until the time budget, the step cap or the patience runs out (compilation is not timed)."""
+        settings = self.settings
+        self.record(0, 0.0, 0.0, 1.0, evaluate_now=True)  # the untrained model's loss: the curve's first point
+        if use_compile:
+            self.step_model, self.result.compiled = maybe_compile(self.model, self.batch()[0], self.autocast)
+        start = last_record = time.perf_counter()
+        step, stop = 0, ""
+        while not stop:
+            step += 1
+            lr = learning_rate(step, max((time.perf_counter() - start) / budget_s, step / settings.max_steps),
+                               settings)
+            self.step(lr)
+            out_of_time = time.perf_counter() - start >= budget_s
+            last = out_of_time or step == settings.max_steps
+            if step % settings.log_every == 0 or step % settings.eval_every == 0 or last:
+                self.record(step, lr, time.perf_counter() - start, time.perf_counter() - last_record,
+                            evaluate_now=step % settings.eval_every == 0 or last)
+                last_record = time.perf_counter()
+            if out_of_time:
+                stop = "time budget"
+            elif step == settings.max_steps:
+                stop = f"step budget ({settings.max_steps:,} steps)"
+            elif self.stale >= settings.patience:
+                stop = f"no better validation loss in {self.stale} evaluations"
+        self.result.steps, self.result.stopped_because = step, stop
+        self.result.train_seconds = time.perf_counter() - start
+        self.result.final_train_loss = self.result.log[-1]["train_loss"]
+        return self.result
+
+
+def write_log(rows: list[dict], path: Path) -> None:
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=LOG_FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU ({platform.processor() or platform.machine()})"
+
+
+# ----------------------------------------------------------------------------------------------
+# The command
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", type=Path, default=Path("build/corpus"), help="what grader.authoring.corpus wrote")
+    parser.add_argument("--out", type=Path, required=True, help="the checkpoint directory to write")
+    parser.add_argument("--minutes", type=float, default=5.0, help="training time budget (compilation excluded)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--smoke", action="store_true", help="a tiny model for a few steps: the CI check")
+    parser.add_argument("--epochs", type=float, help=f"passes over the training tokens (default {FULL.epochs:g})")
+    parser.add_argument("--max-steps", type=int, help="train this many steps instead")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (it is tried on CUDA only)")
+    return parser.parse_args(argv)
+
+
+@dataclass
+class Data:
+    """The run's text, its tokenizer and the token streams (on the training device)."""
+
+    tokenizer: HFTokenizer
+    train_stream: torch.Tensor
+    val_stream: torch.Tensor
+    train_bytes: int
+    val_bytes: int
+
+
+def prepare_data(corpus: Path, settings: Settings, device: torch.device) -> Data:
+    train_docs = read_documents(corpus, "train.txt", settings.max_train_bytes)
+    val_docs = read_documents(corpus, "val.txt", settings.max_val_bytes)
+    tokenizer = train_tokenizer(train_docs, settings.vocab_size)
+    data = Data(tokenizer, token_stream(tokenizer, train_docs, device), token_stream(tokenizer, val_docs, device),
+                sum(len(d.encode()) for d in train_docs), sum(len(d.encode()) for d in val_docs))
+    print(f"train: {len(train_docs)} documents, {len(data.train_stream):,} training and {len(data.val_stream):,} "
+          f"validation tokens (vocabulary {tokenizer.get_vocab_size()})", flush=True)
+    return data
+
+
+def save_run(model: Transformer, data: Data, settings: Settings, result: RunResult, corpus: Path,
+             out: Path) -> None:
+    """The checkpoint directory, less the model card: weights, tokenizer, corpus records, the log."""
+    out.mkdir(parents=True, exist_ok=True)
+    save_checkpoint(model, out, dtype=torch.bfloat16,
+                    generation_config={"do_sample": True, "temperature": 0.8, "top_p": 0.95})
+    save_tokenizer(data.tokenizer, out, settings.context)
+    for name in CORPUS_FILES:
+        shutil.copyfile(corpus / name, out / name)
+    write_log(result.log, out / "training_log.csv")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    command = shlex.join(["python", "-m", "grader.authoring.train", *(sys.argv[1:] if argv is None else argv)])
+    settings = SMOKE if args.smoke else FULL
+    settings = replace(settings, epochs=args.epochs or settings.epochs, max_steps=args.max_steps or settings.max_steps)
+    device = torch.device(args.device)
+    torch.manual_seed(args.seed)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    wall_start = time.perf_counter()
+
+    data = prepare_data(args.corpus, settings, device)
+    settings = replace(settings, max_steps=settings.steps_for(len(data.train_stream)))
+    tokenizer = data.tokenizer
+    config = model_config(settings, tokenizer.get_vocab_size(), tokenizer.token_to_id(BOS), tokenizer.token_to_id(EOS))
+    model = Transformer(config, attention_impl="sdpa").to(device)
+    init_weights(model)
+    print(f"train: {count_parameters(model):,} parameters on {device_name(device)}; {settings.max_steps:,} steps",
+          flush=True)
+    trainer = Trainer(model, data.train_stream, data.val_stream, settings, device, args.seed)
+    result = trainer.run(args.minutes * 60, use_compile=device.type == "cuda" and not args.no_compile)
+    model.load_state_dict(trainer.best_state)
+    save_run(model, data, settings, result, args.corpus, args.out)
+
+    write_model_card(args.out, RunFacts(
+        settings=asdict(settings), parameters=count_parameters(model), result=result,
+        train_tokens=len(data.train_stream), val_tokens=len(data.val_stream), train_bytes=data.train_bytes,
+        val_bytes=data.val_bytes, device=device_name(device), torch_version=torch.__version__,
+        wall_seconds=time.perf_counter() - wall_start, command=command))
+    print(f"train: wrote {args.out} (best validation loss {result.best_val_loss:.3f} at step {result.best_step}; "
+          f"stopped: {result.stopped_because})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

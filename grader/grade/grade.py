@@ -1,0 +1,224 @@
+"""Grade one submission: ``python -m grader.grade.grade <dir or .zip> --out <dir>``.
+
+The phases, one module each: preflight (is this host fit to grade?), collect (copy the student's
+files out of the submission, safely), prepare (check, splice and build each task's files), run (each
+task's hidden suite in its own checker process; student Python in a sandboxed worker), score (the theory
+answers too, grader/grade/theory.py, when every task is graded or ``--task theory`` asks for them), and report
+(Gradescope results.json, grades.csv and report.html for the student; grading.json for the instructor:
+isolation level, each task's seed and how it was derived, host, review flags, each task's log).
+
+Each task's hidden seed is derived from the course's salt, the submission's grading id and the task
+(grader/grade/seeds.py), so a regrade of the same files gets the same points; ``--seed`` gives every task one seed
+instead. Exits 0 even when the submission scores zero; 2 when the submission cannot be read; 3 when the host
+fails the preflight or there is no salt to derive the seeds from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+from assignment.registry import Registry, load_registry
+from assignment.theory import answers as theory_answers
+from grader.grade import seeds
+from grader.grade.config import ISOLATION_CHOICES, REPO_ROOT, THEORY, GradeConfig
+from grader.grade.preflight import Preflight, isolation_check, run_preflight
+from grader.grade.prepare import prepare
+from grader.grade.report import OPT_IN_FILE, leaderboard_alias, summary_lines, write_all
+from grader.grade.runner import TaskRun, gpu_available, run_task
+from grader.grade.scoring import SubmissionScore, score_task
+from grader.grade.submission import SubmissionError, collect
+from grader.grade.theory import grade_theory
+from grader.isolation.client import WorkerConfig
+
+
+class PreflightError(RuntimeError):
+    """The host cannot grade what was asked; the message lists every problem."""
+
+
+def selected_tasks(config: GradeConfig, registry: Registry):
+    ids = [t for t in config.tasks if t != THEORY]
+    return [registry.task(t) for t in ids] if config.tasks else list(registry.available)
+
+
+def has_cpu_checks(task) -> bool:
+    """A GPU task with Python files (t6's cache) has checks that run without a GPU: on such a host they run and
+    the GPU checks are reported as not run (the preflight refuses such a host for real grading)."""
+    return any(name.endswith(".py") for name in task.files)
+
+
+def grades_theory(config: GradeConfig, registry: Registry) -> bool:
+    """The theory answers are graded with every task or when asked (``--theory``, or ``theory`` among the tasks),
+    not in a regrade of some tasks."""
+    if registry.theory is None:
+        return False
+    return config.theory if config.theory is not None else not config.tasks or THEORY in config.tasks
+
+
+def grading_identity(config: GradeConfig, registry: Registry, extra: dict[str, bytes], source: Path) -> tuple[str, str]:
+    """(who the submission belongs to, where that came from): the hidden seeds' grading id (grader/grade/seeds.py)."""
+    if config.grading_id:
+        return config.grading_id, "the grader's caller (the class roster or Gradescope's submitter)"
+    if config.student_id:
+        return config.student_id, "--student-id"
+    answers = registry.theory.answers_file if registry.theory else None
+    if answers and extra.get(answers) is not None:
+        try:
+            recorded = theory_answers.parse(extra[answers].decode("utf-8"), answers).student_id
+        except (UnicodeDecodeError, theory_answers.AnswersError):
+            recorded = None
+        if recorded and recorded.strip():
+            return recorded, f"the student_id of {answers}"
+    return submission_name(source), "the submission's name"
+
+
+def submission_name(source: Path) -> str:
+    """A submission's own name, as the class roster names it: the folder, or the .zip without its suffix."""
+    return source.stem if source.is_file() else source.name
+
+
+def check_host(config: GradeConfig, registry: Registry) -> Preflight:
+    """The preflight (or, without it, just the isolation decision); raises PreflightError on a problem."""
+    tasks = selected_tasks(config, registry)
+    result = run_preflight(tasks, config) if config.preflight else isolation_check(tasks, config)
+    if not result.ok:
+        raise PreflightError("this host cannot grade: " + "; ".join(result.problems))
+    return result
+
+
+def grade_submission(source: Path, out: Path, config: GradeConfig | None = None,
+                     registry: Registry | None = None, log=print, host: Preflight | None = None) -> SubmissionScore:
+    config = config or GradeConfig()
+    registry = registry or load_registry()
+    if config.seed is None:
+        try:
+            seeds.resolve_salt(registry)  # before any work: without a salt there is no seed to grade with
+        except seeds.SaltError as exc:
+            raise PreflightError(str(exc)) from None
+    host = host or check_host(config, registry)
+    tasks = selected_tasks(config, registry)
+    has_gpu = gpu_available()
+    start = time.monotonic()
+    out = Path(out)
+    graded_theory = grades_theory(config, registry)
+    # The theory answers are read even when not graded (their student_id names the submission), and the leaderboard
+    # opt-in; neither is ever put where student code runs.
+    extra_files = ((registry.theory.answers_file,) if registry.theory else ()) + (OPT_IN_FILE,)
+    with tempfile.TemporaryDirectory(prefix="kit-grade-") as tmp:
+        workdir = Path(tmp)
+        try:
+            collected = collect(Path(source), workdir, registry, extra_files=extra_files)
+        except SubmissionError as exc:
+            theory = grade_theory(None, registry, config.student_id, absent=str(exc)) if graded_theory else None
+            plan = _seed_plan(config, registry, tasks, {}, Path(source))
+            return _unreadable(Path(source), str(exc), tasks, registry, out, plan, host, theory)
+        plan = _seed_plan(config, registry, tasks, collected.extra, Path(source))
+        # Check, splice and build every task first, the nvcc runs side by side; then run the checkers
+        # one after the other (timed checks must not share the GPU).
+        with ThreadPoolExecutor(max_workers=max(1, min(len(tasks), os.cpu_count() or 1))) as pool:
+            prepared_tasks = list(pool.map(lambda t: prepare(t, collected.student_dir, workdir, config,
+                                                             build=has_gpu), tasks))
+        scores = []
+        for task, prepared in zip(tasks, prepared_tasks):
+            log(f"[grade] {collected.name}: {task.id} {task.title} ...", file=sys.stderr)
+            if prepared.status != "ready":
+                run = TaskRun(task.id, prepared.status, prepared.reason, notes=prepared.notes)
+            elif task.needs_gpu and not has_gpu and not has_cpu_checks(task):
+                run = TaskRun(task.id, "not_run", "this grading host has no CUDA GPU", notes=prepared.notes)
+            else:
+                worker = None
+                if prepared.python_files:
+                    worker = WorkerConfig(
+                        student_dir=collected.student_dir, isolation=host.isolation, bwrap=config.bwrap,
+                        call_timeout_s=task.grading.test_deadline_s * config.timeout_scale,
+                        forbidden=task.rules.forbidden, deny=(str(REPO_ROOT), str(out.resolve()),
+                                                              str(config.cache_root)))
+                run = run_task(prepared, workdir, config, plan.seed(task.id), worker)
+            scores.append(score_task(task, run))
+    theory = grade_theory(collected.extra.get(registry.theory.answers_file), registry, config.student_id) \
+        if graded_theory else None
+    grading = {
+        "isolation": host.facts.get("isolation", host.isolation), "seeds": plan.seeds, "seeding": plan.record,
+        "host": platform.node(), "preflight": host.facts, "preflight_notes": host.notes,
+        "python": sys.version.split()[0], "submission_files": collected.found,
+        "leaderboard": leaderboard_alias(collected.extra.get(OPT_IN_FILE)),
+    }
+    result = SubmissionScore(collected.name, scores, collected.notes, time.monotonic() - start, grading, theory)
+    write_all(result, registry, out)
+    return result
+
+
+def _seed_plan(config: GradeConfig, registry: Registry, tasks, extra: dict[str, bytes], source: Path) -> seeds.SeedPlan:
+    grading_id, id_from = grading_identity(config, registry, extra, source)
+    try:
+        return seeds.plan([t.id for t in tasks], registry, fixed=config.seed, grading_id=grading_id, id_from=id_from)
+    except seeds.SaltError as exc:  # the salt went between the check above and now (the environment changed)
+        raise PreflightError(str(exc)) from None
+
+
+def _unreadable(source: Path, why: str, tasks, registry: Registry, out: Path, plan: seeds.SeedPlan,
+                host: Preflight, theory=None) -> SubmissionScore:
+    """A submission that cannot be read still gets results (zero, with the reason) in every format."""
+    scores = [score_task(task, TaskRun(task.id, "unreadable", why)) for task in tasks]
+    grading = {"isolation": host.facts.get("isolation", host.isolation), "seeds": plan.seeds, "seeding": plan.record,
+               "host": platform.node(), "unreadable": why}
+    result = SubmissionScore(submission_name(source), scores, [why], 0.0, grading, theory)
+    write_all(result, registry, out)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Grade one submission (a folder or a .zip).")
+    parser.add_argument("submission", type=Path)
+    parser.add_argument("--out", type=Path, default=Path("build/grade"))
+    parser.add_argument("--task", action="append", default=[],
+                        help=f"grade only these tasks (repeatable; '{THEORY}': the theory answers)")
+    parser.add_argument("--seed", type=int, default=None, help="one seed for every task's hidden tests (default: "
+                        "derived per task from the course's salt and the student id)")
+    parser.add_argument("--isolation", choices=ISOLATION_CHOICES, default="auto",
+                        help="how student Python is isolated (auto: bubblewrap where it runs)")
+    parser.add_argument("--allow-weak-isolation", action="store_true",
+                        help="grade even where bubblewrap cannot run (only for code you trust)")
+    parser.add_argument("--skip-preflight", action="store_true",
+                        help="grade even on a host that fails the preflight (checks that cannot run are reported not run)")
+    parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every time limit (a slower host)")
+    parser.add_argument("--student-id", help="the submission's student id, which picks its theory questions and its "
+                        "hidden seeds (default: the student_id in its theory answers file, else its name)")
+    parser.add_argument("--theory", action=argparse.BooleanOptionalAction, default=None,
+                        help="grade the theory answers (default: when every task is graded, not with --task)")
+    args = parser.parse_args(argv)
+    registry = load_registry()
+    for task_id in args.task:
+        if task_id == THEORY and registry.theory is None:
+            parser.error(f"--task {THEORY}: the registry has no [theory] part")
+        if task_id != THEORY:
+            registry.task(task_id)  # unknown ids fail here, naming the registry
+    config = replace(GradeConfig(), tasks=tuple(args.task), seed=args.seed, isolation=args.isolation,
+                     allow_weak_isolation=args.allow_weak_isolation, preflight=not args.skip_preflight,
+                     timeout_scale=args.timeout_scale, theory=args.theory, student_id=args.student_id)
+    try:
+        result = grade_submission(args.submission, args.out, config, registry)
+    except PreflightError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    print("\n".join(summary_lines(result)))
+    print(f"total {result.score:.2f} / {result.max_score(registry):g}")
+    for line in result.review:
+        print(f"REVIEW {line}")
+    print(f"wrote {args.out}/results.json, grades.csv, report.html and grading.json (isolation: "
+          f"{result.grading['isolation']})")
+    if "unreadable" in result.grading:
+        print(f"error: {result.grading['unreadable']}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

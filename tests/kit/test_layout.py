@@ -1,0 +1,109 @@
+"""The layout stays what ARCHITECTURE.md says: measured records apart from the code, each one indexed."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.kit
+REPO = Path(__file__).resolve().parents[2]
+RECORDS = REPO / "grader" / "records"
+
+
+def test_every_record_has_a_line_in_the_index():
+    index = (RECORDS / "README.md").read_text(encoding="utf-8")
+    indexed = set(re.findall(r"^\| `([^`]+)` \|", index, re.MULTILINE))
+    present = {p.name + ("/" if p.is_dir() else "") for p in RECORDS.iterdir() if p.name != "README.md"}
+    assert present - indexed == set(), "records without a line in grader/records/README.md's index"
+    assert indexed - present == set(), "index lines of records that are not in grader/records/"
+
+
+def test_records_hold_no_code():
+    code = [p.relative_to(REPO).as_posix() for p in RECORDS.rglob("*") if p.suffix in (".py", ".sh", ".patch")]
+    assert not code, f"code among the records (device scripts go to grader/scripts/): {code}"
+
+
+# --------------------------------------------------------------------------- the direction of imports
+
+# The kit's packages from the top down: a module imports from its own package or from a layer below its own, never
+# from a layer above, nor from another package of its own layer. `grader/scripts/` and `grader/notes/` are scripts
+# run by hand; `grader` alone is the package's (empty) __init__.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("grader.scripts", "grader.notes"),
+    ("grader.tools",),                    # instructor tools that exercise the grader
+    ("grader.classroom", "grader.release"),  # a class; the student bundle
+    ("handout",),                         # the handout (its facts read grader.grade.config's defaults)
+    ("grader.grade",),                    # one submission
+    ("grader.hidden",),                   # the hidden suites the checker runs
+    ("grader.isolation",),                # the sandboxed worker and what a student is told (the starter's stubs)
+    ("grader.authoring",),                # the starter generator, the shipped model's corpus, training and card
+    ("assignment",),                      # what students get, and what everything runs on
+    ("grader",),
+)
+SCANNED = ("assignment", "grader", "handout")
+
+
+def _package_of(name: str) -> tuple[int, str] | None:
+    """(layer index, package prefix) of a dotted module name, or None when it is none of the kit's."""
+    best = None
+    for index, packages in enumerate(LAYERS):
+        for package in packages:
+            if (name == package or (name.startswith(package + ".") and package != "grader")) and \
+                    (best is None or len(package) > len(best[1])):
+                best = (index, package)
+    return best
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(source: str, module: str, is_package: bool = False) -> list[tuple[int, str]]:
+    """(line, dotted name) of every import in ``source`` (the text of ``module``), function-level and TYPE_CHECKING
+    ones included; for ``from X import a`` the name is ``X.a`` (a submodule or a name of X: either lives in X's
+    package), a relative import resolved against ``module``'s package."""
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+            found.extend((node.lineno, f"{base}.{alias.name}") for alias in node.names)
+    return found
+
+
+def test_imports_flow_down_the_layers():
+    files = sorted(p for top in SCANNED for p in (REPO / top).rglob("*.py") if "__pycache__" not in p.parts)
+    assert len(files) > 100, f"only {len(files)} modules found: has the layout moved?"
+    unplaced, upward = [], []
+    for path in files:
+        home = _package_of(_module_name(path))
+        if home is None:
+            unplaced.append(path.relative_to(REPO).as_posix())
+            continue
+        for line, name in _imports(path.read_text(encoding="utf-8"), _module_name(path), path.name == "__init__.py"):
+            target = _package_of(name)
+            if not name.startswith(SCANNED) or target is None or target[1] == home[1]:
+                continue
+            if target[0] <= home[0]:
+                upward.append(f"{path.relative_to(REPO)}:{line} imports {name} ({home[1]} may not use {target[1]})")
+    assert not unplaced, f"modules in no layer (place their package in LAYERS): {unplaced}"
+    assert not upward, "imports against the layers (top down: " + " > ".join("/".join(p) for p in LAYERS) + "):\n" + \
+        "\n".join(upward)
+
+
+def test_the_layer_check_sees_every_kind_of_import():
+    source = ("from grader.classroom import batch\nimport grader.tools.demo\n\n"
+              "def f():\n    from ..classroom import ledger\n")
+    assert _imports(source, "grader.grade.probe") == [
+        (1, "grader.classroom.batch"), (2, "grader.tools.demo"), (5, "grader.classroom.ledger")]
+    assert _imports("from . import seeds\n", "grader.grade", is_package=True) == [(1, "grader.grade.seeds")]
+    assert _package_of("grader.grade.seeds") == (LAYERS.index(("grader.grade",)), "grader.grade")
+    assert _package_of("grader.seeds") is None and _package_of("torch.nn") is None
