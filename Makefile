@@ -13,14 +13,15 @@ HAVE_HIDDEN := $(wildcard grader/hidden)
 TASKS     ?=
 GRADE_FLAGS ?=
 
-.PHONY: help test test-slow lint demo starter check-starter selfcheck grade grade-all repeatability preflight handout release gradescope feedback-summary corpus train-tiny clean
+.PHONY: help test test-slow lint format demo starter check-starter selfcheck grade grade-all repeatability preflight handout release gradescope feedback-summary corpus train-tiny clean
 
 help:
 	@echo "Students:"
 	@$(MAKE) --no-print-directory student-help
 	@echo "Instructors:"
 	@echo "  make test-slow            the slow end-to-end tests make test leaves out (fixtures, class grading, bundle)"
-	@echo "  make lint                 ruff with the project's settings (pyproject.toml)"
+	@echo "  make lint                 ruff check and ruff format --check, with the project's settings (pyproject.toml)"
+	@echo "  make format               ruff format: the project's code style, applied"
 	@echo "  make demo                 grade the reference solutions, render the handout"
 	@echo "  make starter              regenerate starter/ from solutions/"
 	@echo "  make check-starter        fail when starter/ is out of sync"
@@ -55,6 +56,11 @@ RUFF_VERSION ?= 0.17.6
 lint: $(SETUP)
 	@$(PY) -m ruff --version >/dev/null 2>&1 || $(PY) -m pip install -q --disable-pip-version-check "ruff==$(RUFF_VERSION)"
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: $(SETUP)
+	@$(PY) -m ruff --version >/dev/null 2>&1 || $(PY) -m pip install -q --disable-pip-version-check "ruff==$(RUFF_VERSION)"
+	$(PY) -m ruff format .
 
 starter: $(SETUP)
 	$(PY) -m grader.authoring.starter

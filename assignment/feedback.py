@@ -73,8 +73,12 @@ class Question:
             ok = isinstance(value, int) and not isinstance(value, bool) and SCALE[0] <= value <= SCALE[1]
             return None if ok else f"an integer from {SCALE[0]} ({self.low}) to {SCALE[1]} ({self.high})"
         if self.type == "number":
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+            ok = (
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and math.isfinite(value)
                 and self.min <= value <= self.max
+            )
             return None if ok else f"a number from {self.min:g} to {self.max:g}"
         ok = isinstance(value, str) and value.strip() != "" and len(value) <= self.max_length
         return None if ok else f"text of 1 to {self.max_length} characters"
@@ -89,8 +93,10 @@ class Question:
                 if any(int(n) < 1 for n in numbers if n):
                     raise IndexError
             except (ValueError, IndexError):
-                raise ValueError(f"type the number of a choice (1-{len(self.choices)})"
-                                 + (", several separated by commas" if self.multiple else "")) from None
+                raise ValueError(
+                    f"type the number of a choice (1-{len(self.choices)})"
+                    + (", several separated by commas" if self.multiple else "")
+                ) from None
             value: Any = picked if self.multiple else (picked[0] if picked else "")
         elif self.type == "scale":
             try:
@@ -165,8 +171,16 @@ def load_form(path: Path = FORM_PATH) -> Form:
         question = _question(item, where, task_ids)
         if item.get("per_task"):
             for task in tasks:
-                questions.append(Question(**{**question.__dict__, "id": f"{question.id}_{task.id}",
-                                             "text": f"{question.text}: {task.id} {task.title}", "task": task.id}))
+                questions.append(
+                    Question(
+                        **{
+                            **question.__dict__,
+                            "id": f"{question.id}_{task.id}",
+                            "text": f"{question.text}: {task.id} {task.title}",
+                            "task": task.id,
+                        }
+                    )
+                )
         else:
             questions.append(question)
     ids = [q.id for q in questions]
@@ -179,8 +193,21 @@ def load_form(path: Path = FORM_PATH) -> Form:
 
 
 def _question(item: dict, where: str, task_ids: tuple[str, ...]) -> Question:
-    known = {"id", "text", "type", "required", "choices", "multiple", "low", "high", "min", "max", "max_length",
-             "per_task", "task"}
+    known = {
+        "id",
+        "text",
+        "type",
+        "required",
+        "choices",
+        "multiple",
+        "low",
+        "high",
+        "min",
+        "max",
+        "max_length",
+        "per_task",
+        "task",
+    }
     unknown = sorted(set(item) - known)
     if unknown:
         raise FeedbackError(f"{where}: unknown field(s) {', '.join(unknown)}")
@@ -198,13 +225,18 @@ def _question(item: dict, where: str, task_ids: tuple[str, ...]) -> Question:
         if item.get("per_task"):
             raise FeedbackError(f"{where}: a per_task question gets its task from the expansion; remove task")
         if item["task"] not in task_ids:
-            raise FeedbackError(f"{where}: task must be one of the registry's task ids ({', '.join(task_ids)}), "
-                                f"got {item['task']!r}")
+            raise FeedbackError(
+                f"{where}: task must be one of the registry's task ids ({', '.join(task_ids)}), got {item['task']!r}"
+            )
         args["task"] = item["task"]
     if kind == "choice":
         choices = item.get("choices")
-        if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) and c for c in choices) \
-                or len(set(choices)) != len(choices):
+        if (
+            not isinstance(choices, list)
+            or len(choices) < 2
+            or not all(isinstance(c, str) and c for c in choices)
+            or len(set(choices)) != len(choices)
+        ):
             raise FeedbackError(f"{where}: a choice question needs at least two distinct choices")
         args |= {"choices": tuple(choices), "multiple": bool(item.get("multiple", False))}
     elif kind == "scale":
@@ -239,8 +271,9 @@ def parse_answers(data: bytes, form: Form) -> dict:
     if not isinstance(payload, dict) or not isinstance(payload.get("answers"), dict):
         raise FeedbackError('expected an object with "answers"')
     if payload.get("schema_version") != form.schema_version:
-        raise FeedbackError(f"answers to form version {payload.get('schema_version')!r}; the form is version "
-                            f"{form.schema_version}")
+        raise FeedbackError(
+            f"answers to form version {payload.get('schema_version')!r}; the form is version {form.schema_version}"
+        )
     return dict(payload["answers"])
 
 
@@ -258,8 +291,11 @@ def load_answers(path: Path, form: Form) -> dict:
 
 def save_answers(path: Path, form: Form, answers: dict) -> None:
     """Write atomically (assignment.atomic): a reader never sees half an answer file."""
-    payload = {"schema_version": form.schema_version, "answers": answers,
-               "updated": datetime.now(UTC).isoformat(timespec="seconds")}
+    payload = {
+        "schema_version": form.schema_version,
+        "answers": answers,
+        "updated": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
     write_atomic(path, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
 
 
@@ -278,8 +314,9 @@ def _prompt_lines(q: Question, number: int, total: int) -> list[str]:
     return lines
 
 
-def run_terminal(form: Form, path: Path, read: Callable[[str], str] = input,
-                 write: Callable[[str], None] = print) -> bool:
+def run_terminal(
+    form: Form, path: Path, read: Callable[[str], str] = input, write: Callable[[str], None] = print
+) -> bool:
     """Ask every question not yet validly answered; save after each. True when the file is complete."""
     answers = load_answers(path, form)
     todo = [q for q in form.questions if not form.answered(q, answers)]
@@ -287,8 +324,10 @@ def run_terminal(form: Form, path: Path, read: Callable[[str], str] = input,
         write(f"{path}: every question is answered (delete an answer from it to be asked again)")
         return True
     done = len(form.questions) - len(todo)
-    write(f"Feedback form: {len(todo)} question(s) to go{f' ({done} answered earlier)' if done else ''}. "
-          "Answers are saved as you go; type q to stop and resume later.")
+    write(
+        f"Feedback form: {len(todo)} question(s) to go{f' ({done} answered earlier)' if done else ''}. "
+        "Answers are saved as you go; type q to stop and resume later."
+    )
     for number, q in enumerate(todo, done + 1):
         write("")
         for line in _prompt_lines(q, number, len(form.questions)):
@@ -303,7 +342,7 @@ def run_terminal(form: Form, path: Path, read: Callable[[str], str] = input,
                 write(f"stopped; {path} keeps the answers so far: run it again to go on")
                 return False
             if not typed.strip() and not q.required:
-                answers[q.id] = None           # skipped: not asked again
+                answers[q.id] = None  # skipped: not asked again
             else:
                 try:
                     answers[q.id] = q.parse(typed)
@@ -320,7 +359,9 @@ def run_terminal(form: Form, path: Path, read: Callable[[str], str] = input,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--file", type=Path, default=Path("feedback.json"), help="the answer file (default: %(default)s)")
+    parser.add_argument(
+        "--file", type=Path, default=Path("feedback.json"), help="the answer file (default: %(default)s)"
+    )
     parser.add_argument("--check", type=Path, metavar="FILE", help="validate an answer file and exit")
     args = parser.parse_args(argv)
     try:

@@ -39,23 +39,33 @@ def form_schema(form: Form) -> dict:
             entry |= {"choices": list(q.choices), "multiple": q.multiple}
         elif q.type == "scale":
             entry |= {"low": q.low, "high": q.high}
-        elif q.type == "number":   # JSON has no infinity: an open end is null
+        elif q.type == "number":  # JSON has no infinity: an open end is null
             entry |= {"min": q.min if math.isfinite(q.min) else None, "max": q.max if math.isfinite(q.max) else None}
         else:
             entry |= {"max_length": q.max_length}
         questions.append(entry)
-    return {"schema_version": form.schema_version, "scale": list(SCALE), "whitespace": PYTHON_WHITESPACE,
-            "questions": questions}
+    return {
+        "schema_version": form.schema_version,
+        "scale": list(SCALE),
+        "whitespace": PYTHON_WHITESPACE,
+        "questions": questions,
+    }
 
 
 def render(form: Form | None = None) -> str:
     """The page's HTML."""
     schema = form_schema(form or load_form())
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE.parent), undefined=jinja2.StrictUndefined,
-                             autoescape=True, trim_blocks=True, lstrip_blocks=True)
-    env.filters["g"] = lambda x: format(x, "g")   # 200.0 -> 200, as the terminal form prints bounds
-    return env.get_template(TEMPLATE.name).render(title=TITLE, schema=schema, questions=schema["questions"],
-                                                  scale=range(SCALE[0], SCALE[1] + 1))
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATE.parent),
+        undefined=jinja2.StrictUndefined,
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["g"] = lambda x: format(x, "g")  # 200.0 -> 200, as the terminal form prints bounds
+    return env.get_template(TEMPLATE.name).render(
+        title=TITLE, schema=schema, questions=schema["questions"], scale=range(SCALE[0], SCALE[1] + 1)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,7 +41,9 @@ def student_dir(impl: str | None = None) -> Path:
 def student_file(filename: str, impl: str | None = None) -> Path:
     path = student_dir(impl) / filename
     if not path.is_file():
-        raise ImplError(f"{filename} not found in {path.parent} (IMPL={impl or os.environ.get('IMPL') or default_impl()})")
+        raise ImplError(
+            f"{filename} not found in {path.parent} (IMPL={impl or os.environ.get('IMPL') or default_impl()})"
+        )
     return path
 
 

@@ -158,7 +158,9 @@ def apply_levels(text: str, filename: str, levels: dict[str, str] | None = None)
             if block is not None:
                 raise MarkerError(f"{where}: BEGIN OPEN inside the OPEN block opened at {filename}:{block[0]}")
             if in_region is not None:
-                raise MarkerError(f"{where}: BEGIN OPEN inside a BEGIN SOLUTION region (an OPEN block goes around them)")
+                raise MarkerError(
+                    f"{where}: BEGIN OPEN inside a BEGIN SOLUTION region (an OPEN block goes around them)"
+                )
             task = begin_open["task"]
             if not TASK_ID.fullmatch(task or ""):
                 raise MarkerError(f"{where}: BEGIN OPEN needs a task id such as t3, got {task!r}")
@@ -185,8 +187,10 @@ def apply_levels(text: str, filename: str, levels: dict[str, str] | None = None)
         if begin:
             in_region = begin["task"]
             if block is not None and in_region != block[1]:
-                raise MarkerError(f"{where}: a {in_region} region inside the OPEN block of {block[1]} (an OPEN block "
-                                  "holds regions of its own task only)")
+                raise MarkerError(
+                    f"{where}: a {in_region} region inside the OPEN block of {block[1]} (an OPEN block "
+                    "holds regions of its own task only)"
+                )
         elif end:
             in_region, was = None, in_region
             if block is None and levels.get(was) == "open":
@@ -219,12 +223,14 @@ def apply_levels(text: str, filename: str, levels: dict[str, str] | None = None)
     return "".join(out)
 
 
-def strip_solutions(text: str, filename: str, registry: Registry | None = None,
-                    levels: dict[str, str] | None = None) -> tuple[str, list[Region]]:
+def strip_solutions(
+    text: str, filename: str, registry: Registry | None = None, levels: dict[str, str] | None = None
+) -> tuple[str, list[Region]]:
     """Return the starter text for one solution file and the regions found, at each task's scaffolding level
     (``levels``; else ``registry``'s; else the default registry's)."""
-    text = apply_levels(text, filename, levels if levels is not None else
-                        (task_levels(registry) if registry is not None else None))
+    text = apply_levels(
+        text, filename, levels if levels is not None else (task_levels(registry) if registry is not None else None)
+    )
     suffix = Path(filename).suffix
     comment = COMMENT_FOR_SUFFIX.get(suffix)
     out: list[str] = []
@@ -282,5 +288,7 @@ def strip_solutions(text: str, filename: str, registry: Registry | None = None,
             continue
         out.append(line)
     if open_region is not None:
-        raise MarkerError(f"{filename}:{open_region[0]}: BEGIN SOLUTION {open_region[1]} is never closed (END SOLUTION missing)")
+        raise MarkerError(
+            f"{filename}:{open_region[0]}: BEGIN SOLUTION {open_region[1]} is never closed (END SOLUTION missing)"
+        )
     return "".join(out), regions

@@ -27,28 +27,99 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Standard modules any graded Python file may import.
-KIT_IMPORTS = ("__future__", "math", "typing", "dataclasses", "functools", "itertools", "collections",
-               "collections.abc", "enum", "abc")
+KIT_IMPORTS = (
+    "__future__",
+    "math",
+    "typing",
+    "dataclasses",
+    "functools",
+    "itertools",
+    "collections",
+    "collections.abc",
+    "enum",
+    "abc",
+)
 # Builtins that evaluate code, look attributes up by string, or touch the file system.
-DYNAMIC_BUILTINS = frozenset({
-    "eval", "exec", "compile", "__import__", "getattr", "setattr", "delattr", "hasattr", "globals", "locals",
-    "vars", "open", "input", "breakpoint", "help", "exit", "quit", "memoryview", "__builtins__",
-})
+DYNAMIC_BUILTINS = frozenset(
+    {
+        "eval",
+        "exec",
+        "compile",
+        "__import__",
+        "getattr",
+        "setattr",
+        "delattr",
+        "hasattr",
+        "globals",
+        "locals",
+        "vars",
+        "open",
+        "input",
+        "breakpoint",
+        "help",
+        "exit",
+        "quit",
+        "memoryview",
+        "__builtins__",
+    }
+)
 # PyTorch attributes that load or build other code, spawn processes or switch kernels underneath.
-KIT_FORBIDDEN_ATTRIBUTES = frozenset({
-    "ops", "library", "utils", "multiprocessing", "backends", "jit", "compile", "hub", "load", "save",
-    "cpp_extension", "fx", "export", "classes", "distributed", "package", "overrides",
-})
+KIT_FORBIDDEN_ATTRIBUTES = frozenset(
+    {
+        "ops",
+        "library",
+        "utils",
+        "multiprocessing",
+        "backends",
+        "jit",
+        "compile",
+        "hub",
+        "load",
+        "save",
+        "cpp_extension",
+        "fx",
+        "export",
+        "classes",
+        "distributed",
+        "package",
+        "overrides",
+    }
+)
 # torch re-exports standard modules as attributes (torch.os, torch.sys, torch.ctypes, torch.importlib, ...):
 # an attribute named after a standard module is a way out, except these names that are also PyTorch API
 # (tensor.chunk, torch.select, torch.trace, torch.random) or modules a file may import anyway.
 STDLIB_NAMES_THAT_ARE_TORCH_API = frozenset({"chunk", "select", "trace", "random", "copy", "types"})
 STDLIB_ATTRIBUTES = frozenset(sys.stdlib_module_names) - STDLIB_NAMES_THAT_ARE_TORCH_API - frozenset(KIT_IMPORTS)
-ALLOWED_DUNDERS = frozenset({
-    "__init__", "__post_init__", "__name__", "__qualname__", "__doc__", "__call__", "__repr__", "__str__",
-    "__len__", "__iter__", "__next__", "__getitem__", "__setitem__", "__contains__", "__enter__", "__exit__",
-    "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__bool__", "__all__", "__slots__",
-})
+ALLOWED_DUNDERS = frozenset(
+    {
+        "__init__",
+        "__post_init__",
+        "__name__",
+        "__qualname__",
+        "__doc__",
+        "__call__",
+        "__repr__",
+        "__str__",
+        "__len__",
+        "__iter__",
+        "__next__",
+        "__getitem__",
+        "__setitem__",
+        "__contains__",
+        "__enter__",
+        "__exit__",
+        "__eq__",
+        "__ne__",
+        "__lt__",
+        "__le__",
+        "__gt__",
+        "__ge__",
+        "__hash__",
+        "__bool__",
+        "__all__",
+        "__slots__",
+    }
+)
 OWN_OBJECT_NAMES = ("self", "cls")  # private attributes of the file's own classes are fine
 
 
@@ -64,6 +135,7 @@ class Violation:
 @dataclass(frozen=True)
 class Rules:
     """One task's rules for its Python files (from the registry's ``[task.rules]``)."""
+
     task: str
     imports: tuple[str, ...]
     forbidden: tuple[str, ...]
@@ -89,19 +161,28 @@ class _Checker(ast.NodeVisitor):
 
     def _name_rule(self, node: ast.AST, name: str, what: str) -> None:
         if name in self.forbidden:
-            self.add(node, f"{what} '{name}' is forbidden in {self.rules.task} (its handout section lists what "
-                           "the task's files may not use)")
+            self.add(
+                node,
+                f"{what} '{name}' is forbidden in {self.rules.task} (its handout section lists what "
+                "the task's files may not use)",
+            )
         elif name in KIT_FORBIDDEN_ATTRIBUTES:
             self.add(node, f"{what} '{name}' is not allowed in graded files (it loads or builds other code)")
         elif name in STDLIB_ATTRIBUTES and what == "the attribute":
-            self.add(node, f"{what} '{name}' reaches a standard module; graded files may use only the modules "
-                           "they are allowed to import")
+            self.add(
+                node,
+                f"{what} '{name}' reaches a standard module; graded files may use only the modules "
+                "they are allowed to import",
+            )
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             if not _import_allowed(alias.name, self.allowed):
-                self.add(node, f"import of '{alias.name}': {self.rules.task} files may import only "
-                               f"{', '.join(sorted(self.allowed))}")
+                self.add(
+                    node,
+                    f"import of '{alias.name}': {self.rules.task} files may import only "
+                    f"{', '.join(sorted(self.allowed))}",
+                )
         self.generic_visit(node)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
@@ -114,8 +195,11 @@ class _Checker(ast.NodeVisitor):
             if alias.name == "*":
                 self.add(node, f"'from {module} import *' is not allowed: import the names you use")
             elif not (_import_allowed(module, self.allowed) or _import_allowed(full, self.allowed)):
-                self.add(node, f"import from '{module}': {self.rules.task} files may import only "
-                               f"{', '.join(sorted(self.allowed))}")
+                self.add(
+                    node,
+                    f"import from '{module}': {self.rules.task} files may import only "
+                    f"{', '.join(sorted(self.allowed))}",
+                )
             else:
                 self._name_rule(node, alias.name, "importing")
                 if alias.name.startswith("_") and module != "__future__":
@@ -124,8 +208,11 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Name(self, node: ast.Name) -> None:
         if node.id in DYNAMIC_BUILTINS:
-            self.add(node, f"'{node.id}' is not allowed in graded files (no dynamic code, attribute lookup "
-                           "by name or file access)")
+            self.add(
+                node,
+                f"'{node.id}' is not allowed in graded files (no dynamic code, attribute lookup "
+                "by name or file access)",
+            )
         elif node.id in self.forbidden:
             self.add(node, f"'{node.id}' is not allowed in {self.rules.task}")
         self.generic_visit(node)

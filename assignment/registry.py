@@ -140,6 +140,7 @@ class HiddenShapes:
     the query heads). The drawn shapes change from one grading to the next, so no list of hidden
     shapes is ever complete.
     """
+
     fixed: tuple[dict[str, Any], ...] = ()
     count: int = 0
     ranges: dict[str, Any] = field(default_factory=dict)
@@ -171,6 +172,7 @@ def divisors(n: int) -> list[int]:
 @dataclass(frozen=True)
 class Grading:
     """How long the grader lets a task run: the whole suite, and any one check."""
+
     timeout_s: float = 600.0
     test_deadline_s: float = 120.0
     reasoning: str = ""
@@ -179,6 +181,7 @@ class Grading:
 @dataclass(frozen=True)
 class PythonRules:
     """What a task's Python files may import and must not name (``assignment.policy``)."""
+
     imports: tuple[str, ...] = ()
     forbidden: tuple[str, ...] = ()
 
@@ -239,6 +242,7 @@ THEORY_KINDS = ("hbm", "smem", "roofline", "online_softmax", "split_kv")
 class TheoryKind:
     """One kind of numeric theory question: its points (shared equally by its ``count`` instances and their
     answers) and the relative tolerance of an answer, |answer - key| <= rtol * |key| (0: exact)."""
+
     name: str
     title: str
     points: float
@@ -255,8 +259,9 @@ class RubricItem:
 @dataclass(frozen=True)
 class Theory:
     """``[theory]``: questions drawn per student (``make theory``), graded by ``grader/grade/theory.py``."""
-    salt: str                       # drawn into every student's numbers with the id: a new salt, new numbers
-    answers_file: str               # what `make theory` writes and `make submit` packs (in course.submit_files)
+
+    salt: str  # drawn into every student's numbers with the id: a new salt, new numbers
+    answers_file: str  # what `make theory` writes and `make submit` packs (in course.submit_files)
     kinds: tuple[TheoryKind, ...]
     proof_title: str
     proof_points: float
@@ -350,8 +355,9 @@ def _parse_thresholds(raw: Any, path: Path, task_id: str, prefix: str) -> tuple[
     return tuple(thresholds)
 
 
-def _parse_open_rubric(item: dict, thresholds: tuple[Threshold, ...], path: Path, task_id: str, prefix: str,
-                       edition: str) -> tuple[tuple[Threshold, ...], str] | None:
+def _parse_open_rubric(
+    item: dict, thresholds: tuple[Threshold, ...], path: Path, task_id: str, prefix: str, edition: str
+) -> tuple[tuple[Threshold, ...], str] | None:
     """A rule's ``open = { thresholds = [...] }`` and ``open_reasoning``: the partial-credit levels for the open
     scaffolding level, calibrated on simpler honest kernels. Same maximum as the guided thresholds."""
     raw = item.get("open")
@@ -364,12 +370,15 @@ def _parse_open_rubric(item: dict, thresholds: tuple[Threshold, ...], path: Path
         raise RegistryError(path, task_id, prefix + "open.thresholds", "must award the same maximum as the guided ones")
     reasoning = str(item.get("open_reasoning", ""))
     if edition != "student" and len(reasoning.strip()) < 20:
-        raise RegistryError(path, task_id, prefix + "open_reasoning", "must say which kernels the levels were measured on")
+        raise RegistryError(
+            path, task_id, prefix + "open_reasoning", "must say which kernels the levels were measured on"
+        )
     return opened, reasoning
 
 
-def _parse_timing(raw: Any, path: Path, task_id: str, edition: str = "instructor",
-                  scaffolding: str = "guided") -> tuple[TimingRule, ...]:
+def _parse_timing(
+    raw: Any, path: Path, task_id: str, edition: str = "instructor", scaffolding: str = "guided"
+) -> tuple[TimingRule, ...]:
     if not isinstance(raw, list):
         raise RegistryError(path, task_id, "timing", "must be an array of tables ([[task.timing]])")
     rules = []
@@ -388,8 +397,13 @@ def _parse_timing(raw: Any, path: Path, task_id: str, edition: str = "instructor
         opened = _parse_open_rubric(item, thresholds, path, task_id, prefix, edition)
         if scaffolding == "open":
             if opened is None:
-                raise RegistryError(path, task_id, prefix + "open", "is missing: an open task's timing rules need "
-                                    "partial-credit levels measured on simpler kernels (open = { thresholds, reasoning })")
+                raise RegistryError(
+                    path,
+                    task_id,
+                    prefix + "open",
+                    "is missing: an open task's timing rules need "
+                    "partial-credit levels measured on simpler kernels (open = { thresholds, reasoning })",
+                )
             thresholds, reasoning = opened[0], (opened[1] + " " + reasoning).strip()
         student_target = _parse_student_target(item.get("student"), metric, path, task_id, prefix)
         rules.append(
@@ -421,8 +435,12 @@ def _parse_student_target(raw: Any, metric: str, path: Path, task_id: str, prefi
     reference = float(_require(raw, "reference", float, path, task_id, where + "."))
     naive = raw.get("naive")
     if metric == "speedup_vs_naive" and baseline != "naive path" and naive is None:
-        raise RegistryError(path, task_id, where + ".naive",
-                            "is missing: a speedup rule restated against another baseline needs the naive speed on it")
+        raise RegistryError(
+            path,
+            task_id,
+            where + ".naive",
+            "is missing: a speedup rule restated against another baseline needs the naive speed on it",
+        )
     if naive is not None and (isinstance(naive, bool) or not isinstance(naive, (int, float)) or naive <= 0):
         raise RegistryError(path, task_id, where + ".naive", "must be a number > 0")
     overhead = raw.get("overhead_ms", 0.0)
@@ -433,8 +451,13 @@ def _parse_student_target(raw: Any, metric: str, path: Path, task_id: str, prefi
     unknown = set(raw) - {"baseline", "reference", "naive", "overhead_ms", "gpu"}
     if unknown:
         raise RegistryError(path, task_id, where, f"unknown field {sorted(unknown)[0]!r}")
-    return StudentTarget(baseline=baseline, reference=reference, gpu=_require(raw, "gpu", str, path, task_id, where + "."),
-                         naive=None if naive is None else float(naive), overhead_ms=float(overhead))
+    return StudentTarget(
+        baseline=baseline,
+        reference=reference,
+        gpu=_require(raw, "gpu", str, path, task_id, where + "."),
+        naive=None if naive is None else float(naive),
+        overhead_ms=float(overhead),
+    )
 
 
 def _parse_reference_ms(raw: Any, path: Path, task_id: str, prefix: str) -> dict[str, float]:
@@ -451,26 +474,43 @@ def _parse_hidden(raw: Any, path: Path, task_id: str) -> HiddenShapes:
     count = int(draw.get("count", 0))
     ranges = {k: v for k, v in draw.items() if k != "count"}
     for position, (key, spec) in enumerate(ranges.items()):
-        ok_range = isinstance(spec, list) and len(spec) == 2 and all(isinstance(x, int) for x in spec) \
-            and spec[0] <= spec[1]
-        ok_choice = isinstance(spec, dict) and set(spec) == {"choice"} and isinstance(spec["choice"], list) \
-            and spec["choice"]
-        ok_divisor = isinstance(spec, dict) and set(spec) == {"divisor_of"} and _positive_ints_before(
-            ranges, position, spec["divisor_of"])
+        ok_range = (
+            isinstance(spec, list) and len(spec) == 2 and all(isinstance(x, int) for x in spec) and spec[0] <= spec[1]
+        )
+        ok_choice = (
+            isinstance(spec, dict) and set(spec) == {"choice"} and isinstance(spec["choice"], list) and spec["choice"]
+        )
+        ok_divisor = (
+            isinstance(spec, dict)
+            and set(spec) == {"divisor_of"}
+            and _positive_ints_before(ranges, position, spec["divisor_of"])
+        )
         if not (ok_range or ok_choice or ok_divisor):
-            raise RegistryError(path, task_id, f"hidden.draw.{key}", "must be [lo, hi] (integers, lo <= hi), "
-                                "{ choice = [...] } or { divisor_of = \"KEY\" } naming an earlier key drawn from "
-                                "positive integers")
+            raise RegistryError(
+                path,
+                task_id,
+                f"hidden.draw.{key}",
+                "must be [lo, hi] (integers, lo <= hi), "
+                '{ choice = [...] } or { divisor_of = "KEY" } naming an earlier key drawn from '
+                "positive integers",
+            )
     if count and fixed and set(ranges) != set(fixed[0]):
         raise RegistryError(path, task_id, "hidden.draw", f"must give a range for each of {sorted(fixed[0])}")
     for key, spec in ranges.items():
         if isinstance(spec, dict) and "divisor_of" in spec:
             for i, shape in enumerate(fixed):
                 of = spec["divisor_of"]
-                if key in shape and of in shape and not (isinstance(shape[key], int) and shape[key] > 0
-                                                         and shape[of] % shape[key] == 0):
-                    raise RegistryError(path, task_id, f"hidden.shapes[{i}].{key}",
-                                        f"must divide {of} (= {shape[of]}) as the draw does, got {shape[key]!r}")
+                if (
+                    key in shape
+                    and of in shape
+                    and not (isinstance(shape[key], int) and shape[key] > 0 and shape[of] % shape[key] == 0)
+                ):
+                    raise RegistryError(
+                        path,
+                        task_id,
+                        f"hidden.shapes[{i}].{key}",
+                        f"must divide {of} (= {shape[of]}) as the draw does, got {shape[key]!r}",
+                    )
     return HiddenShapes(fixed, count, ranges)
 
 
@@ -497,8 +537,9 @@ def _parse_tolerance(raw: Any, path: Path, task_id: str) -> dict[str, dict[str, 
     for name, bounds in raw.items():
         where = f"tolerance.{name}"
         if not isinstance(bounds, dict) or frozenset(bounds) not in TOLERANCE_BOUNDS:
-            raise RegistryError(path, task_id, where, "must be a table { atol = ..., rtol = ... } "
-                                "(or { max_mean_error_ratio = ... })")
+            raise RegistryError(
+                path, task_id, where, "must be a table { atol = ..., rtol = ... } (or { max_mean_error_ratio = ... })"
+            )
         for key, value in bounds.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
                 raise RegistryError(path, task_id, f"{where}.{key}", f"must be a number >= 0, got {value!r}")
@@ -529,10 +570,15 @@ def _parse_estimated_hours(raw: Any, path: Path, task_id: str, available: bool) 
         if available:
             raise RegistryError(path, task_id, "estimated_hours", "is missing (available tasks need a time estimate)")
         return None
-    ok = isinstance(raw, list) and len(raw) == 2 and all(
-        isinstance(h, (int, float)) and not isinstance(h, bool) for h in raw)
+    ok = (
+        isinstance(raw, list)
+        and len(raw) == 2
+        and all(isinstance(h, (int, float)) and not isinstance(h, bool) for h in raw)
+    )
     if not ok or not 0 < raw[0] <= raw[1]:
-        raise RegistryError(path, task_id, "estimated_hours", f"must be [low, high] hours with 0 < low <= high, got {raw!r}")
+        raise RegistryError(
+            path, task_id, "estimated_hours", f"must be [low, high] hours with 0 < low <= high, got {raw!r}"
+        )
     return float(raw[0]), float(raw[1])
 
 
@@ -585,8 +631,13 @@ def parse_registry(data: dict, path: Path) -> Registry:
         timing_points = sum(rule.max_points for rule in timing)
         available = _require(raw, "available", bool, path, task_id)
         if available and any(rule.student is None for rule in timing):
-            raise RegistryError(path, task_id, "timing.student", "is missing: every timing rule of an available task "
-                                "says how a student measures it without the reference (student = {...})")
+            raise RegistryError(
+                path,
+                task_id,
+                "timing.student",
+                "is missing: every timing rule of an available task "
+                "says how a student measures it without the reference (student = {...})",
+            )
         if available and not math.isclose(timing_points, points.performance):
             raise RegistryError(
                 path,
@@ -668,8 +719,13 @@ def _parse_hidden_seed(raw: Any, path: Path, theory: Theory | None, edition: str
         raise RegistryError(path, None, "hidden_seed", "must be a table with one field, salt")
     salt = _require(raw, "salt", str, path, None, "hidden_seed.")
     if len(salt.strip()) < MIN_SALT_CHARS:
-        raise RegistryError(path, None, "hidden_seed.salt", f"must be a secret of {MIN_SALT_CHARS} characters or "
-                            "more (python -c 'import secrets; print(secrets.token_hex(16))' makes one)")
+        raise RegistryError(
+            path,
+            None,
+            "hidden_seed.salt",
+            f"must be a secret of {MIN_SALT_CHARS} characters or "
+            "more (python -c 'import secrets; print(secrets.token_hex(16))' makes one)",
+        )
     if theory is not None and salt.strip() == theory.salt.strip():
         raise RegistryError(path, None, "hidden_seed.salt", "must differ from theory.salt, which ships to students")
     return salt
@@ -683,8 +739,12 @@ def _parse_theory(raw: Any, path: Path, edition: str, submit_files: tuple[str, .
         raise RegistryError(path, None, "theory.salt", "must be a string of 4 characters or more")
     answers_file = _require(raw, "answers_file", str, path, None, "theory.")
     if answers_file not in submit_files:
-        raise RegistryError(path, None, "theory.answers_file",
-                            f"{answers_file!r} must be in course.submit_files, or `make submit` would not pack it")
+        raise RegistryError(
+            path,
+            None,
+            "theory.answers_file",
+            f"{answers_file!r} must be in course.submit_files, or `make submit` would not pack it",
+        )
     questions = _require(raw, "questions", dict, path, None, "theory.")
     kinds = []
     for name, spec in questions.items():
@@ -697,10 +757,13 @@ def _parse_theory(raw: Any, path: Path, edition: str, submit_files: tuple[str, .
         if unknown:
             raise RegistryError(path, None, where[:-1], f"unknown field {sorted(unknown)[0]!r}")
         count = spec.get("count", 1)
-        kind = TheoryKind(name, _require(spec, "title", str, path, None, where),
-                          float(_require(spec, "points", float, path, None, where)),
-                          count if isinstance(count, int) and not isinstance(count, bool) else 0,
-                          float(_require(spec, "rtol", float, path, None, where)))
+        kind = TheoryKind(
+            name,
+            _require(spec, "title", str, path, None, where),
+            float(_require(spec, "points", float, path, None, where)),
+            count if isinstance(count, int) and not isinstance(count, bool) else 0,
+            float(_require(spec, "rtol", float, path, None, where)),
+        )
         if kind.points <= 0 or kind.count < 1 or not 0 <= kind.rtol < 0.5:
             raise RegistryError(path, None, where[:-1], "needs points > 0, count >= 1 (an integer) and 0 <= rtol < 0.5")
         kinds.append(kind)
@@ -712,19 +775,34 @@ def _parse_theory(raw: Any, path: Path, edition: str, submit_files: tuple[str, .
         raise RegistryError(path, None, "theory.proof.points", "must not be negative")
     rubric = []
     if edition != "student":  # the bundle's copy has no rubric: it stays with the instructor
-        items = _require(_require(raw, "rubric", dict, path, None, "theory."), "items", list, path, None,
-                         "theory.rubric.")
+        items = _require(
+            _require(raw, "rubric", dict, path, None, "theory."), "items", list, path, None, "theory.rubric."
+        )
         for i, item in enumerate(items):
             where = f"theory.rubric.items[{i}]."
             if not isinstance(item, dict):
                 raise RegistryError(path, None, where[:-1], "must be a table { points, criterion }")
-            rubric.append(RubricItem(float(_require(item, "points", float, path, None, where)),
-                                     _require(item, "criterion", str, path, None, where).strip()))
+            rubric.append(
+                RubricItem(
+                    float(_require(item, "points", float, path, None, where)),
+                    _require(item, "criterion", str, path, None, where).strip(),
+                )
+            )
         if not math.isclose(sum(item.points for item in rubric), proof_points):
-            raise RegistryError(path, None, "theory.rubric.items",
-                                f"award {sum(i.points for i in rubric):g} points but the proof is worth {proof_points:g}")
-    return Theory(salt, answers_file, tuple(kinds), _require(proof, "title", str, path, None, "theory.proof."),
-                  proof_points, tuple(rubric))
+            raise RegistryError(
+                path,
+                None,
+                "theory.rubric.items",
+                f"award {sum(i.points for i in rubric):g} points but the proof is worth {proof_points:g}",
+            )
+    return Theory(
+        salt,
+        answers_file,
+        tuple(kinds),
+        _require(proof, "title", str, path, None, "theory.proof."),
+        proof_points,
+        tuple(rubric),
+    )
 
 
 def _parse_policy(raw: Any, path: Path) -> str:

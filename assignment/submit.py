@@ -61,12 +61,13 @@ COMPILE_ERROR_LINES = 3  # nvcc's first errors are the useful ones; the rest oft
 @dataclass
 class PackedFile:
     """One file the zip would hold (``data`` is None when it is missing or refused)."""
+
     name: str
-    tasks: tuple[str, ...]      # the tasks that own it; () for a report file
+    tasks: tuple[str, ...]  # the tasks that own it; () for a report file
     path: Path
     data: bytes | None = None
     size: int | None = None
-    check: str = ""             # what the table shows in its "check" column
+    check: str = ""  # what the table shows in its "check" column
     todo: dict[str, int] = field(default_factory=dict)  # task -> TODO regions left
 
 
@@ -116,8 +117,10 @@ def _read_capped(packed: PackedFile, limit: int, checks: Checks) -> bool:
     packed.size = len(data) if len(data) <= limit else packed.path.stat().st_size
     if len(data) > limit:
         packed.check = "TOO LARGE"
-        checks.errors.append(f"{packed.name}: {packed.size:,} bytes; the grader takes at most {limit:,} bytes "
-                             "per file (course.max_file_bytes in the registry)")
+        checks.errors.append(
+            f"{packed.name}: {packed.size:,} bytes; the grader takes at most {limit:,} bytes "
+            "per file (course.max_file_bytes in the registry)"
+        )
         return False
     packed.data = data
     return True
@@ -134,12 +137,13 @@ def check_python(packed: PackedFile, text: str, registry: Registry, checks: Chec
     found = []
     for task_id in packed.tasks:
         task = registry.task(task_id)
-        found += policy.check_source(text, policy.Rules(task.id, task.rules.imports, task.rules.forbidden),
-                                     packed.name)
+        found += policy.check_source(text, policy.Rules(task.id, task.rules.imports, task.rules.forbidden), packed.name)
     if found:
         packed.check = "REJECTED"
-        checks.errors.append(f"{packed.name}: breaks the task rules, so the grader would run none of it:\n"
-                             + _indent(policy.describe(sorted(set(found), key=lambda v: v.line), packed.name)))
+        checks.errors.append(
+            f"{packed.name}: breaks the task rules, so the grader would run none of it:\n"
+            + _indent(policy.describe(sorted(set(found), key=lambda v: v.line), packed.name))
+        )
     else:
         packed.check = "ok: task rules"
 
@@ -150,8 +154,9 @@ def check_python(packed: PackedFile, text: str, registry: Registry, checks: Chec
 @dataclass(frozen=True)
 class Build:
     """One device module nvcc must accept: the student's regions of one task in the kit's file."""
+
     name: str
-    label: str                          # the task whose regions are the student's ("t4")
+    label: str  # the task whose regions are the student's ("t4")
     student_text: str
     kit: Path
 
@@ -175,12 +180,15 @@ def cuda_builds(packed: PackedFile, text: str, checks: Checks) -> tuple[list[Bui
             spliced = regions.splice(kit_text, text, (task,), filename=packed.name)
             problems = rules.check_regions(spliced.regions) if task in todo else []
         except (regions.RegionError, reading.ReadingError) as exc:
-            checks.errors.append(f"{packed.name}: the grader cannot splice its TODO regions into the kit's "
-                                 f"file:\n{_indent(str(exc))}")
+            checks.errors.append(
+                f"{packed.name}: the grader cannot splice its TODO regions into the kit's file:\n{_indent(str(exc))}"
+            )
             return [], "REJECTED"
         if problems:
-            checks.errors.append(f"{packed.name}: the grader splices only the TODO regions into its own file and "
-                                 "rejects:\n" + _indent("\n".join(str(p) for p in problems)))
+            checks.errors.append(
+                f"{packed.name}: the grader splices only the TODO regions into its own file and "
+                "rejects:\n" + _indent("\n".join(str(p) for p in problems))
+            )
             return [], "REJECTED"
         if task not in todo:  # as the grader: a task with a TODO left is not built (its rules ran above)
             builds.append(Build(packed.name, task, text, kit_file))
@@ -207,8 +215,9 @@ def compile_one(build: Build, arch: str, workdir: Path) -> str:
     try:
         compiler.build_module(source, arch, kit=build.kit, tasks=(build.label,), quiet=True)
     except compiler.CudaCompileError as exc:
-        return f"{build.name}: nvcc rejects your {build.label} regions in the kit's file ({arch}):\n" \
-               + _indent(_first_lines(str(exc)))
+        return f"{build.name}: nvcc rejects your {build.label} regions in the kit's file ({arch}):\n" + _indent(
+            _first_lines(str(exc))
+        )
     except (regions.RegionError, reading.ReadingError) as exc:
         return f"{build.name}: the grader rejects your {build.label} regions ({arch}):\n" + _indent(str(exc))
     except confine.IsolationUnavailable as exc:
@@ -219,7 +228,7 @@ def compile_one(build: Build, arch: str, workdir: Path) -> str:
 def _first_lines(message: str) -> str:
     """A compile message cut to its first errors (each quotes a line: two lines per error)."""
     lines = message.splitlines()
-    kept = lines[:1 + 2 * COMPILE_ERROR_LINES]
+    kept = lines[: 1 + 2 * COMPILE_ERROR_LINES]
     return "\n".join(kept + ([f"... and more ({len(lines) - len(kept)} lines)"] if len(lines) > len(kept) else []))
 
 
@@ -234,8 +243,10 @@ def check_cuda(files: list[tuple[PackedFile, str]], checks: Checks) -> None:
     jobs = [(packed, build) for packed, builds in planned for build in builds]
     archs: tuple[str, ...] = ()
     if jobs and compiler.nvcc_path() is None:
-        checks.warnings.append("nvcc not found: the CUDA files were checked for the region rules but not compiled "
-                               "(the grader compiles them; install the CUDA toolkit to check here)")
+        checks.warnings.append(
+            "nvcc not found: the CUDA files were checked for the region rules but not compiled "
+            "(the grader compiles them; install the CUDA toolkit to check here)"
+        )
         jobs = []
     if jobs:
         try:
@@ -243,10 +254,13 @@ def check_cuda(files: list[tuple[PackedFile, str]], checks: Checks) -> None:
         except compiler.CudaToolkitError as exc:
             checks.errors.append(f"cannot compile the CUDA files: {exc}")
             return
-        with tempfile.TemporaryDirectory(prefix="kit-submit-") as tmp, \
-                ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
-            runs = [(packed, pool.submit(compile_one, build, arch, Path(tmp))) for packed, build in jobs
-                    for arch in archs]
+        with (
+            tempfile.TemporaryDirectory(prefix="kit-submit-") as tmp,
+            ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool,
+        ):
+            runs = [
+                (packed, pool.submit(compile_one, build, arch, Path(tmp))) for packed, build in jobs for arch in archs
+            ]
             for packed, future in runs:
                 failure = future.result()
                 if failure:
@@ -254,8 +268,13 @@ def check_cuda(files: list[tuple[PackedFile, str]], checks: Checks) -> None:
                     checks.errors.append(failure)
     for packed, builds in planned:
         if packed.check.startswith("ok"):
-            packed.check += (", not built (TODO left)" if not builds else
-                             f", compiled ({' '.join(archs)})" if archs else ", not compiled (no nvcc)")
+            packed.check += (
+                ", not built (TODO left)"
+                if not builds
+                else f", compiled ({' '.join(archs)})"
+                if archs
+                else ", not compiled (no nvcc)"
+            )
 
 
 # --------------------------------------------------------------------------- all checks
@@ -314,8 +333,10 @@ def feedback_warning(checks: Checks) -> None:
         problems = [str(exc)]
     if problems:
         packed.check = "ok: incomplete"
-        checks.warnings.append(f"feedback.json: {len(problems)} answer(s) missing or invalid "
-                               f"(`make feedback` resumes it), e.g. {problems[0]}")
+        checks.warnings.append(
+            f"feedback.json: {len(problems)} answer(s) missing or invalid "
+            f"(`make feedback` resumes it), e.g. {problems[0]}"
+        )
 
 
 def theory_warning(checks: Checks, registry: Registry) -> None:
@@ -327,16 +348,20 @@ def theory_warning(checks: Checks, registry: Registry) -> None:
         return
     if packed.data is None:
         if packed.check == "not found":
-            checks.warnings.append(f"{packed.name}: the theory part ({theory.points:g} points) has no answers yet: "
-                                   "`make theory ID=<your id>` prints your questions and writes the file")
+            checks.warnings.append(
+                f"{packed.name}: the theory part ({theory.points:g} points) has no answers yet: "
+                "`make theory ID=<your id>` prints your questions and writes the file"
+            )
         return
     problems = theory_answers.file_problems(packed.data.decode("utf-8", errors="replace"), theory)
     if problems:
         packed.check = "ok: incomplete"
         shown = "\n".join(f"  {problem}" for problem in problems[:5])
         more = f"\n  ... and {len(problems) - 5} more" if len(problems) > 5 else ""
-        checks.warnings.append(f"{packed.name}: {len(problems)} theory answer(s) would not be graded as they are "
-                               f"(`python -m assignment.theory --check` lists them all):\n{shown}{more}")
+        checks.warnings.append(
+            f"{packed.name}: {len(problems)} theory answer(s) would not be graded as they are "
+            f"(`python -m assignment.theory --check` lists them all):\n{shown}{more}"
+        )
 
 
 # --------------------------------------------------------------------------- the zip
@@ -352,8 +377,11 @@ def manifest(files: list[PackedFile], registry: Registry) -> dict:
         "kit_version": kit_version(),
         "registry_sha256": hashlib.sha256(registry.path.read_bytes()).hexdigest(),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "files": [{"name": f.name, "bytes": len(f.data), "sha256": hashlib.sha256(f.data).hexdigest(),
-                   "tasks": list(f.tasks)} for f in files if f.data is not None],
+        "files": [
+            {"name": f.name, "bytes": len(f.data), "sha256": hashlib.sha256(f.data).hexdigest(), "tasks": list(f.tasks)}
+            for f in files
+            if f.data is not None
+        ],
         "todo_regions_left": {task: todo[task] for task in registry.ids if task in todo},
     }
 
@@ -386,17 +414,28 @@ def print_table(checks: Checks) -> None:
     rows = [("file", "bytes", "tasks", "check", "TODO regions left")]
     for f in checks.files:
         todo = ", ".join(f"{task}: {count}" for task, count in f.todo.items()) or "-"
-        rows.append((f.name, "-" if f.size is None else f"{f.size:,}", " ".join(f.tasks) or "-", f.check,
-                     todo if f.tasks else ""))
+        rows.append(
+            (
+                f.name,
+                "-" if f.size is None else f"{f.size:,}",
+                " ".join(f.tasks) or "-",
+                f.check,
+                todo if f.tasks else "",
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for row in rows:
-        print(f"{row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:<{widths[2]}}  {row[3]:<{widths[3]}}  "
-              f"{row[4]}".rstrip())
+        print(
+            f"{row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:<{widths[2]}}  {row[3]:<{widths[3]}}  "
+            f"{row[4]}".rstrip()
+        )
 
 
 def print_manifest(meta: dict) -> None:
-    print(f"{MANIFEST_NAME}: {meta['course']}, kit {meta['kit_version'] or '?'}, registry sha256 "
-          f"{meta['registry_sha256'][:16]}..., {meta['created']}")
+    print(
+        f"{MANIFEST_NAME}: {meta['course']}, kit {meta['kit_version'] or '?'}, registry sha256 "
+        f"{meta['registry_sha256'][:16]}..., {meta['created']}"
+    )
     width = max(len(f["name"]) for f in meta["files"])
     for f in meta["files"]:
         print(f"  {f['name']:<{width}}  {f['bytes']:>10,}  sha256 {f['sha256']}")
@@ -419,8 +458,12 @@ def _shown(path: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--impl", help="the folder holding your files (default: IMPL, else starter/ in a bundle)")
-    parser.add_argument("--root", type=Path, default=REPO_ROOT,
-                        help="where REPORT.md, REPORT.html and feedback.json are (default: the bundle's root)")
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=REPO_ROOT,
+        help="where REPORT.md, REPORT.html and feedback.json are (default: the bundle's root)",
+    )
     parser.add_argument("--out", type=Path, help=f"the zip to write (default: ROOT/{DEFAULT_OUT_NAME})")
     args = parser.parse_args(argv)
     registry = load_registry()

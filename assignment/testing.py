@@ -14,6 +14,7 @@ from assignment.checks import CheckFailure, require
 
 SENTINEL = 12345.0  # outputs are pre-filled with this so unwritten elements show
 
+
 def reference_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, scale: float | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -100,8 +101,13 @@ def compare(
     blink); only the verdict and the elements it reports come back."""
     where = f" ({layout})" if layout else ""
     if tuple(actual.shape) != tuple(expected.shape):
-        return Comparison(False, f"{name}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}", math.inf,
-                          "shape", f"{name} has the wrong shape")
+        return Comparison(
+            False,
+            f"{name}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}",
+            math.inf,
+            "shape",
+            f"{name} has the wrong shape",
+        )
     a = actual.detach().to(torch.float64)
     e = expected.detach().to(a.device, torch.float64)
     if a.numel() == 0:
@@ -113,7 +119,9 @@ def compare(
             False,
             f"{name}: {int(nan.sum())} NaN values, the first at index {idx}{where}; expected {e[idx].item():.6g}. "
             f"NaN usually means exp(-inf - (-inf)) or 0/0 in a fully masked row. {hint}".strip(),
-            math.inf, "nan", f"{name}: {_share(nan)} of the elements are NaN",
+            math.inf,
+            "nan",
+            f"{name}: {_share(nan)} of the elements are NaN",
         )
     sentinel = a == SENTINEL
     if bool(sentinel.any()):
@@ -122,7 +130,9 @@ def compare(
             False,
             f"{name}: {int(sentinel.sum())} elements were never written (still the sentinel {SENTINEL:g}), "
             f"the first at index {idx}{where}. Check the bounds of your loops and of the grid. {hint}".strip(),
-            math.inf, "unwritten", f"{name}: {_share(sentinel)} of the elements were never written",
+            math.inf,
+            "unwritten",
+            f"{name}: {_share(sentinel)} of the elements were never written",
         )
     both_inf = torch.isinf(a) & torch.isinf(e) & (torch.sign(a) == torch.sign(e))
     err = torch.where(both_inf, torch.zeros_like(a), (a - e).abs())
@@ -138,7 +148,8 @@ def compare(
             f"{name}: {int(bad.sum())} of {bad.numel()} elements out of tolerance (atol={atol:g}, rtol={rtol:g}); "
             f"max abs error {max_error:.3g} at index {worst}{where}; first bad index {idx}: got {a[idx].item():.6g}, "
             f"expected {e[idx].item():.6g}. {hint}".strip(),
-            max_error, "nan" if math.isinf(max_error) else "mismatch",
+            max_error,
+            "nan" if math.isinf(max_error) else "mismatch",
             f"{name}: {_share(bad)} of the elements out of tolerance; max abs error {max_error:.3g} "
             f"(allowed: {atol:g} + {rtol:g}·|expected|)",
         )
@@ -161,6 +172,7 @@ def assert_close(actual, expected, *, atol, rtol, name, hint="", layout="") -> f
 def assert_repeatable(run, repeats: int, message: str) -> None:
     """Call ``run`` 1 + ``repeats`` times; every result (a tensor or a tuple of tensors) must be bitwise equal
     to the first. A race in a kernel shows up as a result that moves between identical calls."""
+
     def as_tuple(result):
         return result if isinstance(result, tuple) else (result,)
 
@@ -202,8 +214,10 @@ def check_todo_regions(filename: str, tasks: tuple[str, ...]) -> None:
     # Without nvcc only the rules on the regions as written can run (no preprocessor to expand them).
     arch = compiler.preprocess_arch() if compiler.nvcc_path() else None
     problems = regions.check_file(read_student_text(source), tasks, filename, arch=arch)
-    assert not problems, (f"{filename}: the grader splices only your TODO regions into its own file and rejects "
-                          "these lines:\n" + "\n".join(str(p) for p in problems))
+    assert not problems, (
+        f"{filename}: the grader splices only your TODO regions into its own file and rejects "
+        "these lines:\n" + "\n".join(str(p) for p in problems)
+    )
 
 
 def max_abs_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
@@ -251,8 +265,17 @@ class LargestAllocation(TorchDispatchMode):
 REVIEW_BELOW_REFERENCE = 0.6
 
 
-def run_timing_rule(rule, candidates: dict, make_inputs, *, check=None, flops=None, bytes_moved=None,
-                    record: dict | None = None, **measure_kwargs) -> float:
+def run_timing_rule(
+    rule,
+    candidates: dict,
+    make_inputs,
+    *,
+    check=None,
+    flops=None,
+    bytes_moved=None,
+    record: dict | None = None,
+    **measure_kwargs,
+) -> float:
     """Time a registry timing rule and return its value (the ratio or the speedup it scores).
 
     ``candidates`` holds "student" and, per the rule's metric, "reference" (time_vs_reference:
@@ -265,8 +288,15 @@ def run_timing_rule(rule, candidates: dict, make_inputs, *, check=None, flops=No
 
     other = "reference" if rule.metric == "time_vs_reference" else "naive"
     chosen = {"student": candidates["student"], other: candidates[other]}
-    results = measure(chosen, make_inputs, check=check, check_every=("student",), flops=flops,
-                      bytes_moved=bytes_moved, **measure_kwargs)
+    results = measure(
+        chosen,
+        make_inputs,
+        check=check,
+        check_every=("student",),
+        flops=flops,
+        bytes_moved=bytes_moved,
+        **measure_kwargs,
+    )
     student, baseline = results["student"].median_ms, results[other].median_ms
     value = student / baseline if rule.metric == "time_vs_reference" else baseline / student
     if record is not None:
@@ -286,6 +316,7 @@ def run_timing_rule(rule, candidates: dict, make_inputs, *, check=None, flops=No
             if getattr(results["student"], unit) is not None:
                 record["timing"][f"student_{unit}"] = getattr(results["student"], unit)
         if rule.metric == "time_vs_reference" and value < REVIEW_BELOW_REFERENCE:
-            record["timing"]["review"] = (f"the student's kernel took {value:.2f}x the reference's time, far "
-                                          "beyond the reference: worth a look")
+            record["timing"]["review"] = (
+                f"the student's kernel took {value:.2f}x the reference's time, far beyond the reference: worth a look"
+            )
     return value

@@ -23,8 +23,14 @@ def python_todo_counts(text: str) -> dict[str, int]:
     found: dict[str, int] = {}
     for node in ast.walk(tree):
         call = node.exc if isinstance(node, ast.Raise) else None
-        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "NotImplementedError" \
-                and call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
+        if (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Name)
+            and call.func.id == "NotImplementedError"
+            and call.args
+            and isinstance(call.args[0], ast.Constant)
+            and isinstance(call.args[0].value, str)
+        ):
             match = STUB_MESSAGE.match(call.args[0].value)
             if match:
                 found[match[1]] = found.get(match[1], 0) + 1

@@ -1,4 +1,4 @@
-""""What to implement": read from the solution and starter files, never retyped.
+""" "What to implement": read from the solution and starter files, never retyped.
 
 For a Python file: the signature and docstring of every function that holds a
 region of the task, with the TODO descriptions and PLAN lines of its stubs.
@@ -93,7 +93,8 @@ def _python_functions(starter_text: str, task_id: str) -> list[FunctionDoc]:
         inside = [t for t in todos if node.lineno <= t.starter_line <= node.end_lineno]
         # Nested functions would list a TODO twice: keep it only on the innermost one.
         if inside and not any(
-            isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and child is not node
+            isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and child is not node
             and any(child.lineno <= t.starter_line <= child.end_lineno for t in inside)
             for child in ast.walk(node)
         ):

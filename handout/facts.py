@@ -43,14 +43,14 @@ def literal_constants(path: Path, names: tuple[str, ...]) -> dict:
 
 @dataclass(frozen=True)
 class KitFacts:
-    check_archs: tuple[str, ...]     # assignment/cuda/compiler.py CHECK_ARCHS: what make check-cuda compiles for
-    nvcc_flags: tuple[str, ...]      # compiler.py NVCC_FLAGS: every build of a task's file
+    check_archs: tuple[str, ...]  # assignment/cuda/compiler.py CHECK_ARCHS: what make check-cuda compiles for
+    nvcc_flags: tuple[str, ...]  # compiler.py NVCC_FLAGS: every build of a task's file
     toolkit_majors: tuple[int, ...]  # compiler.py TOOLKIT_MAJORS
-    python: str                      # pyproject.toml requires-python, as "3.10"
-    torch_floor: str                 # pyproject.toml's torch>=X
-    torch_bootstrap: str             # the torch version assignment/bootstrap.sh installs where none is importable
-    course_gpus: tuple[str, ...]     # the GPUs the timing rubric's student targets were measured on (registry)
-    build_timeout_s: float           # grader/grade/config.py: the grader's limit for building one task's CUDA files
+    python: str  # pyproject.toml requires-python, as "3.10"
+    torch_floor: str  # pyproject.toml's torch>=X
+    torch_bootstrap: str  # the torch version assignment/bootstrap.sh installs where none is importable
+    course_gpus: tuple[str, ...]  # the GPUs the timing rubric's student targets were measured on (registry)
+    build_timeout_s: float  # grader/grade/config.py: the grader's limit for building one task's CUDA files
 
     @property
     def toolkits(self) -> str:
@@ -70,8 +70,12 @@ def _version_after(text: str, pattern: str, where: Path) -> str:
     return found.group(1)
 
 
-def kit_facts(registry: Registry, compiler_source: Path = COMPILER_SOURCE, pyproject: Path = PYPROJECT,
-              bootstrap: Path = BOOTSTRAP) -> KitFacts:
+def kit_facts(
+    registry: Registry,
+    compiler_source: Path = COMPILER_SOURCE,
+    pyproject: Path = PYPROJECT,
+    bootstrap: Path = BOOTSTRAP,
+) -> KitFacts:
     from grader.grade.config import GradeConfig  # a plain dataclass: its defaults are stated there, once
 
     compiler = literal_constants(compiler_source, ("CHECK_ARCHS", "NVCC_FLAGS", "TOOLKIT_MAJORS"))

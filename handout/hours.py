@@ -29,9 +29,9 @@ class HoursError(ValueError):
 
 @dataclass(frozen=True)
 class TimeEstimate:
-    low: float                     # hours: the estimate's range, or the answers' minimum and maximum
+    low: float  # hours: the estimate's range, or the answers' minimum and maximum
     high: float
-    median: float | None = None    # the testers' median (None: the instructor's estimate)
+    median: float | None = None  # the testers' median (None: the instructor's estimate)
     answers: int = 0
 
     @property
@@ -47,13 +47,14 @@ def read_summary(path: Path) -> dict[str, dict]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise HoursError(f"{path}: no such file (make feedback-summary writes build/feedback-summary/{SUMMARY_NAME})") \
-            from None
+        raise HoursError(
+            f"{path}: no such file (make feedback-summary writes build/feedback-summary/{SUMMARY_NAME})"
+        ) from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise HoursError(f"{path}: not a readable feedback summary ({exc})") from None
     questions = data.get("questions") if isinstance(data, dict) else None
     if not isinstance(questions, dict):
-        raise HoursError(f"{path}: has no \"questions\": not the summary.json of make feedback-summary")
+        raise HoursError(f'{path}: has no "questions": not the summary.json of make feedback-summary')
     return questions
 
 
@@ -102,8 +103,10 @@ def total(estimates: dict[str, TimeEstimate], registry: Registry) -> TimeEstimat
 def describe(estimate: TimeEstimate) -> str:
     """'4–8 h (instructor's estimate)' or 'median 6.5 h (12 answers, 2–14 h)'."""
     if estimate.from_feedback:
-        return (f"median {_hours(estimate.median)} h ({estimate.answers} beta-tester answers, "
-                f"{_hours(estimate.low)}–{_hours(estimate.high)} h)")
+        return (
+            f"median {_hours(estimate.median)} h ({estimate.answers} beta-tester answers, "
+            f"{_hours(estimate.low)}–{_hours(estimate.high)} h)"
+        )
     return f"{_hours(estimate.low)}–{_hours(estimate.high)} h (instructor's estimate)"
 
 

@@ -110,25 +110,38 @@ def describe_student_target(rule: TimingRule, at: float) -> str:
     return "≥ " + describe(rule.student.baseline, rule.student.needed(rule.metric, at))
 
 
-def task_views(registry: Registry, root: Path = REPO_ROOT, text_dir: Path = TEXT_DIR,
-               estimates: dict[str, hours.TimeEstimate] | None = None) -> list[TaskView]:
+def task_views(
+    registry: Registry,
+    root: Path = REPO_ROOT,
+    text_dir: Path = TEXT_DIR,
+    estimates: dict[str, hours.TimeEstimate] | None = None,
+) -> list[TaskView]:
     estimates = hours.time_estimates(registry) if estimates is None else estimates
     return [
-        TaskView(task, task_text_html(task, registry, text_dir), task_api(task, registry, root), test_commands(task),
-                 task_rules(task), estimates.get(task.id))
+        TaskView(
+            task,
+            task_text_html(task, registry, text_dir),
+            task_api(task, registry, root),
+            test_commands(task),
+            task_rules(task),
+            estimates.get(task.id),
+        )
         for task in registry.tasks
     ]
 
 
-def chapter_views(registry: Registry, text_dir: Path = TEXT_DIR,
-                  chapters: tuple[Chapter, ...] = CHAPTERS) -> dict[str, list[ChapterView]]:
+def chapter_views(
+    registry: Registry, text_dir: Path = TEXT_DIR, chapters: tuple[Chapter, ...] = CHAPTERS
+) -> dict[str, list[ChapterView]]:
     """Task id (or AFTER_TASKS) -> the chapters shown just before it; a chapter whose text does not exist yet is
     left out."""
     before: dict[str, list[ChapterView]] = {}
     for chapter in chapters:
         if chapter.before not in (*registry.ids, AFTER_TASKS):
-            raise ValueError(f"handout chapter {chapter.text!r}: before={chapter.before!r} is not a task id "
-                             f"({', '.join(registry.ids)}) or AFTER_TASKS")
+            raise ValueError(
+                f"handout chapter {chapter.text!r}: before={chapter.before!r} is not a task id "
+                f"({', '.join(registry.ids)}) or AFTER_TASKS"
+            )
         path = text_dir / chapter.text
         if path.is_file():
             before.setdefault(chapter.before, []).append(ChapterView(chapter, render_text(path, registry)))
@@ -143,17 +156,27 @@ def template_environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.globals.update(describe_threshold=describe_threshold, describe_student_target=describe_student_target,
-                       tolerance_meaning=TOLERANCE_MEANING, describe_hours=hours.describe,
-                       describe_total_hours=hours.describe_total, AFTER_TASKS=AFTER_TASKS)
+    env.globals.update(
+        describe_threshold=describe_threshold,
+        describe_student_target=describe_student_target,
+        tolerance_meaning=TOLERANCE_MEANING,
+        describe_hours=hours.describe,
+        describe_total_hours=hours.describe_total,
+        AFTER_TASKS=AFTER_TASKS,
+    )
     return add_filters(env)
 
 
 AUDIENCES = ("student", "instructor")
 
 
-def render_html(registry: Registry | None = None, root: Path = REPO_ROOT, text_dir: Path = TEXT_DIR,
-                audience: str = "student", feedback_hours: dict[str, dict] | None = None) -> str:
+def render_html(
+    registry: Registry | None = None,
+    root: Path = REPO_ROOT,
+    text_dir: Path = TEXT_DIR,
+    audience: str = "student",
+    feedback_hours: dict[str, dict] | None = None,
+) -> str:
     """The handout; ``audience="instructor"`` adds the rubric's reasoning (where every threshold comes from).
     ``feedback_hours`` is the feedback summary's questions (``hours.read_summary``): the testers' hours replace
     the instructor's estimates where there are enough of them."""
@@ -162,16 +185,22 @@ def render_html(registry: Registry | None = None, root: Path = REPO_ROOT, text_d
     registry = registry or load_registry()
     estimates = hours.time_estimates(registry, feedback_hours)
     policy = registry.integrity_policy
-    return template_environment().get_template("handout.html.j2").render(
-        registry=registry,
-        audience=audience,
-        chapters_before=chapter_views(registry, text_dir),
-        views=task_views(registry, root, text_dir, estimates),
-        total_hours=hours.total(estimates, registry),
-        hours_from_feedback=any(e.from_feedback for e in estimates.values()),
-        policy_html=markdown_to_html(policy, f"{registry.path} [course] integrity_policy", "integrity-") if policy else "",
-        kit=kit_facts(registry),
-        css=(HANDOUT_DIR / "style.css").read_text(encoding="utf-8"),
+    return (
+        template_environment()
+        .get_template("handout.html.j2")
+        .render(
+            registry=registry,
+            audience=audience,
+            chapters_before=chapter_views(registry, text_dir),
+            views=task_views(registry, root, text_dir, estimates),
+            total_hours=hours.total(estimates, registry),
+            hours_from_feedback=any(e.from_feedback for e in estimates.values()),
+            policy_html=markdown_to_html(policy, f"{registry.path} [course] integrity_policy", "integrity-")
+            if policy
+            else "",
+            kit=kit_facts(registry),
+            css=(HANDOUT_DIR / "style.css").read_text(encoding="utf-8"),
+        )
     )
 
 
@@ -193,11 +222,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Render the handout to HTML and PDF.")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default build/handout)")
     parser.add_argument("--no-pdf", action="store_true", help="write only the HTML")
-    parser.add_argument("--audience", choices=AUDIENCES, default="student",
-                        help="student (what the bundle ships) or instructor (adds the rubric's reasoning)")
-    parser.add_argument("--hours", type=Path, default=None,
-                        help="the feedback summary (summary.json of make feedback-summary, or its folder): "
-                             "beta testers' hours per task instead of the instructor's estimates")
+    parser.add_argument(
+        "--audience",
+        choices=AUDIENCES,
+        default="student",
+        help="student (what the bundle ships) or instructor (adds the rubric's reasoning)",
+    )
+    parser.add_argument(
+        "--hours",
+        type=Path,
+        default=None,
+        help="the feedback summary (summary.json of make feedback-summary, or its folder): "
+        "beta testers' hours per task instead of the instructor's estimates",
+    )
     args = parser.parse_args(argv)
 
     try:

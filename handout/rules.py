@@ -24,14 +24,14 @@ RULE_TESTS = {"python": "test_file_uses_only_allowed_operations", "cuda": "test_
 @dataclass(frozen=True)
 class FileRules:
     name: str
-    language: str                                        # "python" or "cuda"
-    imports: tuple[str, ...] = ()                        # python: the task's own modules
-    standard_imports: tuple[str, ...] = ()               # python: the harmless standard ones every file may use
-    forbidden: tuple[str, ...] = ()                      # python: names the task forbids
-    forbidden_torch: tuple[str, ...] = ()                # python: torch.<name> every task forbids
-    dynamic_builtins: tuple[str, ...] = ()               # python: builtins that look code or names up at run time
+    language: str  # "python" or "cuda"
+    imports: tuple[str, ...] = ()  # python: the task's own modules
+    standard_imports: tuple[str, ...] = ()  # python: the harmless standard ones every file may use
+    forbidden: tuple[str, ...] = ()  # python: names the task forbids
+    forbidden_torch: tuple[str, ...] = ()  # python: torch.<name> every task forbids
+    dynamic_builtins: tuple[str, ...] = ()  # python: builtins that look code or names up at run time
     region_rules: tuple[tuple[str, tuple[str, ...]], ...] = ()  # cuda: (why, the identifiers it rules out)
-    public_test: str | None = None                       # the task's public test that runs the same check
+    public_test: str | None = None  # the task's public test that runs the same check
 
 
 def _grouped_region_rules() -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -55,10 +55,13 @@ def public_rule_test(task: Task, language: str, tests: Path = PUBLIC_TESTS) -> s
 
 def file_rules(name: str, task: Task, tests: Path = PUBLIC_TESTS) -> FileRules:
     if name.endswith((".cu", ".cuh")):
-        return FileRules(name, "cuda", region_rules=_grouped_region_rules(),
-                         public_test=public_rule_test(task, "cuda", tests))
+        return FileRules(
+            name, "cuda", region_rules=_grouped_region_rules(), public_test=public_rule_test(task, "cuda", tests)
+        )
     return FileRules(
-        name, "python", public_test=public_rule_test(task, "python", tests),
+        name,
+        "python",
+        public_test=public_rule_test(task, "python", tests),
         imports=task.rules.imports,
         standard_imports=tuple(m for m in policy.KIT_IMPORTS if m != "__future__"),
         forbidden=task.rules.forbidden,

@@ -60,11 +60,11 @@ class TextError(ValueError):
 class ModelFacts:
     """What the texts quote from assignment/model/, read without importing torch (the handout never needs it)."""
 
-    architectures: tuple[str, ...]      # config.SUPPORTED_ARCHITECTURES
-    attention_impls: tuple[str, ...]    # attention.IMPLEMENTATIONS
-    kernel_head_dims: tuple[int, ...]   # attention.KERNEL_HEAD_DIMS
-    kit_tiny: ModelConfig | None        # the shipped checkpoint's config.json; None until it is trained
-    kit_tiny_parameters: int | None     # counted from its model.safetensors header
+    architectures: tuple[str, ...]  # config.SUPPORTED_ARCHITECTURES
+    attention_impls: tuple[str, ...]  # attention.IMPLEMENTATIONS
+    kernel_head_dims: tuple[int, ...]  # attention.KERNEL_HEAD_DIMS
+    kit_tiny: ModelConfig | None  # the shipped checkpoint's config.json; None until it is trained
+    kit_tiny_parameters: int | None  # counted from its model.safetensors header
 
 
 def model_facts(attention_source: Path = ATTENTION_SOURCE, checkpoint: Path | None = None) -> ModelFacts:
@@ -94,8 +94,9 @@ def render_text(path: Path, registry: Registry, task: Task | None = None) -> str
     """HTML of one text file; ``task`` is None for texts that belong to no task."""
     source = path.read_text(encoding="utf-8")
     try:
-        markdown_source = _TEXT_ENV.from_string(source).render(task=task, registry=registry, model=model_facts(),
-                                                                 kit=kit_facts(registry))
+        markdown_source = _TEXT_ENV.from_string(source).render(
+            task=task, registry=registry, model=model_facts(), kit=kit_facts(registry)
+        )
     except jinja2.TemplateError as exc:
         line = getattr(exc, "lineno", None)
         where = f"{path}:{line}" if line else str(path)

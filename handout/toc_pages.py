@@ -43,7 +43,7 @@ class _Pdf:
         if not self.data.startswith(b"xref", at):
             raise PdfStructureError("the cross-reference is a stream, not a table")
         offsets: dict[int, int] = {}
-        lines = self.data[at:self.data.index(b"trailer", at)].split(b"\n")[1:]
+        lines = self.data[at : self.data.index(b"trailer", at)].split(b"\n")[1:]
         number = 0
         for line in lines:
             parts = line.split()
@@ -70,7 +70,7 @@ class _Pdf:
         return int(found.group(1)) if found else None
 
     def catalog(self) -> bytes:
-        trailer = self.data[self.data.rindex(b"trailer"):]
+        trailer = self.data[self.data.rindex(b"trailer") :]
         root = self.ref(trailer, b"Root")
         if root is None:
             raise PdfStructureError("the trailer names no /Root")
@@ -117,6 +117,7 @@ def toc_targets(page_html: str) -> list[str]:
 
 def fill_toc_pages(page_html: str, pages: dict[str, int]) -> str:
     """The page with each contents slot holding its target's page number (slots of unknown targets stay empty)."""
+
     def fill(match: re.Match) -> str:
         page = pages.get(html.unescape(match.group(2)))
         return match.group(1) + (str(page) if page is not None else "") + match.group(3)

@@ -37,8 +37,9 @@ def test_naive_attention_matches_float64(shape, causal, seed, devices):
         out = student().naive_attention(q, k, v, causal=causal)
         expected, _ = reference_attention(q, k, v, causal=causal)
         assert out.dtype == q.dtype, f"naive_attention must return q's dtype {q.dtype}, got {out.dtype}"
-        assert_close(out, expected, **TOL, name=f"naive_attention O ({device}, causal={causal})", layout=LAYOUT,
-                     hint=TASK.hint)
+        assert_close(
+            out, expected, **TOL, name=f"naive_attention O ({device}, causal={causal})", layout=LAYOUT, hint=TASK.hint
+        )
 
 
 @pytest.mark.parametrize("blocks", [(64, 64), (16, 32), (7, 5)], ids=lambda b: f"bq{b[0]}bk{b[1]}")
@@ -50,10 +51,15 @@ def test_flash_attention_matches_float64(shape, causal, blocks, seed, devices):
         out, lse = student().flash_attention_forward(q, k, v, causal=causal, block_q=blocks[0], block_k=blocks[1])
         expected, expected_lse = reference_attention(q, k, v, causal=causal)
         assert lse.dtype == torch.float32, f"LSE must be float32, got {lse.dtype}"
-        assert_close(out, expected, **TOL, name=f"flash_attention_forward O ({device})", layout=LAYOUT,
-                     hint=TASK.hint)
-        assert_close(lse, expected_lse, **TOL, name=f"flash_attention_forward LSE ({device})",
-                     layout="batch, head, query", hint="LSE_i = m_i + log(l_i) with the final m and l of row i.")
+        assert_close(out, expected, **TOL, name=f"flash_attention_forward O ({device})", layout=LAYOUT, hint=TASK.hint)
+        assert_close(
+            lse,
+            expected_lse,
+            **TOL,
+            name=f"flash_attention_forward LSE ({device})",
+            layout="batch, head, query",
+            hint="LSE_i = m_i + log(l_i) with the final m and l of row i.",
+        )
 
 
 def test_rows_that_see_no_key_give_zeros_and_minus_inf(seed):
@@ -76,11 +82,16 @@ def test_large_logits_do_not_overflow(scale, seed):
     expected, expected_lse = reference_attention(q, k, v, scale=scale)
     hint = "Subtract the running max before exp(), and rescale l and the accumulator when it grows."
     assert_close(out, expected, **TASK.tol("large_logits"), name="O with logits x30", layout=LAYOUT, hint=hint)
-    assert_close(lse, expected_lse, **TASK.tol("large_logits_lse"), name="LSE with logits x30",
-                 layout="batch, head, query", hint=hint)
+    assert_close(
+        lse,
+        expected_lse,
+        **TASK.tol("large_logits_lse"),
+        name="LSE with logits x30",
+        layout="batch, head, query",
+        hint=hint,
+    )
     naive = student().naive_attention(q, k, v, scale=scale)
-    assert_close(naive, expected, **TASK.tol("large_logits"), name="naive O with logits x30", layout=LAYOUT,
-                 hint=hint)
+    assert_close(naive, expected, **TASK.tol("large_logits"), name="naive O with logits x30", layout=LAYOUT, hint=hint)
 
 
 def test_strongly_negative_scores(seed):
@@ -91,11 +102,18 @@ def test_strongly_negative_scores(seed):
     hint = "Start the running maximum at -inf, not 0: with every score near -200, exp(s - 0) is 0 and l stays 0."
     out, lse = student().flash_attention_forward(q, k, v, block_q=16, block_k=16)
     assert_close(out, expected, **TASK.tol("negative_scores"), name="O, scores near -200", layout=LAYOUT, hint=hint)
-    assert_close(lse, expected_lse, **TASK.tol("negative_scores_lse"), name="LSE, scores near -200",
-                 layout="batch, head, query", hint=hint)
+    assert_close(
+        lse,
+        expected_lse,
+        **TASK.tol("negative_scores_lse"),
+        name="LSE, scores near -200",
+        layout="batch, head, query",
+        hint=hint,
+    )
     naive = student().naive_attention(q, k, v)
-    assert_close(naive, expected, **TASK.tol("negative_scores"), name="naive O, scores near -200", layout=LAYOUT,
-                 hint=hint)
+    assert_close(
+        naive, expected, **TASK.tol("negative_scores"), name="naive O, scores near -200", layout=LAYOUT, hint=hint
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
@@ -105,9 +123,10 @@ def test_low_precision_inputs_accumulate_in_float32(dtype, seed):
     bound = TASK.tol(str(dtype).replace("torch.", ""))["max_mean_error_ratio"]
     # The least error any implementation that returns this dtype can make: the exact answer, rounded.
     rounding = mean_abs_error(expected.to(dtype), expected)
-    for name, out in (("flash_attention_forward", student().flash_attention_forward(q, k, v, block_q=16,
-                                                                                     block_k=16)[0]),
-                      ("naive_attention", student().naive_attention(q, k, v))):
+    for name, out in (
+        ("flash_attention_forward", student().flash_attention_forward(q, k, v, block_q=16, block_k=16)[0]),
+        ("naive_attention", student().naive_attention(q, k, v)),
+    ):
         assert out.dtype == dtype, f"{name}: O must keep the input dtype {dtype}, got {out.dtype}"
         ratio = mean_abs_error(out, expected) / rounding
         assert ratio <= bound, (

@@ -40,8 +40,14 @@ def test_softmax_matches_float64(shape, seed):
 
 def test_large_magnitudes_do_not_overflow(seed):
     x = random_rows(6, 3000, seed, scale=1000.0)
-    assert_close(run(x), reference(x), **TOL, name="softmax of x*1000", layout="row, col",
-                 hint="exp(1000) overflows float32: subtract the row max first.")
+    assert_close(
+        run(x),
+        reference(x),
+        **TOL,
+        name="softmax of x*1000",
+        layout="row, col",
+        hint="exp(1000) overflows float32: subtract the row max first.",
+    )
 
 
 def test_minus_inf_entries_and_a_fully_masked_row(seed):
@@ -50,21 +56,34 @@ def test_minus_inf_entries_and_a_fully_masked_row(seed):
     x[2] = float("-inf")
     expected = reference(x)
     expected[2] = 0.0  # a row of only -inf gives zeros by convention (not NaN)
-    assert_close(run(x), expected, **TOL, name="softmax with -inf", layout="row, col",
-                 hint="When the row max is -inf, use 0 as the shift and write zeros, never NaN.")
+    assert_close(
+        run(x),
+        expected,
+        **TOL,
+        name="softmax with -inf",
+        layout="row, col",
+        hint="When the row max is -inf, use 0 as the shift and write zeros, never NaN.",
+    )
 
 
 def test_strongly_negative_rows(seed):
     # Every value is about -1000: exp(x) underflows to 0 unless the row maximum is subtracted first.
     x = random_rows(5, 3000, seed) * 3.0 - 1000.0
-    assert_close(run(x), reference(x), **TOL, name="softmax of rows near -1000", layout="row, col",
-                 hint="Start the running maximum at -inf, not 0: exp(-1000 - 0) is 0 and the sum stays 0.")
+    assert_close(
+        run(x),
+        reference(x),
+        **TOL,
+        name="softmax of rows near -1000",
+        layout="row, col",
+        hint="Start the running maximum at -inf, not 0: exp(-1000 - 0) is 0 and the sum stays 0.",
+    )
 
 
 def test_repeatable_bitwise(seed):
     x = random_rows(37, 20001, seed)
-    assert_repeatable(lambda: kernels.softmax(x), 5,
-                      "results differ between identical runs: a race (a missing __syncthreads?)")
+    assert_repeatable(
+        lambda: kernels.softmax(x), 5, "results differ between identical runs: a race (a missing __syncthreads?)"
+    )
 
 
 def test_todo_regions_are_device_code_only():

@@ -34,14 +34,21 @@ def test_gemm_matches_float64(shape, trans, seed):
     out = torch.full((shape["batch"], shape["M"], shape["N"]), SENTINEL, device="cuda")
     c = kernels.gemm(a, b, trans_a=trans[0], trans_b=trans[1], alpha=0.5, out=out)
     tol = {"atol": TOL["atol"] * shape["K"] ** 0.5, "rtol": TOL["rtol"]}
-    assert_close(c, reference(a, b, *trans, alpha=0.5), **tol, name=f"C (trans_a={trans[0]}, trans_b={trans[1]})",
-                 layout="batch, row, col", hint=TASK.hint)
+    assert_close(
+        c,
+        reference(a, b, *trans, alpha=0.5),
+        **tol,
+        name=f"C (trans_a={trans[0]}, trans_b={trans[1]})",
+        layout="batch, row, col",
+        hint=TASK.hint,
+    )
 
 
 def test_repeatable_bitwise(seed):
     a, b = operands(2, 300, 200, 500, False, False, seed)
-    assert_repeatable(lambda: kernels.gemm(a, b), 5,
-                      "results differ between identical runs: a race (a missing __syncthreads?)")
+    assert_repeatable(
+        lambda: kernels.gemm(a, b), 5, "results differ between identical runs: a race (a missing __syncthreads?)"
+    )
 
 
 def test_todo_regions_are_device_code_only():

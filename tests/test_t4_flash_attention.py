@@ -24,8 +24,10 @@ pytestmark = pytest.mark.t4
 TASK = load_registry().task("t4")
 TOL = TASK.tol("float32")
 SHAPE_ID = "B{B}H{H}Hkv{H_kv}Lq{Lq}Lk{Lk}"
-GQA_HINT = ("K and V have H_kv heads: query head h reads KV head h / (H / H_kv), and K/V of batch b start at "
-            "head b * H_kv, not b * H.")
+GQA_HINT = (
+    "K and V have H_kv heads: query head h reads KV head h / (H / H_kv), and K/V of batch b start at "
+    "head b * H_kv, not b * H."
+)
 
 
 def run_flash(q, k, v, causal=False, scale=None):
@@ -40,15 +42,28 @@ def run_flash(q, k, v, causal=False, scale=None):
 @pytest.mark.parametrize("shape", TASK.public_shapes, ids=lambda s: SHAPE_ID.format(**s))
 def test_flash_attention_matches_float64(shape, d, seed):
     # k and v have H_kv heads (grouped-query attention when H_kv < H; see the registry's shapes).
-    q, k, v = random_qkv(shape["B"], shape["H"], shape["Lq"], shape["Lk"], d, seed=seed, device="cuda",
-                         kv_heads=shape["H_kv"])
+    q, k, v = random_qkv(
+        shape["B"], shape["H"], shape["Lq"], shape["Lk"], d, seed=seed, device="cuda", kv_heads=shape["H_kv"]
+    )
     out, lse = run_flash(q, k, v)
     expected, expected_lse = reference_attention(q, k, v)
     hint = TASK.hint + (" " + GQA_HINT if shape["H_kv"] < shape["H"] else "")
-    assert_close(out, expected, **TOL, name=f"O (d={d}, H={shape['H']}, H_kv={shape['H_kv']})",
-                 layout="batch, head, query, dim", hint=hint)
-    assert_close(lse, expected_lse, **TOL, name=f"LSE (d={d}, H={shape['H']}, H_kv={shape['H_kv']})",
-                 layout="batch, head, query", hint="LSE = m + log(l) per query row, natural log.")
+    assert_close(
+        out,
+        expected,
+        **TOL,
+        name=f"O (d={d}, H={shape['H']}, H_kv={shape['H_kv']})",
+        layout="batch, head, query, dim",
+        hint=hint,
+    )
+    assert_close(
+        lse,
+        expected_lse,
+        **TOL,
+        name=f"LSE (d={d}, H={shape['H']}, H_kv={shape['H_kv']})",
+        layout="batch, head, query",
+        hint="LSE = m + log(l) per query row, natural log.",
+    )
 
 
 def test_query_heads_of_a_group_share_one_kv_head(seed):
@@ -58,8 +73,10 @@ def test_query_heads_of_a_group_share_one_kv_head(seed):
     grouped = run_flash(q, k, v)
     repeated = run_flash(q, k.repeat_interleave(3, dim=1), v.repeat_interleave(3, dim=1))
     for name, a, b in (("O", grouped[0], repeated[0]), ("LSE", grouped[1], repeated[1])):
-        assert torch.equal(a, b), (f"{name} with H = 6 query heads over H_kv = 2 KV heads differs from the same "
-                                   f"attention with the KV heads repeated. {GQA_HINT}")
+        assert torch.equal(a, b), (
+            f"{name} with H = 6 query heads over H_kv = 2 KV heads differs from the same "
+            f"attention with the KV heads repeated. {GQA_HINT}"
+        )
 
 
 def test_large_logits(seed):
@@ -67,10 +84,17 @@ def test_large_logits(seed):
     out, lse = run_flash(q, k, v)
     expected, expected_lse = reference_attention(q, k, v)
     hint = "Subtract the running max inside exp() and rescale the accumulator when it grows."
-    assert_close(out, expected, **TASK.tol("large_logits"), name="O with logits x30",
-                 layout="batch, head, query, dim", hint=hint)
-    assert_close(lse, expected_lse, **TASK.tol("large_logits_lse"), name="LSE with logits x30",
-                 layout="batch, head, query", hint=hint)
+    assert_close(
+        out, expected, **TASK.tol("large_logits"), name="O with logits x30", layout="batch, head, query, dim", hint=hint
+    )
+    assert_close(
+        lse,
+        expected_lse,
+        **TASK.tol("large_logits_lse"),
+        name="LSE with logits x30",
+        layout="batch, head, query",
+        hint=hint,
+    )
 
 
 def test_strongly_negative_scores(seed):
@@ -86,14 +110,19 @@ def test_strongly_negative_scores(seed):
 
 def test_repeatable_bitwise(seed):
     q, k, v = random_qkv(2, 3, 333, 517, 64, seed=seed, device="cuda")
-    assert_repeatable(lambda: kernels.flash_attention(q, k, v), 10,
-                      "O or LSE changed between identical runs: a race (a missing __syncthreads?)")
+    assert_repeatable(
+        lambda: kernels.flash_attention(q, k, v),
+        10,
+        "O or LSE changed between identical runs: a race (a missing __syncthreads?)",
+    )
 
 
 def test_no_scores_in_local_memory():
     used, limit = local_memory_of("t4_flash_attention.cu", ("t4",))
-    assert used <= limit, (f"a kernel uses {used} bytes of local memory per thread (limit {limit}): keep only a "
-                           "micro-tile of scores per thread, in registers, never a row of them")
+    assert used <= limit, (
+        f"a kernel uses {used} bytes of local memory per thread (limit {limit}): keep only a "
+        "micro-tile of scores per thread, in registers, never a row of them"
+    )
 
 
 def test_todo_regions_are_device_code_only():

@@ -25,8 +25,9 @@ TOL = TASK.tol("float32")
 @pytest.mark.parametrize("shape", TASK.public_shapes, ids=lambda s: "B{B}H{H}Hkv{H_kv}Lq{Lq}Lk{Lk}".format(**s))
 def test_causal_matches_float64(shape, d, seed):
     # k and v have H_kv heads (grouped-query attention, t4's mapping); Lq < Lk is a chunk after cached keys.
-    q, k, v = random_qkv(shape["B"], shape["H"], shape["Lq"], shape["Lk"], d, seed=seed, device="cuda",
-                         kv_heads=shape["H_kv"])
+    q, k, v = random_qkv(
+        shape["B"], shape["H"], shape["Lq"], shape["Lk"], d, seed=seed, device="cuda", kv_heads=shape["H_kv"]
+    )
     out = torch.full_like(q, SENTINEL)
     lse = torch.full(q.shape[:3], SENTINEL, device="cuda")
     kernels.flash_attention(q, k, v, causal=True, out=out, lse=lse)
@@ -64,8 +65,11 @@ def test_strongly_negative_scores(seed):
 
 def test_repeatable_bitwise(seed):
     q, k, v = random_qkv(2, 3, 517, 333, 64, seed=seed, device="cuda")
-    assert_repeatable(lambda: kernels.flash_attention(q, k, v, causal=True), 10,
-                      "O or LSE changed between identical runs: a race (a missing __syncthreads?)")
+    assert_repeatable(
+        lambda: kernels.flash_attention(q, k, v, causal=True),
+        10,
+        "O or LSE changed between identical runs: a race (a missing __syncthreads?)",
+    )
 
 
 def test_todo_regions_are_device_code_only():

@@ -27,13 +27,16 @@ TASK = load_registry().task("t6")
 TOL = TASK.tol("float32")
 HEAD_DIMS = (32, 64, 128)
 TAIL = 37  # L_max = L + TAIL: the cache is never full, and its tail is NaN
-SPLIT_HINT = ("Each split covers whole 32-key tiles [start, end) of the length read from `lengths`; a split that "
-              "starts past it is empty (O = 0, LSE = -inf, weight 0 in the combine).")
+SPLIT_HINT = (
+    "Each split covers whole 32-key tiles [start, end) of the length read from `lengths`; a split that "
+    "starts past it is empty (O = 0, LSE = -inf, weight 0 in the combine)."
+)
 GQA_HINT = "Query head h reads KV head h / (H / H_kv); the cache of batch b starts at KV head b * H_kv."
 
 
-def decode_inputs(B: int, H: int, H_kv: int, L_max: int, d: int, lengths: list[int], *, seed: int,
-                  magnitude: float = 1.0):
+def decode_inputs(
+    B: int, H: int, H_kv: int, L_max: int, d: int, lengths: list[int], *, seed: int, magnitude: float = 1.0
+):
     """q (B, H, d) and a cache (B, H_kv, L_max, d) holding random keys/values below each row's length, NaN past it."""
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(B, H, d, generator=gen) * magnitude
@@ -69,14 +72,22 @@ def check_against_reference(q, k, v, lengths, out, lse, what: str, hint: str = "
     expected, expected_lse = reference_decode(q, k, v, lengths)
     tol = tol or TOL
     assert_close(out, expected, **tol, name=f"O ({what})", layout="batch, head, dim", hint=hint or TASK.hint)
-    assert_close(lse, expected_lse, **tol, name=f"LSE ({what})", layout="batch, head",
-                 hint="LSE = M + log2(sum of the splits' weights), converted to natural log.")
+    assert_close(
+        lse,
+        expected_lse,
+        **tol,
+        name=f"LSE ({what})",
+        layout="batch, head",
+        hint="LSE = M + log2(sum of the splits' weights), converted to natural log.",
+    )
 
 
 def _value_cases():
     """(L, B, H, H_kv) from the registry: every length of the issue, every kind of group."""
-    return [pytest.param(s["L"], s["B"], s["H"], s["H_kv"], id=f"L{s['L']}-B{s['B']}-H{s['H']}-Hkv{s['H_kv']}")
-            for s in TASK.public_shapes]
+    return [
+        pytest.param(s["L"], s["B"], s["H"], s["H_kv"], id=f"L{s['L']}-B{s['B']}-H{s['H']}-Hkv{s['H_kv']}")
+        for s in TASK.public_shapes
+    ]
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
@@ -90,8 +101,9 @@ def test_decode_matches_float64(L, B, H, H_kv, d, seed):
     check_against_reference(q, k, v, lens, out, lse, f"L={lengths}, H={H}, H_kv={H_kv}, d={d}", hint)
 
 
-@pytest.mark.parametrize("H, H_kv", [(32, 8), (32, 1), (12, 4), (20, 4)], ids=["llama3-groups4", "mqa-32heads",
-                                                                             "groups3", "groups5"])
+@pytest.mark.parametrize(
+    "H, H_kv", [(32, 8), (32, 1), (12, 4), (20, 4)], ids=["llama3-groups4", "mqa-32heads", "groups3", "groups5"]
+)
 @pytest.mark.parametrize("d", [64, 128])
 def test_group_sizes(H, H_kv, d, seed):
     # Groups of 4 (Llama 3), 32 (more than one block's worth of query heads), and sizes that are not powers of 2.
@@ -116,8 +128,10 @@ def test_query_heads_of_a_group_share_one_kv_head(seed):
     grouped = run_decode(q, k, v, lens, num_splits=5)
     repeated = run_decode(q, k.repeat_interleave(4, dim=1), v.repeat_interleave(4, dim=1), lens, num_splits=5)
     for name, a, b in (("O", grouped[0], repeated[0]), ("LSE", grouped[1], repeated[1])):
-        assert torch.equal(a, b), (f"{name} with H = 8 query heads over H_kv = 2 KV heads differs from the same "
-                                   f"attention with the KV heads repeated. {GQA_HINT}")
+        assert torch.equal(a, b), (
+            f"{name} with H = 8 query heads over H_kv = 2 KV heads differs from the same "
+            f"attention with the KV heads repeated. {GQA_HINT}"
+        )
 
 
 def test_lengths_int64_broadcast_and_4d_query(seed):
@@ -136,8 +150,16 @@ def test_row_of_length_zero(seed):
     # other rows alone.
     q, k, v, lens = decode_inputs(2, 4, 2, 200, 64, [0, 150], seed=seed)
     out, lse = run_decode(q, k, v, lens)
-    check_against_reference(q, k, v, lens, out, lse, "a row of length 0",
-                            "Every split of a row of length 0 is empty: its combine sees only weights of 0.")
+    check_against_reference(
+        q,
+        k,
+        v,
+        lens,
+        out,
+        lse,
+        "a row of length 0",
+        "Every split of a row of length 0 is empty: its combine sees only weights of 0.",
+    )
 
 
 def test_large_logits(seed):
@@ -145,17 +167,22 @@ def test_large_logits(seed):
     out, lse = run_decode(q, k, v, lens)
     hint = "Subtract the running max inside exp2() and rescale the accumulator and the sum when it grows."
     expected, expected_lse = reference_decode(q, k, v, lens)
-    assert_close(out, expected, **TASK.tol("large_logits"), name="O with logits x30", layout="batch, head, dim",
-                 hint=hint)
-    assert_close(lse, expected_lse, **TASK.tol("large_logits_lse"), name="LSE with logits x30", layout="batch, head",
-                 hint=hint)
+    assert_close(
+        out, expected, **TASK.tol("large_logits"), name="O with logits x30", layout="batch, head, dim", hint=hint
+    )
+    assert_close(
+        lse, expected_lse, **TASK.tol("large_logits_lse"), name="LSE with logits x30", layout="batch, head", hint=hint
+    )
 
 
 def test_repeatable_bitwise(seed):
     q, k, v, lens = decode_inputs(2, 8, 2, 5000, 128, [4999, 2500], seed=seed)
-    assert_repeatable(lambda: kernels.decode_attention(q, k, v, lens), 10,
-                      "O or LSE changed between identical runs: a race (a missing __syncthreads?) or an "
-                      "order of additions that depends on timing")
+    assert_repeatable(
+        lambda: kernels.decode_attention(q, k, v, lens),
+        10,
+        "O or LSE changed between identical runs: a race (a missing __syncthreads?) or an "
+        "order of additions that depends on timing",
+    )
 
 
 def test_cuda_graph_replays_at_growing_lengths(seed):
@@ -191,15 +218,25 @@ def test_cuda_graph_replays_at_growing_lengths(seed):
         lse.fill_(SENTINEL)
         graph.replay()
         torch.cuda.synchronize()
-        check_against_reference(q, k_cache, v_cache, lengths, out, lse, f"graph replay at lengths {steps}",
-                                "The length must be read on the GPU at every launch (a graph replays the launch "
-                                "as captured: arguments computed on the host at capture time never change).")
+        check_against_reference(
+            q,
+            k_cache,
+            v_cache,
+            lengths,
+            out,
+            lse,
+            f"graph replay at lengths {steps}",
+            "The length must be read on the GPU at every launch (a graph replays the launch "
+            "as captured: arguments computed on the host at capture time never change).",
+        )
 
 
 def test_no_scores_in_local_memory():
     used, limit = local_memory_of("t6_decode_attention.cu", ("t6",))
-    assert used <= limit, (f"a kernel uses {used} bytes of local memory per thread (limit {limit}): keep a lane's "
-                           "scores and accumulators in registers (arrays indexed only by unrolled loop counters)")
+    assert used <= limit, (
+        f"a kernel uses {used} bytes of local memory per thread (limit {limit}): keep a lane's "
+        "scores and accumulators in registers (arrays indexed only by unrolled loop counters)"
+    )
 
 
 def test_todo_regions_are_device_code_only():

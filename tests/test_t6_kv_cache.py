@@ -30,10 +30,14 @@ from assignment.testing import SENTINEL, assert_close
 pytestmark = pytest.mark.t6
 TASK = load_registry().task("t6")
 LOGITS = TASK.tol("logits")
-WRITE_HINT = ("update(input_pos, k, v) writes k[:, :, t] at position input_pos[t] of the first B rows "
-              "(index_copy_ along dimension 2) and sets lengths[0] = input_pos[-1] + 1 on the cache's device.")
-DISPATCH_HINT = ("T == 1: kernels.decode_attention over the whole buffers with self.lengths (kv_len is None in a "
-                 "captured step); T > 1: kernels.flash_attention(causal=True) over positions 0 .. kv_len - 1.")
+WRITE_HINT = (
+    "update(input_pos, k, v) writes k[:, :, t] at position input_pos[t] of the first B rows "
+    "(index_copy_ along dimension 2) and sets lengths[0] = input_pos[-1] + 1 on the cache's device."
+)
+DISPATCH_HINT = (
+    "T == 1: kernels.decode_attention over the whole buffers with self.lengths (kv_len is None in a "
+    "captured step); T > 1: kernels.flash_attention(causal=True) over positions 0 .. kv_len - 1."
+)
 
 
 def cache_class():
@@ -60,36 +64,64 @@ def test_update_writes_at_the_given_positions_only(seed):
     positions = torch.tensor([5, 6, 7])
     k_all, v_all = cache.update(positions, k, v)
     for name, buffer, new in (("k_cache", cache.k_cache, k), ("v_cache", cache.v_cache, v)):
-        assert_close(buffer[:2, :, 5:8], new, atol=0, rtol=0, name=f"{name}[:2, :, 5:8] after writing positions 5..7",
-                     layout="row, KV head, position, dim", hint=WRITE_HINT)
+        assert_close(
+            buffer[:2, :, 5:8],
+            new,
+            atol=0,
+            rtol=0,
+            name=f"{name}[:2, :, 5:8] after writing positions 5..7",
+            layout="row, KV head, position, dim",
+            hint=WRITE_HINT,
+        )
         untouched = torch.ones_like(buffer, dtype=torch.bool)
         untouched[:2, :, 5:8] = False
         changed = torch.nonzero(untouched & (buffer != SENTINEL))
-        assert len(changed) == 0, (f"{name}: {len(changed)} elements outside rows 0..1, positions 5..7 changed, the "
-                                   f"first at (row, KV head, position, dim) {tuple(changed[0].tolist())}. {WRITE_HINT}")
-    assert isinstance(cache.lengths, torch.Tensor) and cache.lengths.shape == (1,) \
-        and cache.lengths.dtype in (torch.int32, torch.int64), \
-        "the cache keeps `lengths`, a (1,) int32/int64 tensor on its device: the decode kernel reads it there"
+        assert len(changed) == 0, (
+            f"{name}: {len(changed)} elements outside rows 0..1, positions 5..7 changed, the "
+            f"first at (row, KV head, position, dim) {tuple(changed[0].tolist())}. {WRITE_HINT}"
+        )
+    assert (
+        isinstance(cache.lengths, torch.Tensor)
+        and cache.lengths.shape == (1,)
+        and cache.lengths.dtype in (torch.int32, torch.int64)
+    ), "the cache keeps `lengths`, a (1,) int32/int64 tensor on its device: the decode kernel reads it there"
     assert int(cache.lengths[0]) == 8, f"lengths should be 8 after writing position 7, got {cache.lengths.tolist()}"
-    assert k_all.shape == (2, 2, 20, 8) and k_all.data_ptr() == cache.k_cache.data_ptr(), \
+    assert k_all.shape == (2, 2, 20, 8) and k_all.data_ptr() == cache.k_cache.data_ptr(), (
         "update returns the first B rows of the buffers themselves (views, not copies): (B, H_kv, L_max, d)"
-    assert v_all.shape == (2, 2, 20, 8) and v_all.data_ptr() == cache.v_cache.data_ptr(), \
+    )
+    assert v_all.shape == (2, 2, 20, 8) and v_all.data_ptr() == cache.v_cache.data_ptr(), (
         "update returns the first B rows of the buffers themselves (views, not copies): (B, H_kv, L_max, d)"
+    )
 
 
 @pytest.mark.cpu
 def test_single_token_writes_grow_the_length(seed):
     cache = new_cache(B_max=2, L_max=12)
     keys, values = kv(2, 2, 12, 8, seed)
-    cache.update(torch.arange(4), keys[:, :, :4], values[:, :, :4])      # a prompt
-    for p in range(4, 9):                                                # then one token at a time
-        cache.update(torch.tensor([p]), keys[:, :, p:p + 1], values[:, :, p:p + 1])
-        assert int(cache.lengths[0]) == p + 1, f"after writing position {p}: lengths {cache.lengths.tolist()}, " \
-                                               f"expected [{p + 1}]"
-    assert_close(cache.k_cache[:, :, :9], keys[:, :, :9], atol=0, rtol=0, name="k_cache[:, :, :9] after 4 + 5 writes",
-                 layout="row, KV head, position, dim", hint=WRITE_HINT)
-    assert_close(cache.v_cache[:, :, :9], values[:, :, :9], atol=0, rtol=0, name="v_cache[:, :, :9]",
-                 layout="row, KV head, position, dim", hint=WRITE_HINT)
+    cache.update(torch.arange(4), keys[:, :, :4], values[:, :, :4])  # a prompt
+    for p in range(4, 9):  # then one token at a time
+        cache.update(torch.tensor([p]), keys[:, :, p : p + 1], values[:, :, p : p + 1])
+        assert int(cache.lengths[0]) == p + 1, (
+            f"after writing position {p}: lengths {cache.lengths.tolist()}, expected [{p + 1}]"
+        )
+    assert_close(
+        cache.k_cache[:, :, :9],
+        keys[:, :, :9],
+        atol=0,
+        rtol=0,
+        name="k_cache[:, :, :9] after 4 + 5 writes",
+        layout="row, KV head, position, dim",
+        hint=WRITE_HINT,
+    )
+    assert_close(
+        cache.v_cache[:, :, :9],
+        values[:, :, :9],
+        atol=0,
+        rtol=0,
+        name="v_cache[:, :, :9]",
+        layout="row, KV head, position, dim",
+        hint=WRITE_HINT,
+    )
     assert bool((cache.k_cache[:, :, 9:] == SENTINEL).all()), "positions 9.. were never written but changed"
 
 
@@ -110,8 +142,9 @@ class StandInKernels:
         self.calls.append(("decode_workspace",))
         return _Workspace(q.shape[0], q.shape[1], q.shape[-1], q.device)
 
-    def decode_attention(self, q, k_cache, v_cache, lengths, scale=None, out=None, lse=None, workspace=None,
-                         num_splits=None):
+    def decode_attention(
+        self, q, k_cache, v_cache, lengths, scale=None, out=None, lse=None, workspace=None, num_splits=None
+    ):
         length = int(lengths[0])
         self.calls.append(("decode_attention", k_cache.shape[2], length))
         q4 = q if q.dim() == 4 else q[:, :, None]
@@ -142,26 +175,36 @@ def test_prefill_and_decode_go_to_their_kernels(stand_in, seed):
     keys, values = kv(B, H_kv, 9, d, seed)
     queries = torch.randn(B, H, 9, d, generator=gen)
     scale = 1 / math.sqrt(d)
-    steps = [(0, 5), (5, 6), (6, 7), (7, 9)]   # a prompt of 5, two decoded tokens, a second chunk of 2
+    steps = [(0, 5), (5, 6), (6, 7), (7, 9)]  # a prompt of 5, two decoded tokens, a second chunk of 2
     for first, last in steps:
         stand_in.calls.clear()
         pos = torch.arange(first, last)
-        out = cache.attend(queries[:, :, first:last], keys[:, :, first:last], values[:, :, first:last], pos, scale,
-                           last)
-        expected = reference_attention(queries[:, :, first:last].double(), keys[:, :, :last].double(),
-                                       values[:, :, :last].double(), scale)
+        out = cache.attend(
+            queries[:, :, first:last], keys[:, :, first:last], values[:, :, first:last], pos, scale, last
+        )
+        expected = reference_attention(
+            queries[:, :, first:last].double(), keys[:, :, :last].double(), values[:, :, :last].double(), scale
+        )
         kernel_calls = [c for c in stand_in.calls if c[0] != "decode_workspace"]
         T = last - first
         if T == 1:
             assert kernel_calls == [("decode_attention", L_max, last)], (
                 f"one token at position {first}: expected one decode_attention call over the whole buffers "
-                f"(L_max {L_max}) with lengths [{last}], got {kernel_calls}. {DISPATCH_HINT}")
+                f"(L_max {L_max}) with lengths [{last}], got {kernel_calls}. {DISPATCH_HINT}"
+            )
         else:
             assert kernel_calls == [("flash_attention", last, True)], (
                 f"a chunk of {T} tokens at positions {first}..{last - 1}: expected one causal flash_attention call "
-                f"over keys 0..{last - 1} ({last} keys), got {kernel_calls}. {DISPATCH_HINT}")
-        assert_close(out, expected, **TASK.tol("float32"), name=f"attention at positions {first}..{last - 1}",
-                     layout="row, head, token, dim", hint=DISPATCH_HINT)
+                f"over keys 0..{last - 1} ({last} keys), got {kernel_calls}. {DISPATCH_HINT}"
+            )
+        assert_close(
+            out,
+            expected,
+            **TASK.tol("float32"),
+            name=f"attention at positions {first}..{last - 1}",
+            layout="row, head, token, dim",
+            hint=DISPATCH_HINT,
+        )
 
 
 @pytest.mark.cpu
@@ -172,11 +215,19 @@ def test_decode_keeps_one_workspace(stand_in, seed):
     cache.attend(q[:, :, :3], keys[:, :, :3], values[:, :, :3], torch.arange(3), 0.3, 3)
     stand_in.calls.clear()
     for p in range(3, 6):
-        cache.attend(q[:, :, p:p + 1], keys[:, :, p:p + 1], values[:, :, p:p + 1], torch.tensor([p]), 0.3,
-                     None if p % 2 else p + 1)   # None: as in a captured step
+        cache.attend(
+            q[:, :, p : p + 1],
+            keys[:, :, p : p + 1],
+            values[:, :, p : p + 1],
+            torch.tensor([p]),
+            0.3,
+            None if p % 2 else p + 1,
+        )  # None: as in a captured step
     made = sum(1 for c in stand_in.calls if c[0] == "decode_workspace")
-    assert made <= 1, (f"{made} workspaces made over 3 decode steps: make it once and keep it (a CUDA graph replays "
-                       "the buffers it captured; a new one per step also costs an allocation per token)")
+    assert made <= 1, (
+        f"{made} workspaces made over 3 decode steps: make it once and keep it (a CUDA graph replays "
+        "the buffers it captured; a new one per step also costs an allocation per token)"
+    )
 
 
 # --------------------------------------------------------------------------- the model
@@ -186,12 +237,17 @@ def generate_and_compare(model, tokens: torch.Tensor, prompt: int, what: str) ->
     device = tokens.device
     logits = [model.prefill(tokens[:, :prompt], torch.arange(prompt, device=device))]
     for p in range(prompt, tokens.shape[1]):
-        logits.append(model.decode_one_token(tokens[:, p:p + 1], torch.tensor([p], device=device)))
+        logits.append(model.decode_one_token(tokens[:, p : p + 1], torch.tensor([p], device=device)))
     for i, step in enumerate(logits):
         position = prompt - 1 + i
-        assert_close(step, full[:, position], **LOGITS, name=f"{what}: logits at position {position}",
-                     layout="row, vocabulary id",
-                     hint="prefill, then decode at position p, must give the full pass's logits at p. " + WRITE_HINT)
+        assert_close(
+            step,
+            full[:, position],
+            **LOGITS,
+            name=f"{what}: logits at position {position}",
+            layout="row, vocabulary id",
+            hint="prefill, then decode at position p, must give the full pass's logits at p. " + WRITE_HINT,
+        )
 
 
 def reference_model_logits(model, tokens):
@@ -204,8 +260,9 @@ def reference_model_logits(model, tokens):
         model.attention_impl = saved
 
 
-def tiny_model(seed: int, device: str, batch: int, length: int, max_seq_len: int, attention_impl: str = "t6",
-               cache_cls=None):
+def tiny_model(
+    seed: int, device: str, batch: int, length: int, max_seq_len: int, attention_impl: str = "t6", cache_cls=None
+):
     """The llama-tiny preset with random weights, caches for ``batch`` rows of ``max_seq_len``, and random tokens."""
     model = random_model("llama-tiny", device=device, seed=seed, attention_impl=attention_impl)
     model.setup_caches(batch, max_seq_len, cache_cls=cache_cls)
@@ -235,9 +292,15 @@ def test_chunked_prefill_equals_one_prefill(seed):
         whole = model.prefill(tokens, torch.arange(260, device="cuda"))
         model.prefill(tokens[:, :100], torch.arange(100, device="cuda"))
         chunked = model.prefill(tokens[:, 100:], torch.arange(100, 260, device="cuda"))
-    assert_close(chunked, whole, **LOGITS, name="logits after prefilling 100 then 160 tokens", layout="row, id",
-                 hint="A second chunk attends to the cache so far plus itself: flash_attention over keys "
-                      "0 .. input_pos[-1], causal (bottom-right alignment).")
+    assert_close(
+        chunked,
+        whole,
+        **LOGITS,
+        name="logits after prefilling 100 then 160 tokens",
+        layout="row, id",
+        hint="A second chunk attends to the cache so far plus itself: flash_attention over keys "
+        "0 .. input_pos[-1], causal (bottom-right alignment).",
+    )
 
 
 @pytest.mark.gpu
@@ -246,14 +309,20 @@ def test_decode_step_replays_in_a_cuda_graph(seed):
 
     model, tokens = tiny_model(seed, "cuda", 1, 140, 200)
     with torch.no_grad():
-        runner = GraphDecoder(model)   # raises GraphCaptureError if the decode step syncs with the host
+        runner = GraphDecoder(model)  # raises GraphCaptureError if the decode step syncs with the host
         full = reference_model_logits(model, tokens)
         runner.prefill(tokens[:, :64], torch.arange(64, device="cuda"))
         for p in range(64, 140):
-            logits = runner.decode_one_token(tokens[:, p:p + 1], torch.tensor([p], device="cuda"))
-            assert_close(logits, full[:, p], **LOGITS, name=f"graph replay at position {p}", layout="row, id",
-                         hint="Replays repeat the captured launches: the length must come from a GPU tensor "
-                              "(self.lengths), never from a Python int computed at capture time.")
+            logits = runner.decode_one_token(tokens[:, p : p + 1], torch.tensor([p], device="cuda"))
+            assert_close(
+                logits,
+                full[:, p],
+                **LOGITS,
+                name=f"graph replay at position {p}",
+                layout="row, id",
+                hint="Replays repeat the captured launches: the length must come from a GPU tensor "
+                "(self.lengths), never from a Python int computed at capture time.",
+            )
 
 
 @pytest.mark.gpu
@@ -274,5 +343,7 @@ def test_shipped_checkpoint_generates_the_same_text():
                 out.append(int(nxt))
                 logits = model.decode_one_token(nxt, torch.tensor([p], device="cuda"))
         texts.append(out)
-    assert texts[1] == texts[0], ("greedy generation with the shipped checkpoint differs from the reference "
-                                  f"attention's:\n  reference {texts[0]}\n  yours     {texts[1]}")
+    assert texts[1] == texts[0], (
+        "greedy generation with the shipped checkpoint differs from the reference "
+        f"attention's:\n  reference {texts[0]}\n  yours     {texts[1]}"
+    )

@@ -94,16 +94,35 @@ def test_repetition_penalty_divides_positive_and_multiplies_negative_logits(devi
         out = student().apply_repetition_penalty(logits, previous, 2.0)
         assert torch.equal(logits, before), "apply_repetition_penalty modified its input: work on a copy"
         expected = logits_of([[1.0, -2.0, 0.5, 0.0, 3.0], [1.0, 1.0, -4.0, 4.0, -1.0]], device)
-        assert_close(out, expected, **TASK.tol("repetition_penalty"), name=f"repetition penalty 2.0 ({device})",
-                     layout=LAYOUT,
-                     hint="A logit z of a token seen before becomes z / 2 if z > 0, else z * 2, once per distinct "
-                          "token however often it was seen; unseen tokens keep their logits.")
+        assert_close(
+            out,
+            expected,
+            **TASK.tol("repetition_penalty"),
+            name=f"repetition penalty 2.0 ({device})",
+            layout=LAYOUT,
+            hint="A logit z of a token seen before becomes z / 2 if z > 0, else z * 2, once per distinct "
+            "token however often it was seen; unseen tokens keep their logits.",
+        )
         unchanged = student().apply_repetition_penalty(logits, previous, 1.0)
-        assert_close(unchanged, logits, atol=0, rtol=0, name="repetition penalty 1.0", layout=LAYOUT,
-                     hint="A penalty of 1 changes nothing.")
+        assert_close(
+            unchanged,
+            logits,
+            atol=0,
+            rtol=0,
+            name="repetition penalty 1.0",
+            layout=LAYOUT,
+            hint="A penalty of 1 changes nothing.",
+        )
         nothing_seen = student().apply_repetition_penalty(logits, previous[:, :0], 2.0)
-        assert_close(nothing_seen, logits, atol=0, rtol=0, name="repetition penalty, nothing seen", layout=LAYOUT,
-                     hint="An empty history (previous of shape (B, 0)) changes nothing.")
+        assert_close(
+            nothing_seen,
+            logits,
+            atol=0,
+            rtol=0,
+            name="repetition penalty, nothing seen",
+            layout=LAYOUT,
+            hint="An empty history (previous of shape (B, 0)) changes nothing.",
+        )
 
 
 def test_top_k_keeps_every_tie_at_the_kth_value(devices):
@@ -114,14 +133,30 @@ def test_top_k_keeps_every_tie_at_the_kth_value(devices):
         assert torch.equal(logits, before), "top_k_filter modified its input: return a new tensor"
         assert kept_ids(out) == [{1, 2, 5}, {0, 1}], (
             f"top_k_filter(k=2) kept {kept_ids(out)}; expected [{{1, 2, 5}}, {{0, 1}}]. Row 0 has three logits "
-            "tied at the 2nd largest value (3.0): keep every logit >= the k-th largest, ties included.")
-        expected = torch.where(torch.isin(torch.arange(6, device=device), torch.tensor([1, 2, 5], device=device)),
-                               logits[0], NEG_INF)
-        assert_close(out[0], expected, atol=0, rtol=0, name="top_k_filter(k=2) row 0", layout="token",
-                     hint="Kept logits keep their values; the others become -inf.")
+            "tied at the 2nd largest value (3.0): keep every logit >= the k-th largest, ties included."
+        )
+        expected = torch.where(
+            torch.isin(torch.arange(6, device=device), torch.tensor([1, 2, 5], device=device)), logits[0], NEG_INF
+        )
+        assert_close(
+            out[0],
+            expected,
+            atol=0,
+            rtol=0,
+            name="top_k_filter(k=2) row 0",
+            layout="token",
+            hint="Kept logits keep their values; the others become -inf.",
+        )
         for k in (6, 100):
-            assert_close(student().top_k_filter(logits, k), logits, atol=0, rtol=0, name=f"top_k_filter(k={k})",
-                         layout=LAYOUT, hint="k >= V keeps every logit.")
+            assert_close(
+                student().top_k_filter(logits, k),
+                logits,
+                atol=0,
+                rtol=0,
+                name=f"top_k_filter(k={k})",
+                layout=LAYOUT,
+                hint="k >= V keeps every logit.",
+            )
         expect_value_error("top_k_filter with k = 0 keeps nothing", student().top_k_filter, logits, 0)
 
 
@@ -137,9 +172,17 @@ def test_top_p_keeps_the_token_that_crosses_p(devices):
             assert kept_ids(out) == [expected], (
                 f"top_p_filter(p={p}) on probabilities {probs[0]} kept ids {sorted(kept_ids(out)[0])}; expected "
                 f"{sorted(expected)}. Sort by probability (most probable first) and keep a token while the mass of "
-                "the tokens before it is below p: the token that crosses p is kept, the most probable always is.")
-            assert_close(out[0, sorted(expected)], logits[0, sorted(expected)], atol=0, rtol=0,
-                         name=f"top_p_filter(p={p}) kept logits", layout="token", hint="Kept logits keep their values.")
+                "the tokens before it is below p: the token that crosses p is kept, the most probable always is."
+            )
+            assert_close(
+                out[0, sorted(expected)],
+                logits[0, sorted(expected)],
+                atol=0,
+                rtol=0,
+                name=f"top_p_filter(p={p}) kept logits",
+                layout="token",
+                hint="Kept logits keep their values.",
+            )
         assert torch.equal(logits, before), "top_p_filter modified its input: return a new tensor"
         for p in (0.0, -0.1, 1.5):
             expect_value_error(f"top_p_filter with p = {p} (0 < p <= 1)", student().top_p_filter, logits, p)
@@ -157,7 +200,8 @@ def test_top_p_stops_where_a_partial_sum_lands_exactly_on_p(devices):
                 assert len(ids) == count and ids <= possible[row], (
                     f"top_p_filter(p={p:g}) on four tokens of probability 1/4 kept ids {sorted(ids)} in row {row}; "
                     f"expected {count} of {sorted(possible[row])}. Keep the smallest set whose mass is >= p: when "
-                    "a partial sum equals p exactly, the set stops there (compare the mass *before* a token, < p).")
+                    "a partial sum equals p exactly, the set stops there (compare the mass *before* a token, < p)."
+                )
 
 
 def test_temperature_is_applied_before_top_p(devices):
@@ -165,37 +209,51 @@ def test_temperature_is_applied_before_top_p(devices):
     # T = 2 flattens it to [0.42, 0.32, 0.26]: three tokens are needed to reach p = 0.75.
     for device in devices:
         logits = log_probs([[0.5, 0.3, 0.2]], device)
-        for temperature, p, expected, wrong in ((0.5, 0.65, [1.0, 0.0, 0.0], "[0.74, 0.26, 0]"),
-                                                (2.0, 0.75, [0.4154, 0.3218, 0.2628], "[0.56, 0.44, 0]")):
+        for temperature, p, expected, wrong in (
+            (0.5, 0.65, [1.0, 0.0, 0.0], "[0.74, 0.26, 0]"),
+            (2.0, 0.75, [0.4154, 0.3218, 0.2628], "[0.56, 0.44, 0]"),
+        ):
             out = student().next_token_probs(logits, temperature, top_p=p)
-            assert_close(out, torch.tensor([expected], device=device), **TASK.tol("probs_by_hand"),
-                         name=f"next_token_probs(T={temperature}, top_p={p})", layout=LAYOUT,
-                         hint=f"Divide the logits by T first, then filter: filtering first gives {wrong}.")
+            assert_close(
+                out,
+                torch.tensor([expected], device=device),
+                **TASK.tol("probs_by_hand"),
+                name=f"next_token_probs(T={temperature}, top_p={p})",
+                layout=LAYOUT,
+                hint=f"Divide the logits by T first, then filter: filtering first gives {wrong}.",
+            )
 
 
 def test_top_p_works_on_what_top_k_left(devices):
     # After top-k = 2, [0.4, 0.3, 0.2, 0.1] becomes [0.57, 0.43]: the first token alone reaches p = 0.55.
     for device in devices:
         out = student().next_token_probs(log_probs([[0.4, 0.3, 0.2, 0.1]], device), 1.0, top_k=2, top_p=0.55)
-        assert_close(out, torch.tensor([[1.0, 0.0, 0.0, 0.0]], device=device), **TASK.tol("probs_by_hand"),
-                     name="next_token_probs(top_k=2, top_p=0.55)", layout=LAYOUT,
-                     hint="Apply top-p to the distribution top-k left (renormalised), not to the original one: "
-                          "the other order gives [0.57, 0.43, 0, 0].")
+        assert_close(
+            out,
+            torch.tensor([[1.0, 0.0, 0.0, 0.0]], device=device),
+            **TASK.tol("probs_by_hand"),
+            name="next_token_probs(top_k=2, top_p=0.55)",
+            layout=LAYOUT,
+            hint="Apply top-p to the distribution top-k left (renormalised), not to the original one: "
+            "the other order gives [0.57, 0.43, 0, 0].",
+        )
 
 
-@pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, None, None), (0.7, 10, None), (1.3, None, 0.9),
-                                                      (0.8, 20, 0.8), (2.0, 1, None), (0.5, 60, 0.999)])
+@pytest.mark.parametrize(
+    "temperature, top_k, top_p",
+    [(1.0, None, None), (0.7, 10, None), (1.3, None, 0.9), (0.8, 20, 0.8), (2.0, 1, None), (0.5, 60, 0.999)],
+)
 def test_next_token_probs_match_the_definition(temperature, top_k, top_p, seed, devices):
     logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(seed)) * 3
     expected = reference_probs(logits, temperature, top_k, top_p)
     for device in devices:
         out = student().next_token_probs(logits.to(device), temperature, top_k, top_p)
         assert out.dtype == torch.float32, f"next_token_probs must return float32, got {out.dtype}"
-        assert_close(out, expected, **TOL, name=f"next_token_probs ({device})", layout=LAYOUT,
-                     hint=TASK.hint)
+        assert_close(out, expected, **TOL, name=f"next_token_probs ({device})", layout=LAYOUT, hint=TASK.hint)
         sums = out.double().sum(dim=-1)
         assert torch.allclose(sums, torch.ones_like(sums), **TASK.tol("probs_sum")), (
-            f"rows of next_token_probs sum to {sums.tolist()}: renormalise over the tokens left after filtering")
+            f"rows of next_token_probs sum to {sums.tolist()}: renormalise over the tokens left after filtering"
+        )
     expect_value_error("next_token_probs with temperature 0", student().next_token_probs, logits, 0.0)
 
 
@@ -204,10 +262,12 @@ def test_greedy_picks_the_first_maximum(devices):
         logits = logits_of([[1.0, 3.0, 3.0, 2.0], [0.0, -1.0, 5.0, 5.0], [-3.0, -2.0, -2.5, -9.0]], device)
         tokens = student().sample_next_token(logits, temperature=0.0, top_k=2, top_p=0.5)
         assert tokens.dtype == torch.long and tuple(tokens.shape) == (3,), (
-            f"sample_next_token must return a (B,) long tensor, got {tokens.dtype} of shape {tuple(tokens.shape)}")
+            f"sample_next_token must return a (B,) long tensor, got {tokens.dtype} of shape {tuple(tokens.shape)}"
+        )
         assert tokens.tolist() == [1, 2, 1], (
             f"greedy (temperature 0) picked {tokens.tolist()}; expected [1, 2, 1]: the index of each row's maximum, "
-            "the first one when several tie (torch.argmax does that)")
+            "the first one when several tie (torch.argmax does that)"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -234,8 +294,9 @@ def chi_square(counts: torch.Tensor, expected: torch.Tensor) -> tuple[float, int
     return float(((counts - expected) ** 2 / expected).sum()), len(counts) - 1
 
 
-@pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, None, None), (0.6, 6, None), (1.5, None, 0.8),
-                                                      (0.9, 8, 0.9)])
+@pytest.mark.parametrize(
+    "temperature, top_k, top_p", [(1.0, None, None), (0.6, 6, None), (1.5, None, 0.8), (0.9, 8, 0.9)]
+)
 def test_sampling_frequencies_match_the_distribution(temperature, top_k, top_p, seed, devices):
     """40,000 draws from one batched call, against the exact distribution: a chi-square test at
     false-alarm rate FALSE_ALARM_RATE, and no draw ever of a token the filters removed."""
@@ -252,7 +313,8 @@ def test_sampling_frequencies_match_the_distribution(temperature, top_k, top_p, 
         drawn_removed = torch.nonzero(removed & (counts > 0)).flatten().tolist()
         assert not drawn_removed, (
             f"drew tokens the filters removed ({device}): ids {drawn_removed} have probability 0. Draw from "
-            "next_token_probs(...), not from the softmax of the raw logits.")
+            "next_token_probs(...), not from the softmax of the raw logits."
+        )
         statistic, dof = chi_square(counts[~removed], draws * probs[~removed])
         critical = chi_square_critical(dof, FALSE_ALARM_RATE)
         observed = (counts / draws).tolist()
@@ -261,7 +323,8 @@ def test_sampling_frequencies_match_the_distribution(temperature, top_k, top_p, 
             f"top_p={top_p}): chi-square {statistic:.1f} > {critical:.1f} ({dof} degrees of freedom, false-alarm "
             f"rate {FALSE_ALARM_RATE:g}).\n  observed {[round(f, 4) for f in observed]}\n  expected "
             f"{[round(float(q), 4) for q in probs]}\nDraw one token per row with torch.multinomial(probs, 1, "
-            "generator=generator) from next_token_probs(...).")
+            "generator=generator) from next_token_probs(...)."
+        )
 
 
 def draw_with_seed(logits: torch.Tensor, seed: int) -> torch.Tensor:
@@ -274,9 +337,11 @@ def test_same_generator_seed_same_draws(devices):
     for device in devices:
         on_device = logits.to(device)
         assert torch.equal(draw_with_seed(on_device, 7), draw_with_seed(on_device, 7)), (
-            "two calls with generators seeded alike drew different tokens: pass the generator to torch.multinomial")
+            "two calls with generators seeded alike drew different tokens: pass the generator to torch.multinomial"
+        )
         assert not torch.equal(draw_with_seed(on_device, 7), draw_with_seed(on_device, 8)), (
-            "generators with different seeds drew the same 500 tokens")
+            "generators with different seeds drew the same 500 tokens"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -290,8 +355,9 @@ def penalised(logits: torch.Tensor, history: list[int], penalty: float) -> torch
     return logits
 
 
-def greedy_reference(model: ScriptedModel, prompt: list[int], count: int, penalty: float = 1.0,
-                     stop_tokens=()) -> list[int]:
+def greedy_reference(
+    model: ScriptedModel, prompt: list[int], count: int, penalty: float = 1.0, stop_tokens=()
+) -> list[int]:
     """The greedy continuation computed from ``model.logits_for`` (no cache, no calls logged)."""
     history, out = list(prompt), []
     for _ in range(count):
@@ -334,7 +400,8 @@ def test_greedy_generation_follows_the_model(shape, seed, devices):
         assert got == expected, (
             f"greedy generation ({device}) differs from the model's greedy continuation: "
             f"{first_difference(got, expected)}.\n{show_calls(model)}\nPrefill the prompt once at positions 0..T-1, "
-            "then feed each token back with decode_one_token at position T + k.")
+            "then feed each token back with decode_one_token at position T + k."
+        )
 
 
 def test_calls_prefill_once_then_decode_at_the_next_positions(seed):
@@ -348,22 +415,28 @@ def test_calls_prefill_once_then_decode_at_the_next_positions(seed):
     assert model.calls == expected, (
         f"{show_calls(model, 8)}\nexpected one prefill of the prompt at positions 0..4, then one decode per "
         "generated token at positions 5, 6, ... feeding the token just drawn; the last token is not fed back "
-        "(nothing comes after it).")
+        "(nothing comes after it)."
+    )
 
 
 def test_repetition_penalty_covers_the_prompt_and_the_generated_tokens(devices):
     # A model (seed) whose favourite first token is in the prompt: penalising the generated tokens alone
     # gets the very first token wrong. Eight tokens, so repeats happen within a few steps.
     prompt = [1, 6, 2, 5, 1]
-    model_seed = next(s for s in range(200) if greedy_reference(ScriptedModel(8, seed=s), prompt, 1, 1.5)
-                      != greedy_reference(ScriptedModel(8, seed=s), prompt, 1))
+    model_seed = next(
+        s
+        for s in range(200)
+        if greedy_reference(ScriptedModel(8, seed=s), prompt, 1, 1.5)
+        != greedy_reference(ScriptedModel(8, seed=s), prompt, 1)
+    )
     for device in devices:
         model = ScriptedModel(vocab_size=8, seed=model_seed, device=device)
         expected = greedy_reference(model, prompt, 20, penalty=1.5)
         got = student().generate(model, prompt, 20, temperature=0.0, repetition_penalty=1.5)
         assert got == expected, (
             f"greedy generation with repetition_penalty=1.5 ({device}): {first_difference(got, expected)}. Before "
-            "each draw, penalise every distinct token of the prompt and of the tokens generated so far.")
+            "each draw, penalise every distinct token of the prompt and of the tokens generated so far."
+        )
 
 
 def test_stop_token_ends_generation_and_is_neither_returned_nor_fed(seed):
@@ -375,10 +448,12 @@ def test_stop_token_ends_generation_and_is_neither_returned_nor_fed(seed):
     got = student().generate(model, prompt, 30, temperature=0.0, stop_tokens=(63 if stop != 63 else 62, stop))
     assert got == plain[:cut], (
         f"with stop token {stop}, generation returned {got}; expected {plain[:cut]} (everything before the first "
-        "time the stop token is drawn, without it)")
+        "time the stop token is drawn, without it)"
+    )
     fed = [c["tokens"][0] for c in model.calls if c["op"] == "decode"]
     assert stop not in fed and len(model.calls) == 1 + cut, (
-        f"{show_calls(model, 8)}\nthe stop token must end the loop at once: it is never fed to the model")
+        f"{show_calls(model, 8)}\nthe stop token must end the loop at once: it is never fed to the model"
+    )
 
 
 def test_max_new_tokens_is_exact(seed):
@@ -394,9 +469,15 @@ def test_arguments_that_cannot_work_raise_value_error():
     prompt = list(range(10))
     assert len(student().generate(model, prompt, 6, temperature=0.0)) == 6, (
         "10 prompt tokens + 6 new ones fill a cache of 16 positions exactly (the last token is never fed back): "
-        "that must work")
-    expect_value_error("10 prompt tokens + 7 new ones do not fit in max_seq_len = 16; check before calling the model",
-                       student().generate, ScriptedModel(32, max_seq_len=16), prompt, 7)
+        "that must work"
+    )
+    expect_value_error(
+        "10 prompt tokens + 7 new ones do not fit in max_seq_len = 16; check before calling the model",
+        student().generate,
+        ScriptedModel(32, max_seq_len=16),
+        prompt,
+        7,
+    )
     expect_value_error("an empty prompt", student().generate, ScriptedModel(32), [], 5)
     expect_value_error("max_new_tokens = -1", student().generate, ScriptedModel(32), prompt, -1)
     expect_value_error("temperature = -0.5", student().generate, ScriptedModel(32), prompt, 5, temperature=-0.5)
@@ -415,38 +496,54 @@ def reference_sampled_generation(model: ScriptedModel, prompt: list[int], count:
     return out
 
 
-@pytest.mark.parametrize("sampling", [{"temperature": 1.0}, {"temperature": 0.7, "top_k": 12, "top_p": 0.9},
-                                      {"temperature": 1.2, "top_p": 0.8, "repetition_penalty": 1.3}],
-                         ids=["T1", "T0.7_k12_p0.9", "T1.2_p0.8_penalty1.3"])
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        {"temperature": 1.0},
+        {"temperature": 0.7, "top_k": 12, "top_p": 0.9},
+        {"temperature": 1.2, "top_p": 0.8, "repetition_penalty": 1.3},
+    ],
+    ids=["T1", "T0.7_k12_p0.9", "T1.2_p0.8_penalty1.3"],
+)
 @pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
 def test_sampled_generation_matches_the_reference_loop_draw_for_draw(shape, sampling, seed, devices):
     prompt = random_prompt(shape, seed)
     for device in devices:
-        expected = reference_sampled_generation(ScriptedModel(shape["vocab"], seed=seed, device=device), prompt,
-                                                shape["new"], seed, **sampling)
+        expected = reference_sampled_generation(
+            ScriptedModel(shape["vocab"], seed=seed, device=device), prompt, shape["new"], seed, **sampling
+        )
         generator = torch.Generator(device=device).manual_seed(seed)
-        got = student().generate(ScriptedModel(shape["vocab"], seed=seed, device=device), prompt, shape["new"],
-                                 generator=generator, **sampling)
+        got = student().generate(
+            ScriptedModel(shape["vocab"], seed=seed, device=device),
+            prompt,
+            shape["new"],
+            generator=generator,
+            **sampling,
+        )
         assert got == expected, (
             f"sampled generation ({device}, {sampling}) differs from the reference loop with the same seed: "
             f"{first_difference(got, expected)}. Each step: the penalty over prompt + tokens so far, then one "
             "torch.multinomial(next_token_probs(...), 1, generator=generator) draw, with every sampling argument "
-            "passed on.")
+            "passed on."
+        )
 
 
 def generate_with_seed(device: str, seed: int) -> list[int]:
     generator = torch.Generator(device=device).manual_seed(seed)
-    return student().generate(ScriptedModel(64, seed=3, device=device), [1, 2], 30, temperature=1.0, top_p=0.95,
-                              generator=generator)
+    return student().generate(
+        ScriptedModel(64, seed=3, device=device), [1, 2], 30, temperature=1.0, top_p=0.95, generator=generator
+    )
 
 
 def test_same_seed_same_text_and_different_seeds_differ(devices):
     for device in devices:
         first = generate_with_seed(device, 100)
         assert generate_with_seed(device, 100) == first, (
-            f"two generations with generators seeded alike differ ({device})")
+            f"two generations with generators seeded alike differ ({device})"
+        )
         assert generate_with_seed(device, 101) != first, (
-            f"generators seeded 100 and 101 generated the same 30 tokens ({device})")
+            f"generators seeded 100 and 101 generated the same 30 tokens ({device})"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -486,16 +583,27 @@ def test_stream_yields_whole_characters_that_join_to_the_text(devices):
     tokenizer = ByteTokenizer()
     prompt = tokenizer.encode("Say:")
     for device in devices:
-        pieces = list(student().stream(ByteWritingModel(UNICODE_TEXT.encode(), device), tokenizer, prompt, 64,
-                                       temperature=0.0, stop_tokens=tokenizer.stop_ids))
+        pieces = list(
+            student().stream(
+                ByteWritingModel(UNICODE_TEXT.encode(), device),
+                tokenizer,
+                prompt,
+                64,
+                temperature=0.0,
+                stop_tokens=tokenizer.stop_ids,
+            )
+        )
         assert "".join(pieces) == UNICODE_TEXT, (
-            f"the streamed pieces {pieces} join to {''.join(pieces)!r}, expected {UNICODE_TEXT!r}")
+            f"the streamed pieces {pieces} join to {''.join(pieces)!r}, expected {UNICODE_TEXT!r}"
+        )
         broken = [piece for piece in pieces if "\ufffd" in piece]
         assert not broken, (
             f"pieces {broken} contain U+FFFD: a token ended inside a multi-byte character. Hold the text back "
-            "while it ends in U+FFFD and yield it once a later token completes the character.")
-        generated = student().generate(ByteWritingModel(UNICODE_TEXT.encode(), device), prompt, 64, temperature=0.0,
-                                       stop_tokens=tokenizer.stop_ids)
+            "while it ends in U+FFFD and yield it once a later token completes the character."
+        )
+        generated = student().generate(
+            ByteWritingModel(UNICODE_TEXT.encode(), device), prompt, 64, temperature=0.0, stop_tokens=tokenizer.stop_ids
+        )
         assert tokenizer.decode(generated) == UNICODE_TEXT, f"generate decoded to {tokenizer.decode(generated)!r}"
 
 
@@ -503,11 +611,20 @@ def test_stream_flushes_an_incomplete_last_character():
     # The text stops one byte short of the cup of coffee: the held-back bytes must still come out at the end.
     tokenizer = ByteTokenizer()
     truncated = "ok ☕".encode()[:-1]
-    pieces = list(student().stream(ByteWritingModel(truncated), tokenizer, tokenizer.encode("Say:"), 64,
-                                   temperature=0.0, stop_tokens=tokenizer.stop_ids))
+    pieces = list(
+        student().stream(
+            ByteWritingModel(truncated),
+            tokenizer,
+            tokenizer.encode("Say:"),
+            64,
+            temperature=0.0,
+            stop_tokens=tokenizer.stop_ids,
+        )
+    )
     assert "".join(pieces) == tokenizer.decode(list(truncated)) == "ok \ufffd", (
         f"the streamed pieces {pieces} should join to 'ok \\ufffd', what tokenizer.decode gives for the whole "
-        "output: after the last token, yield whatever is still held back")
+        "output: after the last token, yield whatever is still held back"
+    )
 
 
 def test_stream_yields_each_character_as_soon_as_it_is_complete():
@@ -527,7 +644,8 @@ def test_stream_yields_each_character_as_soon_as_it_is_complete():
             f"the piece {piece!r} arrived after {steps} model calls, but its first character was complete after "
             f"call {due - 1}: stream must yield while generating, each character as soon as it is complete, not "
             "when the loop is over or after more text (iterate over the tokens as they are drawn: a generator "
-            "function that yields)")
+            "function that yields)"
+        )
         text += piece
 
 
@@ -536,8 +654,13 @@ def byte_model(seed: int, device: str) -> ScriptedModel:
 
 
 def byte_sampling(top_p: float | None, seed: int, device: str) -> dict:
-    return {"temperature": 1.0, "top_p": top_p, "repetition_penalty": 1.1, "stop_tokens": ByteTokenizer.stop_ids,
-            "generator": torch.Generator(device=device).manual_seed(seed)}
+    return {
+        "temperature": 1.0,
+        "top_p": top_p,
+        "repetition_penalty": 1.1,
+        "stop_tokens": ByteTokenizer.stop_ids,
+        "generator": torch.Generator(device=device).manual_seed(seed),
+    }
 
 
 @pytest.mark.parametrize("top_p", [None, 0.9])
@@ -546,14 +669,17 @@ def test_stream_equals_generate_with_the_same_seed(top_p, seed, devices):
     tokenizer = ByteTokenizer()
     prompt = tokenizer.encode("Once upon a time")
     for device in devices:
-        pieces = list(student().stream(byte_model(seed, device), tokenizer, prompt, 200,
-                                       **byte_sampling(top_p, seed, device)))
-        expected = tokenizer.decode(student().generate(byte_model(seed, device), prompt, 200,
-                                                       **byte_sampling(top_p, seed, device)))
+        pieces = list(
+            student().stream(byte_model(seed, device), tokenizer, prompt, 200, **byte_sampling(top_p, seed, device))
+        )
+        expected = tokenizer.decode(
+            student().generate(byte_model(seed, device), prompt, 200, **byte_sampling(top_p, seed, device))
+        )
         assert "".join(pieces) == expected, (
             f"''.join(stream(...)) differs from tokenizer.decode(generate(...)) with the same seed ({device}):\n"
             f"  stream:   {''.join(pieces)!r}\n  generate: {expected!r}\nDecode the generated tokens (not the "
-            "prompt), pass every sampling argument on, and yield what is left at the end.")
+            "prompt), pass every sampling argument on, and yield what is left at the end."
+        )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -581,14 +707,15 @@ def check_greedy_against_recomputation(model, prompt: list[int], tokens: list[in
     """Each greedy token is the arg-max of the logits at its position in one plain causal pass over the prompt and
     the tokens (no cache at all), up to the first near tie, where rounding may rightly pick either."""
     everything = torch.tensor([prompt + tokens], device=model.device)
-    logits = model(everything)[0, len(prompt) - 1:]  # row i: the logits that chose token i
+    logits = model(everything)[0, len(prompt) - 1 :]  # row i: the logits that chose token i
     for i, token in enumerate(tokens):
         best, runner_up = torch.topk(logits[i], 2).values.tolist()
         if best - runner_up < 1e-3:
             return
         assert token == int(torch.argmax(logits[i])), (
             f"greedy token {i} on the kit's model ({device}) is {token}, but the model's logits for the prompt and the "
-            f"tokens before it pick {int(torch.argmax(logits[i]))}: check the positions and the tokens you feed back")
+            f"tokens before it pick {int(torch.argmax(logits[i]))}: check the positions and the tokens you feed back"
+        )
 
 
 def test_generation_on_the_shipped_model(devices):
@@ -600,7 +727,8 @@ def test_generation_on_the_shipped_model(devices):
         tokens = student().generate(model, prompt, 24, temperature=0.0, stop_tokens=stops)
         assert len(tokens) <= 24 and all(0 <= t < model.vocab_size and t not in stops for t in tokens), (
             f"greedy generation on the kit's model ({device}) returned {tokens}: at most 24 ids of the vocabulary, "
-            "and no stop token")
+            "and no stop token"
+        )
         check_greedy_against_recomputation(model, prompt, tokens, device)
 
         sampling = {"temperature": 0.8, "top_p": 0.9, "stop_tokens": stops}
@@ -608,7 +736,8 @@ def test_generation_on_the_shipped_model(devices):
         streamed = "".join(student().stream(model, tokenizer, prompt, 16, generator=seeded(device), **sampling))
         assert streamed == text, (
             f"stream and generate disagree on the kit's model ({device}):\n  stream:   {streamed!r}\n"
-            f"  generate: {text!r}")
+            f"  generate: {text!r}"
+        )
         again = tokenizer.decode(student().generate(model, prompt, 16, generator=seeded(device), **sampling))
         assert again == text, f"the same seed gave another text on the kit's model ({device})"
 

@@ -47,8 +47,8 @@ SOLUTIONS_DIR = REPO_ROOT / "solutions"
 BUNDLE_KIT_DIR = PACKAGE_DIR / "kit"  # a student bundle's copy of the kit's CUDA files (the starter as shipped)
 # Where the kit's own sources live: only these are ever built into a shared library.
 KIT_SOURCE_ROOTS = (SOLUTIONS_DIR, REPO_ROOT / "assignment")
-NVCC_FLAGS = ("-O3", "-std=c++17", "-lineinfo")   # every build of a task's file: optimised, with line numbers
-MODULE_FLAGS = ("-cubin",)                        # the device module: device code only
+NVCC_FLAGS = ("-O3", "-std=c++17", "-lineinfo")  # every build of a task's file: optimised, with line numbers
+MODULE_FLAGS = ("-cubin",)  # the device module: device code only
 LIBRARY_FLAGS = ("-Xcompiler", "-fPIC", "-shared")  # the host library
 CHECK_ARCHS = ("sm_80", "sm_90")
 SOURCE_RULES_SETTING = "KIT_CUDA_SOURCE_RULES"  # 0: build without the region rules (the grader's own fixtures)
@@ -84,7 +84,7 @@ class Diagnostic:
 
 @dataclass(frozen=True)
 class BuildResult:
-    path: Path        # the .cubin (a device module) or the .so (a host library)
+    path: Path  # the .cubin (a device module) or the .so (a host library)
     arch: str
     seconds: float
     cached: bool
@@ -111,8 +111,11 @@ def nvcc_real_path() -> str:
     """nvcc itself (a wrapper script on PATH resolved to the toolkit's binary): what the sandbox runs, and whose
     toolkit it mounts."""
     nvcc_version()
-    dry = subprocess.run([nvcc_path(), "--dryrun", "-cubin", "-arch=sm_80", "-x", "cu", os.devnull, "-o", os.devnull],
-                         capture_output=True, text=True)
+    dry = subprocess.run(
+        [nvcc_path(), "--dryrun", "-cubin", "-arch=sm_80", "-x", "cu", os.devnull, "-o", os.devnull],
+        capture_output=True,
+        text=True,
+    )
     for line in (dry.stdout + dry.stderr).splitlines():  # "#$ _HERE_=/usr/local/cuda-13.0/bin"
         if line.startswith("#$ _HERE_="):
             candidate = Path(line.split("=", 1)[1].strip()) / "nvcc"
@@ -138,7 +141,9 @@ def detect_arch() -> str:
     import torch
 
     if not torch.cuda.is_available():
-        raise CudaToolkitError("no CUDA GPU visible to PyTorch; set KIT_CUDA_ARCH=sm_90 (for example) to compile without one")
+        raise CudaToolkitError(
+            "no CUDA GPU visible to PyTorch; set KIT_CUDA_ARCH=sm_90 (for example) to compile without one"
+        )
     major, minor = torch.cuda.get_device_capability()
     return f"sm_{major}{minor}"
 
@@ -154,8 +159,7 @@ def module_flags(device_printf: bool | None = None) -> tuple[str, ...]:
 def module_command(source: str, output: str, arch: str, include: str, flags: tuple[str, ...]) -> list[str]:
     """nvcc for a device module (``flags``: module_flags()): ``source`` to a cubin for ``arch``, nothing for the
     host."""
-    return [nvcc_real_path(), *NVCC_FLAGS, *flags, f"-arch={normalize_arch(arch)}", "-I", include, "-o", output,
-            source]
+    return [nvcc_real_path(), *NVCC_FLAGS, *flags, f"-arch={normalize_arch(arch)}", "-I", include, "-o", output, source]
 
 
 def preprocess_arch() -> str:
@@ -169,8 +173,18 @@ def preprocess_arch() -> str:
 
 def library_command(source: Path, output: Path, arch: str) -> list[str]:
     number = normalize_arch(arch).removeprefix("sm_")
-    return [nvcc_path() or "nvcc", *NVCC_FLAGS, *LIBRARY_FLAGS, "-I", str(INCLUDE_DIR),
-            "-gencode", f"arch=compute_{number},code=sm_{number}", "-o", str(output), str(source)]
+    return [
+        nvcc_path() or "nvcc",
+        *NVCC_FLAGS,
+        *LIBRARY_FLAGS,
+        "-I",
+        str(INCLUDE_DIR),
+        "-gencode",
+        f"arch=compute_{number},code=sm_{number}",
+        "-o",
+        str(output),
+        str(source),
+    ]
 
 
 # --------------------------------------------------------------------------- where the kit's own files are
@@ -202,8 +216,14 @@ def cache_dir(source: Path | None = None) -> Path:
     return base / "cuda"
 
 
-def cache_key(source_text: str, arch: str, *, flags: tuple[str, ...] = NVCC_FLAGS,
-              header_text: str | None = None, compiler: str | None = None) -> str:
+def cache_key(
+    source_text: str,
+    arch: str,
+    *,
+    flags: tuple[str, ...] = NVCC_FLAGS,
+    header_text: str | None = None,
+    compiler: str | None = None,
+) -> str:
     """Content hash of everything that changes a build."""
     header_text = KIT_HEADER.read_text(encoding="utf-8") if header_text is None else header_text
     compiler = nvcc_version() if compiler is None else compiler
@@ -224,8 +244,12 @@ def module_path(source: Path, arch: str, key: str, cache: Path | None = None) ->
 
 # --------------------------------------------------------------------------- compile errors
 
-_NVCC_DIAG = re.compile(r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\): (?P<sev>error|warning|catastrophic error)[^:]*: (?P<msg>.*)$")
-_GCC_DIAG = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?:\d+:)? (?P<sev>error|fatal error|warning): (?P<msg>.*)$")
+_NVCC_DIAG = re.compile(
+    r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\): (?P<sev>error|warning|catastrophic error)[^:]*: (?P<msg>.*)$"
+)
+_GCC_DIAG = re.compile(
+    r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?:\d+:)? (?P<sev>error|fatal error|warning): (?P<msg>.*)$"
+)
 
 
 def parse_nvcc_output(output: str) -> list[Diagnostic]:
@@ -278,15 +302,25 @@ def _target_lock(target: Path) -> threading.Lock:
         return _build_locks.setdefault(target, threading.Lock())
 
 
-def build_library(source: Path | str, arch: str | None = None, *, use_cache: bool = True, quiet: bool = False,
-                  cache: Path | None = None, timeout_s: float | None = None, trusted: bool = False) -> BuildResult:
+def build_library(
+    source: Path | str,
+    arch: str | None = None,
+    *,
+    use_cache: bool = True,
+    quiet: bool = False,
+    cache: Path | None = None,
+    timeout_s: float | None = None,
+    trusted: bool = False,
+) -> BuildResult:
     """Compile the kit's ``source`` into a shared library for ``arch`` (cached). Refuses any file outside the
     kit's sources: a student's code becomes a device module (``build_module``), never a library. ``trusted``:
     an instructor's variant of a kit file kept elsewhere (an experiment; never a submission)."""
     source = Path(source).resolve()
     if not trusted and not is_kit_source(source):
-        raise CudaToolkitError(f"{source} is not one of the kit's sources: only the kit's own code is built into a "
-                               "shared library (a student's file is compiled to device code by build_module)")
+        raise CudaToolkitError(
+            f"{source} is not one of the kit's sources: only the kit's own code is built into a "
+            "shared library (a student's file is compiled to device code by build_module)"
+        )
     arch = normalize_arch(arch) if arch else detect_arch()
     text = source.read_text(encoding="utf-8")
     key = cache_key(text, arch, flags=NVCC_FLAGS + LIBRARY_FLAGS)
@@ -302,11 +336,13 @@ def build_library(source: Path | str, arch: str | None = None, *, use_cache: boo
         start = time.perf_counter()
         try:
             try:
-                proc = subprocess.run(library_command(source, tmp, arch), capture_output=True, text=True,
-                                      timeout=timeout_s)
+                proc = subprocess.run(
+                    library_command(source, tmp, arch), capture_output=True, text=True, timeout=timeout_s
+                )
             except subprocess.TimeoutExpired:
-                raise CudaCompileError(f"{source}: nvcc took longer than {timeout_s:.0f} s", source, [],
-                                       "(timed out)") from None
+                raise CudaCompileError(
+                    f"{source}: nvcc took longer than {timeout_s:.0f} s", source, [], "(timed out)"
+                ) from None
             if proc.returncode != 0:
                 message, diagnostics = format_compile_error(source, proc.stderr + proc.stdout, arch)
                 raise CudaCompileError(message, source, diagnostics, proc.stderr + proc.stdout)
@@ -367,11 +403,21 @@ def read_student_text(source: Path) -> str:
     return text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
 
 
-def build_module(source: Path | str, arch: str | None = None, *, kit: Path | None = None, use_cache: bool = True,
-                 quiet: bool = False, cache: Path | None = None, kit_cache: Path | None = None,
-                 limits: confine.CompileLimits = confine.DEFAULT_LIMITS, source_rules: bool | None = None,
-                 tasks: tuple[str, ...] | None = None, device_printf: bool | None = None,
-                 reuse_kit_build: bool = False) -> ModuleBuild:
+def build_module(
+    source: Path | str,
+    arch: str | None = None,
+    *,
+    kit: Path | None = None,
+    use_cache: bool = True,
+    quiet: bool = False,
+    cache: Path | None = None,
+    kit_cache: Path | None = None,
+    limits: confine.CompileLimits = confine.DEFAULT_LIMITS,
+    source_rules: bool | None = None,
+    tasks: tuple[str, ...] | None = None,
+    device_printf: bool | None = None,
+    reuse_kit_build: bool = False,
+) -> ModuleBuild:
     """The device module of a student's CUDA file: its TODO regions (of ``tasks``; all by default) spliced into the
     kit's copy of the file (``kit``: ``kit_source`` of its name by default), checked by the region rules on the
     compiler's reading, compiled to a cubin in the compile sandbox (printf compiled out where ``device_printf`` is False:
@@ -402,29 +448,55 @@ def build_module(source: Path | str, arch: str | None = None, *, kit: Path | Non
         if use_cache and target.is_file():  # a module is written only after every check passed
             return ModuleBuild(target, arch, 0.0, True, kit=kit)
         own = source == kit  # the kit's own file (make check-cuda): every line is the file's to quote
-        reference = None if own else build_module(kit, arch, kit=kit, quiet=True, cache=kit_cache, limits=limits,
-                                                  device_printf=device_printf)
+        reference = (
+            None
+            if own
+            else build_module(
+                kit, arch, kit=kit, quiet=True, cache=kit_cache, limits=limits, device_printf=device_printf
+            )
+        )
         if reuse_kit_build and reference is not None and reference.path.name == target.name:
             # The same text, flags and compiler as the kit's own build: that build is this module.
             _copy_into(reference.path, target)
             return ModuleBuild(target, arch, 0.0, True, kit=kit)
-        problems = rules.check(spliced.regions, spliced.text, spliced.spans, source.name, arch, spliced.origin,
-                               limits=limits) if source_rules else []
+        problems = (
+            rules.check(spliced.regions, spliced.text, spliced.spans, source.name, arch, spliced.origin, limits=limits)
+            if source_rules
+            else []
+        )
         if problems:
             raise regions.problems_error(source.name, problems)
         if own:
             spliced.origin = list(range(1, spliced.text.count("\n") + 2))
-        result = _compile_module(source, spliced, student_text if not own else spliced.text, target, arch, flags,
-                                 limits, reference.path if reference is not None else None)
+        result = _compile_module(
+            source,
+            spliced,
+            student_text if not own else spliced.text,
+            target,
+            arch,
+            flags,
+            limits,
+            reference.path if reference is not None else None,
+        )
     if not quiet and source not in _announced:
         _announced.add(source)
-        print(f"[kit] built {source.name} for {arch} in {result.seconds:.1f} s (device code, {result.isolation})",
-              file=sys.stderr)
+        print(
+            f"[kit] built {source.name} for {arch} in {result.seconds:.1f} s (device code, {result.isolation})",
+            file=sys.stderr,
+        )
     return ModuleBuild(target, arch, result.seconds, False, kit=kit, isolation=result.isolation)
 
 
-def _compile_module(source: Path, spliced, student_text: str, target: Path, arch: str, flags: tuple[str, ...],
-                    limits: confine.CompileLimits, reference: Path | None) -> confine.Confined:
+def _compile_module(
+    source: Path,
+    spliced,
+    student_text: str,
+    target: Path,
+    arch: str,
+    flags: tuple[str, ...],
+    limits: confine.CompileLimits,
+    reference: Path | None,
+) -> confine.Confined:
     from assignment.cuda import regions, rules
 
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -432,15 +504,21 @@ def _compile_module(source: Path, spliced, student_text: str, target: Path, arch
         workdir = Path(work)
         (workdir / source.name).write_text(spliced.text, encoding="utf-8")
         output = f"{source.stem}.cubin"
-        command = module_command(f"{confine.WORK_MOUNT}/{source.name}", f"{confine.WORK_MOUNT}/{output}", arch,
-                                 confine.INCLUDE_MOUNT, flags)
+        command = module_command(
+            f"{confine.WORK_MOUNT}/{source.name}", f"{confine.WORK_MOUNT}/{output}", arch, confine.INCLUDE_MOUNT, flags
+        )
         result = confine.run(command, workdir, INCLUDE_DIR, nvcc_real_path(), limits)
         built = workdir / output
         if result.timed_out or result.returncode != 0 or not built.is_file():
             diagnostics = parse_nvcc_output(result.output)
-            raise CudaCompileError(regions.compile_message(source.name, diagnostics, student_text, spliced.origin,
-                                                           _resource_trouble(result, limits)),
-                                   source, diagnostics, result.output)
+            raise CudaCompileError(
+                regions.compile_message(
+                    source.name, diagnostics, student_text, spliced.origin, _resource_trouble(result, limits)
+                ),
+                source,
+                diagnostics,
+                result.output,
+            )
         if reference is not None:
             problems = rules.check_module(built, reference)
             if problems:
@@ -546,8 +624,13 @@ def _display(path: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check-all", nargs="*", metavar="DIR", default=None,
-                        help="compile every .cu under DIR (default: solutions/, starter/ and the kit's assignment/model/)")
+    parser.add_argument(
+        "--check-all",
+        nargs="*",
+        metavar="DIR",
+        default=None,
+        help="compile every .cu under DIR (default: solutions/, starter/ and the kit's assignment/model/)",
+    )
     parser.add_argument("--arch", action="append", help=f"architecture(s) to check (default: {' '.join(CHECK_ARCHS)})")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--no-cache", action="store_true", help="recompile even when a cached build exists")
@@ -555,8 +638,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.check_all is None:
         parser.print_help()
         return 2
-    dirs = [Path(d) for d in args.check_all] or [d for d in (REPO_ROOT / "solutions", REPO_ROOT / "starter",
-                                                             REPO_ROOT / "assignment" / "model") if d.is_dir()]
+    dirs = [Path(d) for d in args.check_all] or [
+        d for d in (REPO_ROOT / "solutions", REPO_ROOT / "starter", REPO_ROOT / "assignment" / "model") if d.is_dir()
+    ]
     try:
         return check_all(dirs, tuple(args.arch or CHECK_ARCHS), args.jobs, use_cache=not args.no_cache)
     except (CudaToolkitError, confine.IsolationUnavailable) as exc:

@@ -42,8 +42,16 @@ SANDBOX_UID = 65534  # nobody
 WORK_MOUNT = "/work"
 INCLUDE_MOUNT = "/kit/include"
 SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/bin", "/sbin")
-ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/passwd",
-             "/etc/group", "/etc/nsswitch.conf", "/etc/localtime")
+ETC_FILES = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/localtime",
+)
 OUTPUT_TAIL_BYTES = 256 * 1024  # of the compiler's messages, read back (the first errors are the useful ones)
 
 
@@ -51,13 +59,14 @@ OUTPUT_TAIL_BYTES = 256 * 1024  # of the compiler's messages, read back (the fir
 class CompileLimits:
     """What one compiler run may use. Defaults are stated once, here; the kit's largest file (t4) needs about
     1.5 GB of address space and 10 s of CPU."""
+
     wall_seconds: float = 300.0
     cpu_seconds: int = 300
     address_space_bytes: int = 4 * 2**30
     file_bytes: int = 256 * 2**20
     open_files: int = 1024
-    processes: int = 64          # besides those the sandbox user already has on the host
-    tmp_bytes: int = 2 * 2**30   # the private /tmp nvcc writes its intermediate files to
+    processes: int = 64  # besides those the sandbox user already has on the host
+    tmp_bytes: int = 2 * 2**30  # the private /tmp nvcc writes its intermediate files to
     isolation: str | None = None  # auto, bwrap or process; None: KIT_COMPILE_ISOLATION (auto when unset)
 
 
@@ -71,7 +80,7 @@ class IsolationUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class Confined:
     returncode: int | None  # None: killed at the wall-clock limit
-    output: str             # stdout and stderr together, the tail of it
+    output: str  # stdout and stderr together, the tail of it
     isolation: str
     seconds: float
 
@@ -153,15 +162,46 @@ def _under(path: Path, root: str) -> bool:
 
 def bwrap_command(argv: list[str], workdir: Path, include_dir: Path, toolkit: Path, limits: CompileLimits) -> list[str]:
     """bubblewrap around ``argv`` (whose paths name /work and /kit/include, and the toolkit at its real path)."""
-    args = [find_bwrap() or "bwrap", "--size", str(limits.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp",
-            *system_binds()]
+    args = [
+        find_bwrap() or "bwrap",
+        "--size",
+        str(limits.tmp_bytes),
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/tmp",
+        *system_binds(),
+    ]
     if not any(_under(toolkit, d) for d in SYSTEM_DIRS):
         args += ["--ro-bind", str(toolkit), str(toolkit)]
-    args += ["--perms", "0755", "--dir", str(Path(INCLUDE_MOUNT).parent), "--ro-bind", str(include_dir), INCLUDE_MOUNT,
-             "--bind", str(workdir), WORK_MOUNT,
-             "--dev", "/dev", "--proc", "/proc",
-             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-             "--hostname", "compiler", "--die-with-parent", "--new-session", "--clearenv", "--chdir", WORK_MOUNT]
+    args += [
+        "--perms",
+        "0755",
+        "--dir",
+        str(Path(INCLUDE_MOUNT).parent),
+        "--ro-bind",
+        str(include_dir),
+        INCLUDE_MOUNT,
+        "--bind",
+        str(workdir),
+        WORK_MOUNT,
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname",
+        "compiler",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--chdir",
+        WORK_MOUNT,
+    ]
     root = os.geteuid() == 0
     if not root:
         args.append("--unshare-user")
@@ -169,8 +209,11 @@ def bwrap_command(argv: list[str], workdir: Path, include_dir: Path, toolkit: Pa
     for name, value in env.items():
         args += ["--setenv", name, value]
     setpriv = shutil.which("setpriv")
-    drop = [setpriv, f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups", "--"] \
-        if root and setpriv else []
+    drop = (
+        [setpriv, f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups", "--"]
+        if root and setpriv
+        else []
+    )
     return args + drop + argv
 
 
@@ -199,6 +242,7 @@ def _limit(limits: CompileLimits, uid: int):
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
         resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+
     return apply
 
 
@@ -248,8 +292,9 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
-def run(argv: list[str], workdir: Path, include_dir: Path, nvcc: str,
-        limits: CompileLimits = DEFAULT_LIMITS) -> Confined:
+def run(
+    argv: list[str], workdir: Path, include_dir: Path, nvcc: str, limits: CompileLimits = DEFAULT_LIMITS
+) -> Confined:
     """Run ``argv`` (a compiler command written for the paths /work and /kit/include) confined, with ``workdir``
     as /work and ``include_dir`` as /kit/include. At the ``process`` level the two paths are rewritten to the
     host's. The whole process tree is killed at ``limits.wall_seconds``."""
@@ -269,8 +314,15 @@ def run(argv: list[str], workdir: Path, include_dir: Path, nvcc: str,
         command = [command[0], "--info-fd", str(info_write), *command[1:]]
     with tempfile.TemporaryFile() as log:
         try:
-            child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
-                                     preexec_fn=_limit(limits, uid), pass_fds=(info_write,) if level == FULL else ())
+            child = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                preexec_fn=_limit(limits, uid),
+                pass_fds=(info_write,) if level == FULL else (),
+            )
         finally:
             if info_write is not None:
                 os.close(info_write)

@@ -43,6 +43,7 @@ INT32_MAX = 2**31 - 1
 class Export:
     """A KIT_API function of a task file's host library. ``module``: it launches kernels, so it takes the
     device module first (the wrapper passes it)."""
+
     file: str
     symbol: str
     argtypes: tuple
@@ -51,10 +52,16 @@ class Export:
 
 
 # A few cudaError_t names, used only when libcudart cannot be found to ask it.
-_KNOWN_ERRORS = {1: "invalid argument", 2: "out of memory", 9: "invalid configuration argument",
-                 98: "invalid device function", 209: "no kernel image is available for execution on the device",
-                 700: "an illegal memory access was encountered", 710: "device-side assert triggered",
-                 719: "unspecified launch failure"}
+_KNOWN_ERRORS = {
+    1: "invalid argument",
+    2: "out of memory",
+    9: "invalid configuration argument",
+    98: "invalid device function",
+    209: "no kernel image is available for execution on the device",
+    700: "an illegal memory access was encountered",
+    710: "device-side assert triggered",
+    719: "unspecified launch failure",
+}
 
 
 # --------------------------------------------------------------------------- errors
@@ -150,6 +157,7 @@ def launch(function, device: torch.device, kernel: str, *args) -> None:
 @dataclass(frozen=True)
 class LoadedKernels:
     """A student's CUDA file ready to call: the kit's host library for it, and the module it launches from."""
+
     host: ctypes.CDLL
     module: c_void_p
     cubin: Path
@@ -196,8 +204,10 @@ def bind(loaded: LoadedKernels, export: Export):
 
 # --------------------------------------------------------------------------- the wrappers
 
+
 class FileState(NamedTuple):
     """A student file as last seen, with the tasks a wrapper needs from it: a cache key that changes on edits."""
+
     path: str
     mtime_ns: int
     size: int
@@ -226,7 +236,9 @@ class KernelsBase:
     def source(self, filename: str) -> Path:
         path = student_dir(self.impl) / filename
         if not path.is_file():
-            raise FileNotFoundError(f"{filename} not found in {path.parent} (IMPL={self.impl or os.environ.get('IMPL')})")
+            raise FileNotFoundError(
+                f"{filename} not found in {path.parent} (IMPL={self.impl or os.environ.get('IMPL')})"
+            )
         return path
 
     def require(self, export: Export, tasks: tuple[str, ...], kernel: str) -> FileState:
@@ -255,8 +267,10 @@ def attention_shapes(kernel: str, q, k, v) -> tuple[int, int, int, int, int, int
     check_shape(kernel, "k", k, (B, H_kv, Lk, d), "(B, H_kv, Lk, d) with q's B and d")
     check_shape(kernel, "v", v, tuple(k.shape), "same as k")
     if (H_kv == 0 and H != 0) or (H_kv != 0 and H % H_kv != 0):
-        raise ValueError(f"{kernel}: q has H = {H} heads but k and v have H_kv = {H_kv}: grouped-query attention "
-                         f"needs H_kv to divide H (query head h reads KV head h // (H // H_kv))")
+        raise ValueError(
+            f"{kernel}: q has H = {H} heads but k and v have H_kv = {H_kv}: grouped-query attention "
+            f"needs H_kv to divide H (query head h reads KV head h // (H // H_kv))"
+        )
     return B, H, H_kv, Lq, Lk, d
 
 
@@ -288,8 +302,14 @@ def _composed() -> type:
 
 def entry_points() -> list[str]:
     """The wrappers' names (``softmax``, ``flash_attention``, ...), also callable on this module (``IMPL``'s)."""
-    return sorted({name for cls in _task_wrappers() for name in vars(cls)
-                   if not name.startswith("_") and callable(vars(cls)[name])})
+    return sorted(
+        {
+            name
+            for cls in _task_wrappers()
+            for name in vars(cls)
+            if not name.startswith("_") and callable(vars(cls)[name])
+        }
+    )
 
 
 def __getattr__(name: str):

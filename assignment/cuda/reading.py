@@ -41,16 +41,20 @@ class ReadingError(RuntimeError):
 
 @dataclass(frozen=True)
 class Token:
-    kind: str    # identifier | number | string | char | punct | other
+    kind: str  # identifier | number | string | char | punct | other
     text: str
-    line: int    # 1-based line of the file where the token starts
+    line: int  # 1-based line of the file where the token starts
     first: bool  # the first token on its line (a directive starts with # or %: there)
 
 
 # --------------------------------------------------------------------------- the tokenizer (comment-free text)
 
-_PUNCTUATORS = sorted("""%:%: ... <<= >>= ->* <=> :: ## %: <: :> <% %> -> ++ -- << >> <= >= == != && || += -= *= /= %=
-&= |= ^= .* { } [ ] ( ) # ; : ? . ~ ! + - * / % ^ & | = < > ,""".split(), key=len, reverse=True)
+_PUNCTUATORS = sorted(
+    """%:%: ... <<= >>= ->* <=> :: ## %: <: :> <% %> -> ++ -- << >> <= >= == != && || += -= *= /= %=
+&= |= ^= .* { } [ ] ( ) # ; : ? . ~ ! + - * / % ^ & | = < > ,""".split(),
+    key=len,
+    reverse=True,
+)
 # Identifier characters: letters, _, $ (gcc allows it), anything beyond ASCII, and universal character names (gcc
 # writes an identifier's non-ASCII letters as \uXXXX in its output).
 _UCN = r"\\u[0-9A-Fa-f]{4}|\\U[0-9A-Fa-f]{8}"
@@ -163,6 +167,7 @@ def host_compiler() -> str | None:
 class Reading:
     """What a compiler made of a text: its output (empty when it stopped) and the errors it gave, each with the
     1-based line of the text it read."""
+
     text: str
     errors: tuple[tuple[int, str], ...] = ()
 
@@ -175,17 +180,23 @@ def decommented(text: str, *, limits: confine.CompileLimits | None = None) -> Re
     compiler = host_compiler()
     if compiler is None:
         return Reading(text)
-    return _remembered(("read", text), lambda: _run(
-        lambda src, out: [compiler, _STANDARD, "-fpreprocessed", "-E", "-x", "c++", "-o", out, src],
-        text, "in.cc", limits or confine.CompileLimits(wall_seconds=60), what="read"))
+    return _remembered(
+        ("read", text),
+        lambda: _run(
+            lambda src, out: [compiler, _STANDARD, "-fpreprocessed", "-E", "-x", "c++", "-o", out, src],
+            text,
+            "in.cc",
+            limits or confine.CompileLimits(wall_seconds=60),
+            what="read",
+        ),
+    )
 
 
 def expanded(text: str, filename: str, arch: str, *, limits: confine.CompileLimits | None = None) -> Reading:
     """``text`` (a .cu file with the kit's includes) preprocessed for the device as nvcc does (``nvcc -E``):
     the device compiler's input, with line markers. Remembered per process (the kit's file with its regions
     emptied is read once for every build of it)."""
-    return _remembered(("expand", text, filename, arch, _header_stamp()),
-                       lambda: _expand(text, filename, arch, limits))
+    return _remembered(("expand", text, filename, arch, _header_stamp()), lambda: _expand(text, filename, arch, limits))
 
 
 _readings: dict[tuple, Reading] = {}  # the last few readings, by what was read (its text hashed) and how
@@ -210,9 +221,23 @@ def _header_stamp() -> int:
 def _expand(text: str, filename: str, arch: str, limits: confine.CompileLimits | None) -> Reading:
     from assignment.cuda import compiler as nvcc
 
-    return _run(lambda src, out: [nvcc.nvcc_real_path(), *nvcc.NVCC_FLAGS, "-E", f"-arch={nvcc.normalize_arch(arch)}",
-                                  "-I", confine.INCLUDE_MOUNT, "-o", out, src],
-                text, filename, limits or confine.CompileLimits(wall_seconds=120), what="preprocess")
+    return _run(
+        lambda src, out: [
+            nvcc.nvcc_real_path(),
+            *nvcc.NVCC_FLAGS,
+            "-E",
+            f"-arch={nvcc.normalize_arch(arch)}",
+            "-I",
+            confine.INCLUDE_MOUNT,
+            "-o",
+            out,
+            src,
+        ],
+        text,
+        filename,
+        limits or confine.CompileLimits(wall_seconds=120),
+        what="preprocess",
+    )
 
 
 _ERROR = re.compile(r"^[^:\s]*:(\d+):(?:\d+:)? (?:fatal )?error: (.*)$", re.MULTILINE)
@@ -251,7 +276,11 @@ def todo_lines(text: str) -> dict[str, list[int]]:
     for at, token in enumerate(tokens):
         if token.kind == "identifier" and token.text == _TODO_NAME and at + 3 < len(tokens):
             paren, task, close = tokens[at + 1], tokens[at + 2], tokens[at + 3]
-            if paren.text == "(" and task.kind == "identifier" and re.fullmatch(r"t[0-9]+", task.text) \
-                    and close.text == ")":
+            if (
+                paren.text == "("
+                and task.kind == "identifier"
+                and re.fullmatch(r"t[0-9]+", task.text)
+                and close.text == ")"
+            ):
                 found.setdefault(task.text, []).append(token.line)
     return found

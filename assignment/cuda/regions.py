@@ -22,8 +22,15 @@ import difflib
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
-from assignment.markers import (BEGIN_SOLUTION, END_SOLUTION, END_TODO, TODO_BEGIN, TODO_END, apply_levels,
-                                strip_solutions)
+from assignment.markers import (
+    BEGIN_SOLUTION,
+    END_SOLUTION,
+    END_TODO,
+    TODO_BEGIN,
+    TODO_END,
+    apply_levels,
+    strip_solutions,
+)
 
 
 class RegionError(ValueError):
@@ -34,8 +41,8 @@ class RegionError(ValueError):
 class Region:
     task: str
     description: str
-    marker_line: int       # 1-based line of the opening marker (TODO or BEGIN SOLUTION)
-    body_start: int        # 1-based first line of the body (may be past body_end when empty)
+    marker_line: int  # 1-based line of the opening marker (TODO or BEGIN SOLUTION)
+    body_start: int  # 1-based first line of the body (may be past body_end when empty)
     body: tuple[str, ...]  # the lines between the markers, newline-terminated
 
 
@@ -50,8 +57,11 @@ class Spliced:
 
 def problems_error(filename: str, problems: list) -> RegionError:
     """One RegionError listing ``problems`` (rules.Problem), the first eight of them."""
-    return RegionError(f"{filename}: " + "; ".join(str(p) for p in problems[:8])
-                       + (f"; ... and {len(problems) - 8} more" if len(problems) > 8 else ""))
+    return RegionError(
+        f"{filename}: "
+        + "; ".join(str(p) for p in problems[:8])
+        + (f"; ... and {len(problems) - 8} more" if len(problems) > 8 else "")
+    )
 
 
 def _lines(text: str) -> list[str]:
@@ -73,19 +83,25 @@ def student_regions(text: str, filename: str = "the file") -> list[Region]:
         begin, end = TODO_BEGIN.match(line), TODO_END.match(line)
         if begin:
             if open_at is not None:
-                raise RegionError(f"{filename}:{number}: a TODO({begin['task']}) marker inside the region opened at "
-                                  f"line {open_at[0]}: keep the '// {END_TODO.format(task=open_at[1])}' line")
+                raise RegionError(
+                    f"{filename}:{number}: a TODO({begin['task']}) marker inside the region opened at "
+                    f"line {open_at[0]}: keep the '// {END_TODO.format(task=open_at[1])}' line"
+                )
             open_at = (number, begin["task"], begin["desc"])
         elif end:
             if open_at is None or end["task"] != open_at[1]:
-                raise RegionError(f"{filename}:{number}: '// END TODO({end['task']})' without its '// TODO({end['task']}): "
-                                  "...' line above it")
+                raise RegionError(
+                    f"{filename}:{number}: '// END TODO({end['task']})' without its '// TODO({end['task']}): "
+                    "...' line above it"
+                )
             start, task, desc = open_at
-            regions.append(Region(task, desc, start, start + 1, tuple(lines[start:number - 1])))
+            regions.append(Region(task, desc, start, start + 1, tuple(lines[start : number - 1])))
             open_at = None
     if open_at is not None:
-        raise RegionError(f"{filename}:{open_at[0]}: the TODO({open_at[1]}) region is never closed: keep the "
-                          f"'// {END_TODO.format(task=open_at[1])}' line after your code")
+        raise RegionError(
+            f"{filename}:{open_at[0]}: the TODO({open_at[1]}) region is never closed: keep the "
+            f"'// {END_TODO.format(task=open_at[1])}' line after your code"
+        )
     return regions
 
 
@@ -101,7 +117,7 @@ def solution_regions(text: str, levels: dict[str, str] | None = None, filename: 
             open_at = (number, begin["task"], begin["desc"] or "")
         elif END_SOLUTION.match(line) and open_at is not None:
             start, task, desc = open_at
-            regions.append(Region(task, desc, start, start + 1, tuple(lines[start:number - 1])))
+            regions.append(Region(task, desc, start, start + 1, tuple(lines[start : number - 1])))
             open_at = None
     return regions
 
@@ -109,8 +125,9 @@ def solution_regions(text: str, levels: dict[str, str] | None = None, filename: 
 # --------------------------------------------------------------------------- the rules
 
 
-def check_file(text: str, tasks: tuple[str, ...] | list[str] | None = None, filename: str = "the file",
-               arch: str | None = None) -> list:
+def check_file(
+    text: str, tasks: tuple[str, ...] | list[str] | None = None, filename: str = "the file", arch: str | None = None
+) -> list:
     """Problems in the regions of ``tasks`` (all when None) of a student's CUDA file, by the region rules
     (``rules``); with ``arch``, also as the device compiler receives the file as it is (nvcc -E)."""
     from assignment.cuda import rules
@@ -123,8 +140,9 @@ def check_file(text: str, tasks: tuple[str, ...] | list[str] | None = None, file
 # --------------------------------------------------------------------------- the splice
 
 
-def splice(kit_text: str, student_text: str, tasks: tuple[str, ...] | list[str], *,
-           filename: str = "the file") -> Spliced:
+def splice(
+    kit_text: str, student_text: str, tasks: tuple[str, ...] | list[str], *, filename: str = "the file"
+) -> Spliced:
     """The kit's file with the student's regions of ``tasks``; every other region stays the kit's.
 
     Raises RegionError when the student's file does not have the kit's regions (same tasks, same order).
@@ -137,8 +155,10 @@ def splice(kit_text: str, student_text: str, tasks: tuple[str, ...] | list[str],
     if [r.task for r in mine] != [r.task for r in kit_regions]:
         want = ", ".join(f"{r.task} '{r.description}'" for r in kit_regions)
         have = ", ".join(f"{r.task} (line {r.marker_line})" for r in mine) or "none"
-        raise RegionError(f"{filename}: the TODO regions do not match the starter's (expected, in order: {want}; "
-                          f"found: {have}). Keep every '// TODO(tN): ...' and '// END TODO(tN)' line of the starter.")
+        raise RegionError(
+            f"{filename}: the TODO regions do not match the starter's (expected, in order: {want}; "
+            f"found: {have}). Keep every '// TODO(tN): ...' and '// END TODO(tN)' line of the starter."
+        )
     kit_lines = _lines(kit_text)
     out: list[str] = []
     origin: list[int | None] = []
@@ -158,8 +178,13 @@ def splice(kit_text: str, student_text: str, tasks: tuple[str, ...] | list[str],
         cursor = body_begin + len(kit.body)
     out.extend(kit_lines[cursor:])
     origin.extend([None] * (len(kit_lines) - cursor))
-    return Spliced("".join(out), origin, _changed_outside(kit_text, student_text, mine, filename), spans,
-                   [r for r in mine if r.task in tasks])
+    return Spliced(
+        "".join(out),
+        origin,
+        _changed_outside(kit_text, student_text, mine, filename),
+        spans,
+        [r for r in mine if r.task in tasks],
+    )
 
 
 def _changed_outside(kit_text: str, student_text: str, mine: list[Region], filename: str) -> list[int]:
@@ -169,8 +194,9 @@ def _changed_outside(kit_text: str, student_text: str, mine: list[Region], filen
     starter_outside = _outside(_lines(reference), student_regions(reference, filename))
     student_outside = _outside(_lines(student_text), mine)
     changed: list[int] = []
-    matcher = difflib.SequenceMatcher(a=[t for _, t in starter_outside], b=[t for _, t in student_outside],
-                                      autojunk=False)
+    matcher = difflib.SequenceMatcher(
+        a=[t for _, t in starter_outside], b=[t for _, t in student_outside], autojunk=False
+    )
     for op, _, _, j1, j2 in matcher.get_opcodes():
         if op != "equal":
             changed.extend(student_outside[j][0] for j in range(j1, j2))
@@ -195,9 +221,13 @@ def line_ranges(numbers: list[int]) -> str:
     return ", ".join(ranges)
 
 
-def student_diagnostics(diagnostics: list, student_text: str, name: str,
-                        origin: list[int | None] | tuple[int | None, ...] | None = None,
-                        limit: int = 5) -> tuple[list[str], int]:
+def student_diagnostics(
+    diagnostics: list,
+    student_text: str,
+    name: str,
+    origin: list[int | None] | tuple[int | None, ...] | None = None,
+    limit: int = 5,
+) -> tuple[list[str], int]:
     """nvcc's errors (``compiler.CudaCompileError.diagnostics``) on the student's own lines of ``name``, the
     line quoted; an error in the kit's code is named but never quoted. ``origin`` maps a line of the compiled
     (spliced) file to the student's (None: the kit's); without it the student's file was compiled as it is.
@@ -210,8 +240,10 @@ def student_diagnostics(diagnostics: list, student_text: str, name: str,
         if line is not None and origin is not None:
             line = origin[line - 1] if 0 < line <= len(origin) else None
         if line is None:
-            lines.append(f"{name}: {diag.severity} in the kit's code around your TODO regions: {diag.message} "
-                         "(your code declares or uses a name the kit's code conflicts with?)")
+            lines.append(
+                f"{name}: {diag.severity} in the kit's code around your TODO regions: {diag.message} "
+                "(your code declares or uses a name the kit's code conflicts with?)"
+            )
             continue
         lines.append(f"{name}:{line}: {diag.severity}: {diag.message}")
         if 0 < line <= len(student_lines):
@@ -219,8 +251,9 @@ def student_diagnostics(diagnostics: list, student_text: str, name: str,
     return lines, len(errors)
 
 
-def compile_message(name: str, diagnostics: list, student_text: str, origin: list[int | None] | None,
-                    trouble: str = "", limit: int = 5) -> str:
+def compile_message(
+    name: str, diagnostics: list, student_text: str, origin: list[int | None] | None, trouble: str = "", limit: int = 5
+) -> str:
     """What a student is told when their file does not compile: nvcc's errors on their own lines
     (``student_diagnostics``), or why nvcc was stopped (``trouble``: a time or memory limit)."""
     lines, count = student_diagnostics(diagnostics, student_text, name, origin, limit)

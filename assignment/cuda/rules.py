@@ -37,31 +37,67 @@ from assignment.cuda import reading
 
 # Identifiers a region may not use as written, and why (the message a student sees; the handout lists them).
 FORBIDDEN_IDENTIFIERS = {
-    "asm": "inline assembly", "__asm__": "inline assembly", "__asm": "inline assembly",
-    "static": "storage that outlives a call", "thread_local": "storage that outlives a call",
-    "__thread": "storage that outlives a call", "extern": "declarations outside the region",
-    "__device__": "new device functions or variables", "__global__": "new kernels", "__host__": "host code",
-    "__constant__": "constant-memory variables", "__managed__": "managed memory",
-    "template": "templates (write the code inline)", "namespace": "namespaces",
-    "malloc": "allocation", "free": "allocation", "calloc": "allocation", "realloc": "allocation",
-    "alloca": "allocation", "new": "allocation", "delete": "allocation",
-    "__attribute__": "attributes", "__declspec": "attributes", "_Pragma": "pragmas", "__pragma": "pragmas",
-    "__launch_bounds__": "launch configuration (the kit's)", "__noinline__": "function attributes",
+    "asm": "inline assembly",
+    "__asm__": "inline assembly",
+    "__asm": "inline assembly",
+    "static": "storage that outlives a call",
+    "thread_local": "storage that outlives a call",
+    "__thread": "storage that outlives a call",
+    "extern": "declarations outside the region",
+    "__device__": "new device functions or variables",
+    "__global__": "new kernels",
+    "__host__": "host code",
+    "__constant__": "constant-memory variables",
+    "__managed__": "managed memory",
+    "template": "templates (write the code inline)",
+    "namespace": "namespaces",
+    "malloc": "allocation",
+    "free": "allocation",
+    "calloc": "allocation",
+    "realloc": "allocation",
+    "alloca": "allocation",
+    "new": "allocation",
+    "delete": "allocation",
+    "__attribute__": "attributes",
+    "__declspec": "attributes",
+    "_Pragma": "pragmas",
+    "__pragma": "pragmas",
+    "__launch_bounds__": "launch configuration (the kit's)",
+    "__noinline__": "function attributes",
     "__forceinline__": "function attributes",
-    "cub": "library code", "thrust": "library code", "cutlass": "library code", "cute": "library code",
+    "cub": "library code",
+    "thrust": "library code",
+    "cutlass": "library code",
+    "cute": "library code",
 }
 # Name prefixes of library APIs, when followed by a capital or an underscore (cudaMalloc, cublasSgemm) or alone
 # (the cuda:: namespace).
-FORBIDDEN_PREFIXES = {"cuda": "CUDA runtime calls (host API)", "cublas": "library calls", "cudnn": "library calls",
-                      "cufft": "library calls", "cusparse": "library calls", "curand": "library calls",
-                      "nvrtc": "library calls", "__nv": "the compiler's internal functions"}
+FORBIDDEN_PREFIXES = {
+    "cuda": "CUDA runtime calls (host API)",
+    "cublas": "library calls",
+    "cudnn": "library calls",
+    "cufft": "library calls",
+    "cusparse": "library calls",
+    "curand": "library calls",
+    "nvrtc": "library calls",
+    "__nv": "the compiler's internal functions",
+}
 # After every macro is expanded, between a region's markers (check 3).
 EXPANDED_FORBIDDEN = {
-    "asm": "inline assembly", "__asm__": "inline assembly", "__asm": "inline assembly",
-    "static": "storage that outlives a call", "extern": "declarations outside the region",
-    "thread_local": "storage that outlives a call", "__thread": "storage that outlives a call",
-    "malloc": "allocation", "free": "allocation", "calloc": "allocation", "realloc": "allocation",
-    "alloca": "allocation", "new": "allocation", "delete": "allocation",
+    "asm": "inline assembly",
+    "__asm__": "inline assembly",
+    "__asm": "inline assembly",
+    "static": "storage that outlives a call",
+    "extern": "declarations outside the region",
+    "thread_local": "storage that outlives a call",
+    "__thread": "storage that outlives a call",
+    "malloc": "allocation",
+    "free": "allocation",
+    "calloc": "allocation",
+    "realloc": "allocation",
+    "alloca": "allocation",
+    "new": "allocation",
+    "delete": "allocation",
 }
 ALLOWED_ATTRIBUTES = {"shared", "aligned", "__aligned__", "unused", "__unused__"}  # __shared__, __align__(n)
 # Outside functions a student's build may call that the kit's may not (check 4).
@@ -88,19 +124,29 @@ def _named(word: str) -> str | None:
     if why is not None:
         return why
     for prefix, reason in FORBIDDEN_PREFIXES.items():
-        if word.startswith(prefix) and (len(word) == len(prefix) or word[len(prefix)].isupper()
-                                        or word[len(prefix)] == "_"):
+        if word.startswith(prefix) and (
+            len(word) == len(prefix) or word[len(prefix)].isupper() or word[len(prefix)] == "_"
+        ):
             return reason
     return None
 
 
 def _forbidden_message(word: str, why: str) -> str:
-    return (f"'{word}' is not allowed in a TODO region ({why}): write device code that uses the kit's variables "
-            "and helpers")
+    return (
+        f"'{word}' is not allowed in a TODO region ({why}): write device code that uses the kit's variables and helpers"
+    )
 
 
-def check(regions: list, text: str, spans: list[tuple[int, int]], filename: str, arch: str | None,
-          origin: list[int | None] | None = None, *, limits=None) -> list[Problem]:
+def check(
+    regions: list,
+    text: str,
+    spans: list[tuple[int, int]],
+    filename: str,
+    arch: str | None,
+    origin: list[int | None] | None = None,
+    *,
+    limits=None,
+) -> list[Problem]:
     """Checks 1 to 3 on a file's student regions: ``regions`` (with the student's line numbers) as written, then,
     when they pass and ``arch`` is given (nvcc is there), ``text`` with the regions at ``spans`` as the device
     compiler receives it (``check_expansion``)."""
@@ -119,15 +165,18 @@ def check_regions(regions: list, *, limits=None) -> list[Problem]:
     problems: list[Problem] = []
     for region in regions:
         body = "".join(region.body)
-        problems += [Problem(line, "a line may not end with a backslash (it would join the next line)")
-                     for line in reading.splices(body, region.body_start)]
+        problems += [
+            Problem(line, "a line may not end with a backslash (it would join the next line)")
+            for line in reading.splices(body, region.body_start)
+        ]
     if problems or not regions:
         return problems  # a splice would move the lexer's lines: the rest reads correctly only without one
     probe, where = _probe(regions)
     read = reading.decommented(probe, limits=limits)
     if read.errors:  # the lexer stopped: its own errors, at the student's lines
-        return [_lexer_problem(where.get(line, (0, regions[-1].body_start))[1], message)
-                for line, message in read.errors]
+        return [
+            _lexer_problem(where.get(line, (0, regions[-1].body_start))[1], message) for line, message in read.errors
+        ]
     tokens = reading.tokenize(read.text)
     for index, region in enumerate(regions):
         problems += _check_one(region, index, tokens, where)
@@ -136,8 +185,11 @@ def check_regions(regions: list, *, limits=None) -> list[Problem]:
 
 def _lexer_problem(line: int, message: str) -> Problem:
     if "unterminated comment" in message or "unterminated raw string" in message:
-        return Problem(line, "a /* comment or a raw string literal opened here is not closed inside the region (it "
-                             "would swallow the kit's code after it)")
+        return Problem(
+            line,
+            "a /* comment or a raw string literal opened here is not closed inside the region (it "
+            "would swallow the kit's code after it)",
+        )
     return Problem(line, f"the compiler cannot read this line: {message}")
 
 
@@ -163,9 +215,14 @@ def _check_one(region, index: int, tokens: list[reading.Token], where: dict[int,
     last_line = region.body_start + len(region.body) - 1
     if start is None or stop is None or stop < start:
         opened = _last_visible_line(tokens, where, index) or region.body_start
-        return [Problem(opened, "a /* comment or a raw string literal opened here is not closed inside the region "
-                                "(it would swallow the kit's code after it)")]
-    body = tokens[start + 1:stop]
+        return [
+            Problem(
+                opened,
+                "a /* comment or a raw string literal opened here is not closed inside the region "
+                "(it would swallow the kit's code after it)",
+            )
+        ]
+    body = tokens[start + 1 : stop]
     stack: list[tuple[str, int]] = []
     at_start = True
     for position, token in enumerate(body):
@@ -182,22 +239,37 @@ def _check_one(region, index: int, tokens: list[reading.Token], where: dict[int,
             if what in "\"'":
                 problems.append(Problem(line, "a string or character literal is not closed on its line"))
             elif what == "\\":
-                problems.append(Problem(line, "a backslash outside a literal is not allowed (universal character "
-                                              "names spell identifiers the rules cannot see)"))
+                problems.append(
+                    Problem(
+                        line,
+                        "a backslash outside a literal is not allowed (universal character "
+                        "names spell identifiers the rules cannot see)",
+                    )
+                )
             else:
                 problems.append(Problem(line, f"the character {what!r} is not allowed in code"))
         elif token.kind == "punct" and token.text in ("#", "%:", "##", "%:%:"):
             if line_start and token.text in ("#", "%:") and _is_pragma_unroll(body, position):
                 pass
             elif line_start and token.text in ("#", "%:"):
-                problems.append(Problem(line, "preprocessor lines are not allowed in a TODO region (only "
-                                              "'#pragma unroll' or '#pragma unroll N')"))
+                problems.append(
+                    Problem(
+                        line,
+                        "preprocessor lines are not allowed in a TODO region (only "
+                        "'#pragma unroll' or '#pragma unroll N')",
+                    )
+                )
             else:
                 problems.append(Problem(line, f"'{token.text}' is not allowed in code"))
         elif token.kind == "identifier":
             if not _ASCII_IDENTIFIER.fullmatch(token.text):
-                problems.append(Problem(line, f"the name {_spelled(token.text)!r} is not allowed: names in a TODO "
-                                              "region are ASCII letters, digits and _ only"))
+                problems.append(
+                    Problem(
+                        line,
+                        f"the name {_spelled(token.text)!r} is not allowed: names in a TODO "
+                        "region are ASCII letters, digits and _ only",
+                    )
+                )
             elif (why := _named(token.text)) is not None:
                 problems.append(Problem(line, _forbidden_message(token.text, why)))
         elif token.kind == "number" and not token.text.isascii():
@@ -206,8 +278,13 @@ def _check_one(region, index: int, tokens: list[reading.Token], where: dict[int,
             stack.append((token.text, line))
         elif token.kind == "punct" and token.text in _CLOSES:
             if not stack or _OPENS[stack[-1][0]] != token.text:
-                problems.append(Problem(line, f"'{token.text}' closes something the region did not open (a TODO "
-                                              "region must stay inside its function)"))
+                problems.append(
+                    Problem(
+                        line,
+                        f"'{token.text}' closes something the region did not open (a TODO "
+                        "region must stay inside its function)",
+                    )
+                )
                 return problems
             stack.pop()
     for opened, line in stack:
@@ -222,31 +299,44 @@ def _spelled(name: str) -> str:
 
 def _is_pragma_unroll(body: list[reading.Token], at: int) -> bool:
     """``# pragma unroll``, optionally with N or (N), and nothing else on the line."""
-    head = body[at:at + 3]
+    head = body[at : at + 3]
     if [(t.kind, t.text if t.kind != "punct" else "#") for t in head] != _PRAGMA_UNROLL:
         return False
     rest = []
-    for token in body[at + 3:]:
+    for token in body[at + 3 :]:
         if token.line != head[0].line or (token.kind == "identifier" and token.text == LINE_MARK):
             break
         rest.append(token.text)
-    return rest == [] or (len(rest) == 1 and rest[0].isdigit()) or (len(rest) == 3 and rest[0] == "("
-                                                                    and rest[1].isdigit() and rest[2] == ")")
+    return (
+        rest == []
+        or (len(rest) == 1 and rest[0].isdigit())
+        or (len(rest) == 3 and rest[0] == "(" and rest[1].isdigit() and rest[2] == ")")
+    )
 
 
 def _last_visible_line(tokens: list[reading.Token], where: dict[int, tuple[int, int]], index: int) -> int | None:
     """The last line of region ``index`` whose marker word the lexer still saw: a comment opened on it (or a
     raw string) swallowed the rest."""
-    lines = [where[t.line][1] for t in tokens if t.kind == "identifier" and t.text == LINE_MARK
-             and t.line in where and where[t.line][0] == index]
+    lines = [
+        where[t.line][1]
+        for t in tokens
+        if t.kind == "identifier" and t.text == LINE_MARK and t.line in where and where[t.line][0] == index
+    ]
     return max(lines) if lines else None
 
 
 # --------------------------------------------------------------------------- check 3: as the device compiler reads it
 
 
-def check_expansion(text: str, spans: list[tuple[int, int]], filename: str, arch: str,
-                    origin: list[int | None] | None = None, *, limits=None) -> list[Problem]:
+def check_expansion(
+    text: str,
+    spans: list[tuple[int, int]],
+    filename: str,
+    arch: str,
+    origin: list[int | None] | None = None,
+    *,
+    limits=None,
+) -> list[Problem]:
     """``text`` (a whole .cu file) with its student regions at ``spans`` (the 1-based lines of each region's
     opening and closing marker comments), through the device preprocessor: what the regions expand to, and
     the kit's code around them read as if they were empty. ``origin`` maps a line of ``text`` to the student's
@@ -261,8 +351,10 @@ def check_expansion(text: str, spans: list[tuple[int, int]], filename: str, arch
             emptied[line] = "\n"
     read = reading.expanded(text, filename, arch, limits=limits)
     if read.errors:  # the preprocessor stopped (a file it cannot find, an #error): say where
-        return [Problem(_student_line(line, origin), f"the preprocessor stops here: {message}")
-                for line, message in read.errors[:5]]
+        return [
+            Problem(_student_line(line, origin), f"the preprocessor stops here: {message}")
+            for line, message in read.errors[:5]
+        ]
     kit_read = reading.expanded("".join(emptied), filename, arch, limits=limits)
     if kit_read.errors:
         raise reading.ReadingError(f"the kit's {filename} does not preprocess: {kit_read.errors[0][1]}")
@@ -275,15 +367,20 @@ def check_expansion(text: str, spans: list[tuple[int, int]], filename: str, arch
     if [t.text for t in outside] != [t.text for t in outside_kit]:
         differ = next((a for a, b in zip(outside, outside_kit) if a.text != b.text), outside[-1] if outside else None)
         after = max((closing for _, closing in spans if differ is None or closing <= differ.line), default=spans[0][1])
-        problems.append(Problem(_student_line(after - 1, origin) or after - 1,
-                                "the kit's code after your TODO region does not read the same with it in place (a "
-                                "region must be whole statements: a macro or call left open at its end takes the "
-                                "kit's next lines)"))
+        problems.append(
+            Problem(
+                _student_line(after - 1, origin) or after - 1,
+                "the kit's code after your TODO region does not read the same with it in place (a "
+                "region must be whole statements: a macro or call left open at its end takes the "
+                "kit's next lines)",
+            )
+        )
     return problems
 
 
-def _split(tokens: list[reading.Token], spans: list[tuple[int, int]]) -> tuple[list[list[reading.Token]],
-                                                                                list[reading.Token]]:
+def _split(
+    tokens: list[reading.Token], spans: list[tuple[int, int]]
+) -> tuple[list[list[reading.Token]], list[reading.Token]]:
     """Tokens written on each region's lines, and every other token."""
     inside: list[list[reading.Token]] = [[] for _ in spans]
     outside: list[reading.Token] = []
@@ -309,13 +406,17 @@ def _expanded_problems(tokens: list[reading.Token], origin: list[int | None] | N
         if why is None and token.text.startswith("cuda") and token.text[4:5].isupper():
             why = "CUDA runtime calls (host API)"
         if why is not None:
-            problems.append(Problem(line, f"this line expands to '{token.text}' ({why}), which a TODO region may "
-                                          "not contain"))
+            problems.append(
+                Problem(line, f"this line expands to '{token.text}' ({why}), which a TODO region may not contain")
+            )
         elif token.text == "__attribute__":
-            names = [t.text for t in tokens[position + 1:position + 8] if t.kind == "identifier"]
+            names = [t.text for t in tokens[position + 1 : position + 8] if t.kind == "identifier"]
             if names and names[0] not in ALLOWED_ATTRIBUTES:
-                problems.append(Problem(line, f"this line expands to the attribute '{names[0]}', which a TODO "
-                                              "region may not contain"))
+                problems.append(
+                    Problem(
+                        line, f"this line expands to the attribute '{names[0]}', which a TODO region may not contain"
+                    )
+                )
     return problems
 
 
@@ -324,7 +425,7 @@ def _expanded_problems(tokens: list[reading.Token], origin: list[int | None] | N
 
 @dataclass(frozen=True)
 class ModuleSymbols:
-    storage: frozenset[str]    # variables in global memory (writable, they outlive a launch)
+    storage: frozenset[str]  # variables in global memory (writable, they outlive a launch)
     externals: frozenset[str]  # functions the module calls but does not define
 
 
@@ -345,8 +446,9 @@ def module_symbols(cubin: Path) -> ModuleSymbols:
                     externals.add(symbol.name)
                 elif kind == "STT_OBJECT" and isinstance(where, int):
                     home = elf.get_section(where).name
-                    if home.startswith(".nv.global") and not (home == ".nv.global.init"
-                                                              and symbol.name.startswith("$str")):
+                    if home.startswith(".nv.global") and not (
+                        home == ".nv.global.init" and symbol.name.startswith("$str")
+                    ):
                         storage.add(symbol.name)  # $str: the format strings printf and assert read
     return ModuleSymbols(frozenset(storage), frozenset(externals))
 
@@ -358,13 +460,23 @@ def check_module(student: Path, kit: Path) -> list[Problem]:
     problems = []
     extra = sorted(mine.storage - reference.storage)
     if extra:
-        problems.append(Problem(0, "the build keeps variables in global memory, which outlive a launch "
-                                   f"({', '.join(_readable(s) for s in extra[:5])}): a kernel may not remember an "
-                                   "earlier call (no static, __device__ or __managed__ variables)"))
+        problems.append(
+            Problem(
+                0,
+                "the build keeps variables in global memory, which outlive a launch "
+                f"({', '.join(_readable(s) for s in extra[:5])}): a kernel may not remember an "
+                "earlier call (no static, __device__ or __managed__ variables)",
+            )
+        )
     calls = sorted(mine.externals - reference.externals - ALLOWED_EXTERNALS)
     if calls:
-        problems.append(Problem(0, f"the build calls {', '.join(_readable(s) for s in calls[:5])}, outside the kernel: "
-                                   "no device allocation (malloc, new) or device runtime calls"))
+        problems.append(
+            Problem(
+                0,
+                f"the build calls {', '.join(_readable(s) for s in calls[:5])}, outside the kernel: "
+                "no device allocation (malloc, new) or device runtime calls",
+            )
+        )
     return problems
 
 

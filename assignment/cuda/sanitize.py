@@ -20,8 +20,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from assignment.cuda.compiler import (CudaCompileError, CudaToolkitError, build_library, build_module, cache_dir,
-                                      require_implemented)
+from assignment.cuda.compiler import (
+    CudaCompileError,
+    CudaToolkitError,
+    build_library,
+    build_module,
+    cache_dir,
+    require_implemented,
+)
 from assignment.cuda.reading import ReadingError
 from assignment.cuda.regions import RegionError
 from assignment.impl import student_file
@@ -29,6 +35,8 @@ from assignment.registry import load_registry
 
 DRIVER_SOURCE = Path(__file__).resolve().parent / "sanitize_driver.cpp"
 TOOLS = ("memcheck", "racecheck")
+
+
 class SanitizerMissing(RuntimeError):
     """compute-sanitizer is not on PATH."""
 
@@ -38,7 +46,7 @@ class SanitizerResult:
     tool: str
     ok: bool
     summary: str  # the sanitizer's summary line(s), or why it failed
-    output: str   # the tail of its output (for the instructor's log, or a student's own run)
+    output: str  # the tail of its output (for the instructor's log, or a student's own run)
 
 
 def targets() -> list[str]:
@@ -91,8 +99,12 @@ def run(task: str, tool: str, source: Path, timeout_s: float = 600) -> Sanitizer
     sanitizer = shutil.which("compute-sanitizer")
     if sanitizer is None:
         raise SanitizerMissing("compute-sanitizer is not on PATH (it ships with the CUDA toolkit)")
-    proc = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "97", *driver_command(task, source)],
-                          capture_output=True, text=True, timeout=timeout_s)
+    proc = subprocess.run(
+        [sanitizer, "--tool", tool, "--error-exitcode", "97", *driver_command(task, source)],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
     output = (proc.stdout + proc.stderr)[-6000:]
     summary = "\n".join(line for line in output.splitlines() if "SUMMARY" in line or "launches failed" in line)
     clean = "ERROR SUMMARY: 0 errors" in output or "RACECHECK SUMMARY: 0 hazards" in output
@@ -103,8 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", choices=targets())
     parser.add_argument("--tool", choices=TOOLS, action="append")
-    parser.add_argument("--driver-command", action="store_true",
-                        help="print the sanitize driver's command line for this task instead of running the tools")
+    parser.add_argument(
+        "--driver-command",
+        action="store_true",
+        help="print the sanitize driver's command line for this task instead of running the tools",
+    )
     parser.add_argument("--module", type=Path, help="with --driver-command: a cubin of your own (e.g. a -G build)")
     args = parser.parse_args(argv)
     if args.task is None:
@@ -122,8 +137,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"== compute-sanitizer --tool {tool}: {'clean' if result.ok else 'ERRORS'}")
             print(result.output if not result.ok else result.summary)
             failed += not result.ok
-    except (NotImplementedError, CudaCompileError, CudaToolkitError, RegionError, ReadingError,
-            SanitizerMissing) as exc:
+    except (
+        NotImplementedError,
+        CudaCompileError,
+        CudaToolkitError,
+        RegionError,
+        ReadingError,
+        SanitizerMissing,
+    ) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 1 if failed else 0

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
 IMPLEMENTATIONS = ("reference", "sdpa", "t1", "t5", "t6")
-KERNEL_HEAD_DIMS = (32, 64, 128)   # what the t4/t5 CUDA kernels are built for
+KERNEL_HEAD_DIMS = (32, 64, 128)  # what the t4/t5 CUDA kernels are built for
 
 
 def causal_mask(lq: int, lk: int, device: torch.device) -> torch.Tensor:
@@ -42,12 +42,12 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -
     B, H, Lq, d = q.shape
     H_kv, Lk = k.shape[1], k.shape[2]
     groups = H // H_kv
-    qg = q.float().reshape(B, H_kv, groups * Lq, d)                 # (B, H_kv, G·Lq, d): heads h = g·G .. g·G+G-1
-    scores = (qg @ k.float().transpose(-1, -2)) * scale               # (B, H_kv, G·Lq, Lk)
+    qg = q.float().reshape(B, H_kv, groups * Lq, d)  # (B, H_kv, G·Lq, d): heads h = g·G .. g·G+G-1
+    scores = (qg @ k.float().transpose(-1, -2)) * scale  # (B, H_kv, G·Lq, Lk)
     scores = scores.view(B, H_kv, groups, Lq, Lk)
     scores = scores.masked_fill(~causal_mask(Lq, Lk, q.device), float("-inf"))
     probs = torch.softmax(scores, dim=-1).view(B, H_kv, groups * Lq, Lk)
-    out = probs @ v.float()                                          # (B, H_kv, G·Lq, d)
+    out = probs @ v.float()  # (B, H_kv, G·Lq, d)
     return out.view(B, H, Lq, d).to(q.dtype)
 
 
@@ -64,8 +64,9 @@ def student_t1(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) 
 
     t1 = load_python("t1_attention.py")
     heads = q.shape[1]
-    out, _ = t1.flash_attention_forward(q, repeat_kv_heads(k, heads), repeat_kv_heads(v, heads), causal=True,
-                                        scale=scale)
+    out, _ = t1.flash_attention_forward(
+        q, repeat_kv_heads(k, heads), repeat_kv_heads(v, heads), causal=True, scale=scale
+    )
     return out
 
 
@@ -85,8 +86,13 @@ def repeat_kv_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
     return x if groups == 1 else x.repeat_interleave(groups, dim=1)
 
 
-_FUNCTIONS: dict[str, AttentionFn] = {"reference": reference, "sdpa": sdpa, "t1": student_t1, "t5": student_t5,
-                                       "t6": student_t5}
+_FUNCTIONS: dict[str, AttentionFn] = {
+    "reference": reference,
+    "sdpa": sdpa,
+    "t1": student_t1,
+    "t5": student_t5,
+    "t6": student_t5,
+}
 CACHE_ATTENTION = ("t6",)  # implementations whose cache attends: Attention.forward calls cache.attend(...)
 
 
@@ -101,7 +107,7 @@ def t6_cache_class(impl: str | None = None):
     from assignment.impl import load_python, student_dir
 
     module = load_python("t6_kv_cache.py", impl)
-    if getattr(module, "kernels", None) is kernels:   # the module-level API (IMPL's kernels): bind it, once
+    if getattr(module, "kernels", None) is kernels:  # the module-level API (IMPL's kernels): bind it, once
         module.kernels = kernels.Kernels(student_dir(impl))
     return module.KVCache
 
@@ -114,8 +120,10 @@ def get(name: str, head_dim: int, device: torch.device | str) -> AttentionFn:
         if torch.device(device).type != "cuda":
             raise ValueError(f"attention {name!r} runs the CUDA kernels: run the model on a GPU (device='cuda')")
         if head_dim not in KERNEL_HEAD_DIMS:
-            raise ValueError(f"attention {name!r}: the kernels support head dimensions {KERNEL_HEAD_DIMS}; this model "
-                             f"has head_dim {head_dim} (use attention='reference')")
+            raise ValueError(
+                f"attention {name!r}: the kernels support head dimensions {KERNEL_HEAD_DIMS}; this model "
+                f"has head_dim {head_dim} (use attention='reference')"
+            )
     return _FUNCTIONS[name]
 
 

@@ -35,6 +35,7 @@ IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 @dataclass
 class LoadedModel:
     """What ``load_checkpoint`` returns: the model (caches set up), its tokenizer and generation defaults."""
+
     model: Transformer
     tokenizer: Tokenizer
     config: ModelConfig
@@ -42,9 +43,15 @@ class LoadedModel:
     generation_config: dict = field(default_factory=dict)
 
 
-def load_checkpoint(path: str | Path = DEFAULT_CHECKPOINT, *, device: str | torch.device = "cpu",
-                    dtype: torch.dtype | None = torch.float32, max_seq_len: int | None = None,
-                    max_batch_size: int = 1, attention: str = "reference") -> LoadedModel:
+def load_checkpoint(
+    path: str | Path = DEFAULT_CHECKPOINT,
+    *,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = torch.float32,
+    max_seq_len: int | None = None,
+    max_batch_size: int = 1,
+    attention: str = "reference",
+) -> LoadedModel:
     """Build the model of a Hugging Face checkpoint directory and load its weights.
 
     dtype: what the model computes in; float32 by default (bf16/fp16 weights are upcast as they load);
@@ -53,8 +60,9 @@ def load_checkpoint(path: str | Path = DEFAULT_CHECKPOINT, *, device: str | torc
     """
     path = Path(path).expanduser()
     if not path.is_dir():
-        raise CheckpointError(f"{path}: not a checkpoint directory (it should hold config.json, *.safetensors and "
-                              f"tokenizer.json)")
+        raise CheckpointError(
+            f"{path}: not a checkpoint directory (it should hold config.json, *.safetensors and tokenizer.json)"
+        )
     config = ModelConfig.from_file(path / "config.json")
     dtype = dtype or DTYPES.get(config.torch_dtype, torch.float32)
     model = empty_model(config, device, attention).to(dtype)
@@ -89,8 +97,11 @@ def weight_files(path: Path) -> dict[str, Path]:
         with safe_open(single, framework="pt") as f:
             return {name: single for name in f.keys()}
     others = sorted(p.name for p in path.glob("*.bin")) + sorted(p.name for p in path.glob("*.pth"))
-    hint = f" (found {', '.join(others)}: only safetensors are read; convert with transformers' save_pretrained)" \
-        if others else ""
+    hint = (
+        f" (found {', '.join(others)}: only safetensors are read; convert with transformers' save_pretrained)"
+        if others
+        else ""
+    )
     raise CheckpointError(f"{path}: no weights: neither {SINGLE_FILE} nor {INDEX_FILE}{hint}")
 
 
@@ -109,8 +120,10 @@ def _load_weights(model: Transformer, files: dict[str, Path], dtype: torch.dtype
         elif not hf_name.endswith(IGNORED_SUFFIXES):
             unexpected.append(hf_name)
     if unexpected:
-        raise CheckpointError(f"{len(unexpected)} tensors do not belong to a {model.config.architecture} with this "
-                              f"config (first: {unexpected[0]}); is config.json the one for these weights?")
+        raise CheckpointError(
+            f"{len(unexpected)} tensors do not belong to a {model.config.architecture} with this "
+            f"config (first: {unexpected[0]}); is config.json the one for these weights?"
+        )
     loaded = set()
     for file, names in by_file.items():
         with safe_open(file, framework="pt") as f:
@@ -118,20 +131,25 @@ def _load_weights(model: Transformer, files: dict[str, Path], dtype: torch.dtype
                 param = expected[name]
                 tensor = f.get_tensor(hf_name)
                 if tuple(tensor.shape) != tuple(param.shape):
-                    raise CheckpointError(f"{file.name}: tensor {hf_name} has shape {tuple(tensor.shape)}, the config "
-                                          f"gives {tuple(param.shape)}")
+                    raise CheckpointError(
+                        f"{file.name}: tensor {hf_name} has shape {tuple(tensor.shape)}, the config "
+                        f"gives {tuple(param.shape)}"
+                    )
                 with torch.no_grad():
                     param.copy_(tensor.to(dtype))
                 loaded.add(name)
     missing = sorted(set(expected) - loaded)
     if missing:
         hf = ["lm_head.weight" if m == "lm_head.weight" else f"model.{m}" for m in missing]
-        raise CheckpointError(f"the checkpoint lacks {len(missing)} tensors the config needs: {', '.join(hf[:5])}"
-                              f"{' ...' if len(hf) > 5 else ''}")
+        raise CheckpointError(
+            f"the checkpoint lacks {len(missing)} tensors the config needs: {', '.join(hf[:5])}"
+            f"{' ...' if len(hf) > 5 else ''}"
+        )
 
 
-def save_checkpoint(model: Transformer, out_dir: str | Path, dtype: torch.dtype = torch.bfloat16,
-                    generation_config: dict | None = None) -> Path:
+def save_checkpoint(
+    model: Transformer, out_dir: str | Path, dtype: torch.dtype = torch.bfloat16, generation_config: dict | None = None
+) -> Path:
     """Write config.json, model.safetensors and generation_config.json (the tokenizer is saved by its owner)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -149,4 +167,3 @@ def save_checkpoint(model: Transformer, out_dir: str | Path, dtype: torch.dtype 
     generation = {"bos_token_id": config.bos_token_id, "eos_token_id": raw["eos_token_id"], **(generation_config or {})}
     (out / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
     return out
-

@@ -34,8 +34,10 @@ class GraphDecoder:
         if not model.max_seq_len:
             raise ValueError("GraphDecoder: call model.setup_caches() first")
         if not attention.attends_on_cache(model.attention_impl):
-            raise ValueError(f"GraphDecoder needs a cache that reads its length on the device (attention 't6'); "
-                             f"this model uses {model.attention_impl!r}, whose cache is sliced on the host")
+            raise ValueError(
+                f"GraphDecoder needs a cache that reads its length on the device (attention 't6'); "
+                f"this model uses {model.attention_impl!r}, whose cache is sliced on the host"
+            )
         if not 1 <= batch_size <= model.max_batch_size:
             raise ValueError(f"batch_size must be 1..{model.max_batch_size} (the cache's), got {batch_size}")
         self.model, self.batch_size = model, batch_size
@@ -49,7 +51,7 @@ class GraphDecoder:
         self._pos = torch.full((1,), model.max_seq_len - 1, dtype=torch.long, device=device)
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):   # first calls (kernel loading, workspaces) outside the capture
+        with torch.cuda.stream(side):  # first calls (kernel loading, workspaces) outside the capture
             for _ in range(max(1, warmup)):
                 model._run(self._token, self._pos, last_only=True, checked=False)
         torch.cuda.current_stream(device).wait_stream(side)
@@ -62,7 +64,8 @@ class GraphDecoder:
             raise GraphCaptureError(
                 f"the decode step could not be captured in a CUDA graph: {exc}. The decode path must not read a GPU "
                 "value on the host (.item(), .tolist(), int(tensor), an if on a tensor) nor make tensors whose "
-                "size depends on the position") from exc
+                "size depends on the position"
+            ) from exc
 
     # The generation protocol (t7): the model's attributes, eager prefill, replayed decode.
     @property
@@ -79,16 +82,20 @@ class GraphDecoder:
 
     def prefill(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
         if any(layer.self_attn.kv_cache is not cache for layer, cache in zip(self.model.layers, self._held)):
-            raise ValueError("the model's caches were replaced after the decode step was captured (setup_caches "
-                             "again?): make a new GraphDecoder")
+            raise ValueError(
+                "the model's caches were replaced after the decode step was captured (setup_caches "
+                "again?): make a new GraphDecoder"
+            )
         return self.model.prefill(tokens, input_pos)
 
     def decode_one_token(self, token: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
         """token (batch_size, 1), input_pos (1,) -> logits (batch_size, V), a fresh tensor. The position is not
         checked on the host (that would cost a synchronisation per token): it must follow the prefill's."""
         if tuple(token.shape) != (self.batch_size, 1) or tuple(input_pos.shape) != (1,):
-            raise ValueError(f"decode_one_token: token must be ({self.batch_size}, 1) and input_pos (1,), got "
-                             f"{tuple(token.shape)} and {tuple(input_pos.shape)}")
+            raise ValueError(
+                f"decode_one_token: token must be ({self.batch_size}, 1) and input_pos (1,), got "
+                f"{tuple(token.shape)} and {tuple(input_pos.shape)}"
+            )
         self._token.copy_(token)
         self._pos.copy_(input_pos)
         self.graph.replay()

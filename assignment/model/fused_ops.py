@@ -50,8 +50,13 @@ def library() -> ctypes.CDLL | None:
 
 def _usable(*tensors: torch.Tensor) -> bool:
     """The kernels apply: fp32, contiguous, aligned, on a GPU, no autograd (they have no backward)."""
-    return not torch.is_grad_enabled() and all(t.is_cuda and t.dtype == torch.float32 and t.is_contiguous() and t.data_ptr() % 16 == 0
-               for t in tensors) and library() is not None
+    return (
+        not torch.is_grad_enabled()
+        and all(
+            t.is_cuda and t.dtype == torch.float32 and t.is_contiguous() and t.data_ptr() % 16 == 0 for t in tensors
+        )
+        and library() is not None
+    )
 
 
 def _stream(t: torch.Tensor) -> ctypes.c_void_p:
@@ -71,17 +76,28 @@ def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, norm) -> tuple[tor
         y = torch.empty_like(x)
         rows = x.numel() // n
         with torch.cuda.device(x.device):
-            _check(library().fused_add_rms_norm(x.data_ptr(), None if delta is None else delta.data_ptr(),
-                                                norm.weight.data_ptr(), y.data_ptr(), rows, n, norm.eps, _stream(x)),
-                   "add_rms_norm")
+            _check(
+                library().fused_add_rms_norm(
+                    x.data_ptr(),
+                    None if delta is None else delta.data_ptr(),
+                    norm.weight.data_ptr(),
+                    y.data_ptr(),
+                    rows,
+                    n,
+                    norm.eps,
+                    _stream(x),
+                ),
+                "add_rms_norm",
+            )
         return x, y
     if delta is not None:
         x = x + delta
     return x, norm(x)
 
 
-def rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, H: int, H_kv: int,
-               apply_rope) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def rope_split(
+    qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, H: int, H_kv: int, apply_rope
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """qkv (B, T, H + 2 H_kv, d) -> q (B, H, T, d), k and v (B, H_kv, T, d), contiguous, q and k rotated by
     ``apply_rope``'s formula with cos and signed sin (T, d)."""
     B, T, heads, d = qkv.shape
@@ -90,13 +106,27 @@ def rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, H: int, 
         k = torch.empty(B, H_kv, T, d, device=qkv.device)
         v = torch.empty(B, H_kv, T, d, device=qkv.device)
         with torch.cuda.device(qkv.device):
-            _check(library().fused_rope_split(qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), q.data_ptr(),
-                                              k.data_ptr(), v.data_ptr(), B, T, H, H_kv, d, _stream(qkv)),
-                   "rope_split")
+            _check(
+                library().fused_rope_split(
+                    qkv.data_ptr(),
+                    cos.data_ptr(),
+                    sin.data_ptr(),
+                    q.data_ptr(),
+                    k.data_ptr(),
+                    v.data_ptr(),
+                    B,
+                    T,
+                    H,
+                    H_kv,
+                    d,
+                    _stream(qkv),
+                ),
+                "rope_split",
+            )
         return q, k, v
-    heads_first = qkv.transpose(1, 2)                                               # (B, H + 2 H_kv, T, d)
-    qk = apply_rope(heads_first[:, :H + H_kv], cos, sin)
-    return qk[:, :H].contiguous(), qk[:, H:].contiguous(), heads_first[:, H + H_kv:].contiguous()
+    heads_first = qkv.transpose(1, 2)  # (B, H + 2 H_kv, T, d)
+    qk = apply_rope(heads_first[:, : H + H_kv], cos, sin)
+    return qk[:, :H].contiguous(), qk[:, H:].contiguous(), heads_first[:, H + H_kv :].contiguous()
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
@@ -105,8 +135,12 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     if _usable(gate_up) and gate_up.shape[-1] == 2 * n:
         out = torch.empty(*gate_up.shape[:-1], n, device=gate_up.device)
         with torch.cuda.device(gate_up.device):
-            _check(library().fused_silu_mul(gate_up.data_ptr(), out.data_ptr(), gate_up.numel() // (2 * n), n,
-                                            _stream(gate_up)), "silu_mul")
+            _check(
+                library().fused_silu_mul(
+                    gate_up.data_ptr(), out.data_ptr(), gate_up.numel() // (2 * n), n, _stream(gate_up)
+                ),
+                "silu_mul",
+            )
         return out
     gate, up = gate_up.chunk(2, dim=-1)
     return F.silu(gate) * up
@@ -120,6 +154,16 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         return F.linear(x, weight, bias)
     y = torch.empty(*x.shape[:-1], N, device=x.device)
     with torch.cuda.device(x.device):
-        _check(library().fused_gemv(weight.data_ptr(), x.data_ptr(), None if bias is None else bias.data_ptr(),
-                                    y.data_ptr(), N, K, _stream(x)), "gemv")
+        _check(
+            library().fused_gemv(
+                weight.data_ptr(),
+                x.data_ptr(),
+                None if bias is None else bias.data_ptr(),
+                y.data_ptr(),
+                N,
+                K,
+                _stream(x),
+            ),
+            "gemv",
+        )
     return y

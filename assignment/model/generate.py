@@ -26,6 +26,7 @@ from . import DEFAULT_CHECKPOINT
 @dataclass
 class TimedModel:
     """Stands in front of the model and notes when each prefill and decode step has finished."""
+
     model: object
     start: float = 0.0
     done: list[float] = field(default_factory=list)
@@ -59,7 +60,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (a GPU when there is one)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    parser.add_argument("--attention", default="reference", help="reference, sdpa, t1 (your Python), t5 (your CUDA kernel) or t6 (your KV cache and decode kernel)")
+    parser.add_argument(
+        "--attention",
+        default="reference",
+        help="reference, sdpa, t1 (your Python), t5 (your CUDA kernel) or t6 (your KV cache and decode kernel)",
+    )
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the checkpoint's chat template")
     return parser.parse_args(argv)
 
@@ -67,15 +72,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def sampling_settings(args: argparse.Namespace, generation_config: dict) -> dict:
     """The command line wins; then the checkpoint's generation_config.json (do_sample false: greedy); then
     plain sampling at temperature 1."""
+
     def pick(value, key, default):
         return value if value is not None else generation_config.get(key, default)
 
     greedy_default = generation_config.get("do_sample") is False
-    temperature = pick(args.temperature, "temperature", 1.0) if args.temperature is not None or not greedy_default \
-        else 0.0
-    return {"temperature": float(temperature), "top_k": pick(args.top_k, "top_k", None) or None,
-            "top_p": pick(args.top_p, "top_p", None),
-            "repetition_penalty": float(pick(args.repetition_penalty, "repetition_penalty", 1.0))}
+    temperature = (
+        pick(args.temperature, "temperature", 1.0) if args.temperature is not None or not greedy_default else 0.0
+    )
+    return {
+        "temperature": float(temperature),
+        "top_k": pick(args.top_k, "top_k", None) or None,
+        "top_p": pick(args.top_p, "top_p", None),
+        "repetition_penalty": float(pick(args.repetition_penalty, "repetition_penalty", 1.0)),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,8 +117,15 @@ def main(argv: list[str] | None = None) -> int:
         model = TimedModel(loaded.model, start)
         generator = torch.Generator(device).manual_seed(args.seed)
         print(text, end="", flush=True)
-        for piece in t7.stream(model, tokenizer, prompt_tokens, args.max_tokens, stop_tokens=tokenizer.stop_ids,
-                               generator=generator, **settings):
+        for piece in t7.stream(
+            model,
+            tokenizer,
+            prompt_tokens,
+            args.max_tokens,
+            stop_tokens=tokenizer.stop_ids,
+            generator=generator,
+            **settings,
+        ):
             print(piece, end="", flush=True)
     except NotImplementedError as exc:
         print(f"\ngenerate: the sampling loop is not written yet: {exc}", file=sys.stderr)
@@ -141,11 +158,18 @@ def report(model: TimedModel, prompt_tokens: int, device: str, args: argparse.Na
     generated = len(done)  # the prefill gives the first token, each decode step one more (the last may stop)
     between = (done[-1] - done[0]) / steps if steps else float("nan")
     total = done[-1] - model.start
-    mode = "greedy" if settings["temperature"] == 0 else ", ".join(
-        f"{k.replace('_', '-')} {v}" for k, v in settings.items() if v not in (None, 1.0) or k == "temperature")
-    return (f"-- prompt tokens: {prompt_tokens} | model calls: 1 prefill + {steps} decode | TTFT {ttft * 1e3:.1f} ms | "
-            f"time between tokens {between * 1e3:.2f} ms | {generated / total:.1f} tokens/s\n"
-            f"-- {device}, {args.dtype}, attention {args.attention}, {mode}, seed {args.seed}")
+    mode = (
+        "greedy"
+        if settings["temperature"] == 0
+        else ", ".join(
+            f"{k.replace('_', '-')} {v}" for k, v in settings.items() if v not in (None, 1.0) or k == "temperature"
+        )
+    )
+    return (
+        f"-- prompt tokens: {prompt_tokens} | model calls: 1 prefill + {steps} decode | TTFT {ttft * 1e3:.1f} ms | "
+        f"time between tokens {between * 1e3:.2f} ms | {generated / total:.1f} tokens/s\n"
+        f"-- {device}, {args.dtype}, attention {args.attention}, {mode}, seed {args.seed}"
+    )
 
 
 if __name__ == "__main__":

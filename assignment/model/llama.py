@@ -36,7 +36,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:   # one fused kernel where torch has one
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:  # one fused kernel where torch has one
             return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
         # Normalise in float32 (a bf16 mean of squares loses digits), scale in the model's dtype.
         x32 = x.float()
@@ -82,7 +82,7 @@ def rope_tables(config: ModelConfig, length: int) -> tuple[torch.Tensor, torch.T
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate x (B, heads, T, d) by the angles of its positions (cos, signed sin from rope_tables: (T, d))."""
-    rotated = x.roll(x.shape[-1] // 2, dims=-1)          # (x_(d/2) .. x_(d-1), x_0 .. x_(d/2-1))
+    rotated = x.roll(x.shape[-1] // 2, dims=-1)  # (x_(d/2) .. x_(d-1), x_0 .. x_(d/2-1))
     return torch.addcmul(x * cos.to(x.dtype), rotated, sin.to(x.dtype))
 
 
@@ -95,8 +95,15 @@ class KVCache(nn.Module):
     addresses never change (what a captured CUDA graph needs, t6).
     """
 
-    def __init__(self, max_batch_size: int, max_seq_len: int, n_kv_heads: int, head_dim: int,
-                 dtype: torch.dtype, device: torch.device | str):
+    def __init__(
+        self,
+        max_batch_size: int,
+        max_seq_len: int,
+        n_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ):
         super().__init__()
         shape = (max_batch_size, n_kv_heads, max_seq_len, head_dim)
         self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
@@ -114,8 +121,11 @@ class KVCache(nn.Module):
 class Attention(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.n_heads, self.n_kv_heads, self.head_dim = (config.num_attention_heads, config.num_key_value_heads,
-                                                        config.head_dim)
+        self.n_heads, self.n_kv_heads, self.head_dim = (
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            config.head_dim,
+        )
         bias, hidden = config.attention_bias, config.hidden_size
         self.q_proj = nn.Linear(hidden, self.n_heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(hidden, self.n_kv_heads * self.head_dim, bias=bias)
@@ -126,25 +136,26 @@ class Attention(nn.Module):
         self.kv_cache = None
         self.attention_name = "reference"  # set by the model (Transformer.attention_impl)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, input_pos: torch.Tensor | None,
-                kv_len: int, attend) -> torch.Tensor:
-        B, T, _ = x.shape                                                           # x: (B, T, hidden)
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, input_pos: torch.Tensor | None, kv_len: int, attend
+    ) -> torch.Tensor:
+        B, T, _ = x.shape  # x: (B, T, hidden)
         H, H_kv, d = self.n_heads, self.n_kv_heads, self.head_dim
         if self.qkv_weight is not None:  # one matrix-vector product, one kernel to rotate and split q, k and v
             qkv = fused_ops.linear(x, self.qkv_weight, self.qkv_bias).view(B, T, H + 2 * H_kv, d)
-            q, k, v = fused_ops.rope_split(qkv, cos, sin, H, H_kv, apply_rope)        # (B, H or H_kv, T, d)
+            q, k, v = fused_ops.rope_split(qkv, cos, sin, H, H_kv, apply_rope)  # (B, H or H_kv, T, d)
         else:
-            q = self.q_proj(x).view(B, T, H, d).transpose(1, 2)                        # (B, H, T, d)
-            k = self.k_proj(x).view(B, T, H_kv, d).transpose(1, 2)                     # (B, H_kv, T, d)
-            v = self.v_proj(x).view(B, T, H_kv, d).transpose(1, 2)                     # (B, H_kv, T, d)
+            q = self.q_proj(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
+            k = self.k_proj(x).view(B, T, H_kv, d).transpose(1, 2)  # (B, H_kv, T, d)
+            v = self.v_proj(x).view(B, T, H_kv, d).transpose(1, 2)  # (B, H_kv, T, d)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if input_pos is not None and attention.attends_on_cache(self.attention_name):
-            out = self.kv_cache.attend(q, k, v, input_pos, self.scale, kv_len)         # (B, H, T, d), t6
+            out = self.kv_cache.attend(q, k, v, input_pos, self.scale, kv_len)  # (B, H, T, d), t6
             return self.project_out(out)
         if input_pos is not None:
-            k, v = self.kv_cache.update(input_pos, k, v)                               # (B, H_kv, L_max, d)
-            k, v = k[:, :, :kv_len], v[:, :, :kv_len]                                  # (B, H_kv, kv_len, d)
-        out = attend(q, k, v, self.scale)                                              # (B, H, T, d)
+            k, v = self.kv_cache.update(input_pos, k, v)  # (B, H_kv, L_max, d)
+            k, v = k[:, :, :kv_len], v[:, :, :kv_len]  # (B, H_kv, kv_len, d)
+        out = attend(q, k, v, self.scale)  # (B, H, T, d)
         return self.project_out(out)
 
     def project_out(self, out: torch.Tensor) -> torch.Tensor:
@@ -213,8 +224,9 @@ class Transformer(nn.Module):
     @attention_impl.setter
     def attention_impl(self, name: str) -> None:
         if name not in attention.IMPLEMENTATIONS:
-            raise ValueError(f"attention implementation {name!r} is unknown (choose from "
-                             f"{', '.join(attention.IMPLEMENTATIONS)})")
+            raise ValueError(
+                f"attention implementation {name!r} is unknown (choose from {', '.join(attention.IMPLEMENTATIONS)})"
+            )
         self._attention_impl = name
         for layer in self.layers:
             layer.self_attn.attention_name = name
@@ -236,15 +248,24 @@ class Transformer(nn.Module):
             cache_cls = attention.t6_cache_class() if attention.attends_on_cache(self.attention_impl) else KVCache
         window = self.config.sliding_window
         if window is not None and max_seq_len > window:
-            raise ValueError(f"this model attends over a sliding window of {window} tokens, which the kit does not "
-                             f"implement: use max_seq_len <= {window}")
+            raise ValueError(
+                f"this model attends over a sliding window of {window} tokens, which the kit does not "
+                f"implement: use max_seq_len <= {window}"
+            )
         if max_batch_size < 1 or max_seq_len < 1:
-            raise ValueError(f"setup_caches: max_batch_size and max_seq_len must be >= 1, got {max_batch_size}, "
-                             f"{max_seq_len}")
+            raise ValueError(
+                f"setup_caches: max_batch_size and max_seq_len must be >= 1, got {max_batch_size}, {max_seq_len}"
+            )
         weight = self.embed_tokens.weight
         for layer in self.layers:
-            layer.self_attn.kv_cache = cache_cls(max_batch_size, max_seq_len, self.config.num_key_value_heads,
-                                                 self.config.head_dim, weight.dtype, weight.device)
+            layer.self_attn.kv_cache = cache_cls(
+                max_batch_size,
+                max_seq_len,
+                self.config.num_key_value_heads,
+                self.config.head_dim,
+                weight.dtype,
+                weight.device,
+            )
         self.max_batch_size, self.max_seq_len = max_batch_size, max_seq_len
         self._ensure_rope(max_seq_len)
 
@@ -270,13 +291,14 @@ class Transformer(nn.Module):
         positions 0..T-1 that neither reads nor writes the cache (training, scoring a text)."""
         return self._run(tokens, input_pos, last_only=False)
 
-    def _run(self, tokens: torch.Tensor, input_pos: torch.Tensor | None, last_only: bool,
-             checked: bool = True) -> torch.Tensor:
+    def _run(
+        self, tokens: torch.Tensor, input_pos: torch.Tensor | None, last_only: bool, checked: bool = True
+    ) -> torch.Tensor:
         """``checked=False`` (CUDA-graph capture, cuda_graph.py): no check that reads a GPU value on the host."""
-        kv_len = None               # keys visible to the last token (None: unchecked, read on the device)
+        kv_len = None  # keys visible to the last token (None: unchecked, read on the device)
         if checked:
             B, T = _check_tokens(tokens, self.config.vocab_size)
-            if input_pos is None:   # a plain causal pass over tokens at positions 0..T-1; the cache is untouched
+            if input_pos is None:  # a plain causal pass over tokens at positions 0..T-1; the cache is untouched
                 kv_len = T
             elif not self.max_seq_len:
                 raise ValueError("input_pos given but no KV cache is set up: call setup_caches() first")
@@ -285,33 +307,40 @@ class Transformer(nn.Module):
         T = tokens.shape[1]
         if input_pos is None:
             self._ensure_rope(T)
-            cos, sin = self.rope_cos[:T], self.rope_sin[:T]                              # (T, d)
-        else:       # the angles of each token's own position, gathered on the device
-            cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]                # (T, d)
+            cos, sin = self.rope_cos[:T], self.rope_sin[:T]  # (T, d)
+        else:  # the angles of each token's own position, gathered on the device
+            cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]  # (T, d)
         attend = attention.get(self.attention_impl, self.config.head_dim, self.device)
-        x = self.embed_tokens(tokens)                                                    # (B, T, hidden)
-        x, h = fused_ops.add_rms_norm(x, None, self.layers[0].input_layernorm)           # h: x normalised
+        x = self.embed_tokens(tokens)  # (B, T, hidden)
+        x, h = fused_ops.add_rms_norm(x, None, self.layers[0].input_layernorm)  # h: x normalised
         next_norms = [layer.input_layernorm for layer in self.layers[1:]] + [self.norm]
         for layer, next_norm in zip(self.layers, next_norms):
             x, h = layer(x, h, cos, sin, input_pos, kv_len, attend, next_norm)
         if last_only:
             h = h[:, -1:]
-        return fused_ops.linear(h, self.lm_head.weight).float()                         # (B, T or 1, V)
+        return fused_ops.linear(h, self.lm_head.weight).float()  # (B, T or 1, V)
 
     def _check_positions(self, input_pos: torch.Tensor | None, B: int, T: int) -> tuple[int, int]:
         """(first position, keys visible to the last token); one host sync per call, not per layer."""
-        if not isinstance(input_pos, torch.Tensor) or input_pos.dtype not in (torch.int64, torch.int32) \
-                or input_pos.shape != (T,):
-            raise ValueError(f"input_pos must be an integer tensor of shape ({T},) (one position per token), got "
-                             f"{getattr(input_pos, 'shape', type(input_pos).__name__)}")
+        if (
+            not isinstance(input_pos, torch.Tensor)
+            or input_pos.dtype not in (torch.int64, torch.int32)
+            or input_pos.shape != (T,)
+        ):
+            raise ValueError(
+                f"input_pos must be an integer tensor of shape ({T},) (one position per token), got "
+                f"{getattr(input_pos, 'shape', type(input_pos).__name__)}"
+            )
         if B > self.max_batch_size:
             raise ValueError(f"batch {B} is larger than the cache's max_batch_size {self.max_batch_size}")
         first, last = input_pos[[0, -1]].tolist()
         if last - first != T - 1 or first < 0:
             raise ValueError(f"input_pos must be consecutive positions first..first+{T - 1}, got {first}..{last}")
         if last >= self.max_seq_len:
-            raise ValueError(f"position {last} is past the KV cache's capacity of {self.max_seq_len} tokens (a prompt "
-                             f"plus the tokens to generate must fit in max_seq_len)")
+            raise ValueError(
+                f"position {last} is past the KV cache's capacity of {self.max_seq_len} tokens (a prompt "
+                f"plus the tokens to generate must fit in max_seq_len)"
+            )
         return first, last + 1
 
 
@@ -321,7 +350,7 @@ def empty_model(config: ModelConfig, device: torch.device | str, attention_impl:
     with torch.device("meta"):
         model = Transformer(config, attention_impl=attention_impl)
     model = model.to_empty(device=device)
-    if config.tie_word_embeddings:   # to_empty makes a tensor per module: tie them again
+    if config.tie_word_embeddings:  # to_empty makes a tensor per module: tie them again
         model.lm_head.weight = model.embed_tokens.weight
     return model
 
@@ -333,17 +362,19 @@ def _fuse(*linears: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
     row = 0
     for lin in linears:
         rows = lin.out_features
-        lin.weight = nn.Parameter(weight[row:row + rows], requires_grad=False)
+        lin.weight = nn.Parameter(weight[row : row + rows], requires_grad=False)
         if bias is not None:
-            lin.bias = nn.Parameter(bias[row:row + rows], requires_grad=False)
+            lin.bias = nn.Parameter(bias[row : row + rows], requires_grad=False)
         row += rows
     return weight, bias
 
 
 def _check_tokens(tokens: torch.Tensor, vocab_size: int) -> tuple[int, int]:
     if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"tokens must be an integer tensor of shape (B, T), got "
-                         f"{getattr(tokens, 'dtype', type(tokens).__name__)} {tuple(getattr(tokens, 'shape', ()))}")
+        raise ValueError(
+            f"tokens must be an integer tensor of shape (B, T), got "
+            f"{getattr(tokens, 'dtype', type(tokens).__name__)} {tuple(getattr(tokens, 'shape', ()))}"
+        )
     if tokens.shape[1] == 0:
         raise ValueError("tokens is empty: give at least one token")
     if tokens.device.type == "cpu":

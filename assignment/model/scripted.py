@@ -54,8 +54,9 @@ class ScriptedModel:
             and a long tail, which is what sampling tests need.
     """
 
-    def __init__(self, vocab_size: int = 64, seed: int = 0, max_seq_len: int = 256, device="cpu",
-                 sharpness: float = 3.0):
+    def __init__(
+        self, vocab_size: int = 64, seed: int = 0, max_seq_len: int = 256, device="cpu", sharpness: float = 3.0
+    ):
         if vocab_size < 2 or max_seq_len < 1:
             raise ValueError(f"need vocab_size >= 2 and max_seq_len >= 1, got {vocab_size} and {max_seq_len}")
         self.vocab_size = vocab_size
@@ -88,8 +89,10 @@ class ScriptedModel:
         """Write one token (1, 1) at position ``input_pos`` (1,); return the logits (1, V) after it."""
         self._check_tokens("decode_one_token", token)
         if token.shape[1] != 1:
-            raise ValueError(f"decode_one_token takes one token of shape (1, 1), got {tuple(token.shape)}; "
-                             "the prompt goes through prefill, then one generated token per decode step")
+            raise ValueError(
+                f"decode_one_token takes one token of shape (1, 1), got {tuple(token.shape)}; "
+                "the prompt goes through prefill, then one generated token per decode step"
+            )
         return self._serve("decode", "decode_one_token", token, input_pos)
 
     def _serve(self, op: str, name: str, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
@@ -103,7 +106,7 @@ class ScriptedModel:
                 self._cache.append(value)
             else:
                 self._cache[position] = value  # overwriting, as a KV cache would
-        del self._hashes[positions[0]:]  # hashes from the first written position on are stale
+        del self._hashes[positions[0] :]  # hashes from the first written position on are stale
         return self._logits(self._hash_through(positions[-1]))[None, :]
 
     def _hash_through(self, position: int) -> int:
@@ -124,18 +127,24 @@ class ScriptedModel:
         if tokens.dtype != torch.long:
             raise ValueError(f"{name}: tokens must be torch.long (token ids), got {tokens.dtype}")
         if tokens.dim() != 2 or tokens.shape[0] != 1 or tokens.shape[1] < 1:
-            raise ValueError(f"{name}: tokens must have shape (1, T) with T >= 1 (one sequence, B = 1), got "
-                             f"{tuple(tokens.shape)}; add the batch dimension with tokens[None, :]")
+            raise ValueError(
+                f"{name}: tokens must have shape (1, T) with T >= 1 (one sequence, B = 1), got "
+                f"{tuple(tokens.shape)}; add the batch dimension with tokens[None, :]"
+            )
         if tokens.device != self.device:
-            raise ValueError(f"{name}: tokens are on {tokens.device} but the model is on {self.device}; "
-                             "create them with device=model.device")
+            raise ValueError(
+                f"{name}: tokens are on {tokens.device} but the model is on {self.device}; "
+                "create them with device=model.device"
+            )
 
     def _check_positions(self, name: str, input_pos, count: int) -> list[int]:
         if not isinstance(input_pos, torch.Tensor):
             raise TypeError(f"{name}: input_pos must be a torch.Tensor, got {type(input_pos).__name__}")
         if input_pos.dtype != torch.long or input_pos.dim() != 1:
-            raise ValueError(f"{name}: input_pos must be a 1-D torch.long tensor of positions, got "
-                             f"{input_pos.dtype} of shape {tuple(input_pos.shape)}")
+            raise ValueError(
+                f"{name}: input_pos must be a 1-D torch.long tensor of positions, got "
+                f"{input_pos.dtype} of shape {tuple(input_pos.shape)}"
+            )
         if input_pos.device != self.device:
             raise ValueError(f"{name}: input_pos is on {input_pos.device} but the model is on {self.device}")
         positions = input_pos.tolist()
@@ -143,17 +152,23 @@ class ScriptedModel:
             raise ValueError(f"{name}: {count} tokens but {len(positions)} positions; give one position per token")
         start = positions[0]
         if positions != list(range(start, start + count)):
-            raise ValueError(f"{name}: positions must be consecutive, got {positions[:8]}"
-                             f"{' ...' if count > 8 else ''}; the prompt goes in at arange(T)")
+            raise ValueError(
+                f"{name}: positions must be consecutive, got {positions[:8]}"
+                f"{' ...' if count > 8 else ''}; the prompt goes in at arange(T)"
+            )
         if start < 0:
             raise ValueError(f"{name}: position {start} is negative")
         if start > len(self._cache):
             last = f"position {len(self._cache) - 1}" if self._cache else "nothing yet"
-            raise ValueError(f"{name}: writes position {start}, but the cache holds {last}: a gap. The prompt "
-                             "fills positions 0..T-1 and the k-th generated token (k = 0, 1, ...) goes in at T + k")
+            raise ValueError(
+                f"{name}: writes position {start}, but the cache holds {last}: a gap. The prompt "
+                "fills positions 0..T-1 and the k-th generated token (k = 0, 1, ...) goes in at T + k"
+            )
         if positions[-1] >= self.max_seq_len:
-            raise ValueError(f"{name}: position {positions[-1]} is past the cache, which holds positions "
-                             f"0..{self.max_seq_len - 1} (max_seq_len = {self.max_seq_len})")
+            raise ValueError(
+                f"{name}: position {positions[-1]} is past the cache, which holds positions "
+                f"0..{self.max_seq_len - 1} (max_seq_len = {self.max_seq_len})"
+            )
         return positions
 
     def _check_values(self, name: str, values: list[int]) -> None:

@@ -21,8 +21,16 @@ TOKENIZER_FILE = "tokenizer.json"
 
 
 class Tokenizer:
-    def __init__(self, backend: _HFTokenizer, *, bos_token: str | None = None, eos_token: str | None = None,
-                 add_bos: bool | None = None, stop_ids: tuple[int, ...] = (), chat_template: str | None = None):
+    def __init__(
+        self,
+        backend: _HFTokenizer,
+        *,
+        bos_token: str | None = None,
+        eos_token: str | None = None,
+        add_bos: bool | None = None,
+        stop_ids: tuple[int, ...] = (),
+        chat_template: str | None = None,
+    ):
         self._backend = backend
         self.bos_token, self.eos_token = bos_token, eos_token
         self.bos_id = backend.token_to_id(bos_token) if bos_token else None
@@ -42,8 +50,10 @@ class Tokenizer:
         path = Path(path)
         file = path / TOKENIZER_FILE
         if not file.is_file():
-            raise CheckpointError(f"{path}: {TOKENIZER_FILE} is missing (only fast tokenizers in the Hugging Face "
-                                  "layout are read; tokenizer.model alone is not enough)")
+            raise CheckpointError(
+                f"{path}: {TOKENIZER_FILE} is missing (only fast tokenizers in the Hugging Face "
+                "layout are read; tokenizer.model alone is not enough)"
+            )
         try:
             backend = _HFTokenizer.from_file(str(file))
         except Exception as exc:  # noqa: BLE001 - the tokenizers package raises its own exception type
@@ -56,9 +66,14 @@ class Tokenizer:
         if (path / "chat_template.jinja").is_file():
             template = (path / "chat_template.jinja").read_text()
         stop_ids = _ids(generation.get("eos_token_id")) + (list(config.eos_token_id) if config else [])
-        return cls(backend, bos_token=_token_text(settings.get("bos_token")),
-                   eos_token=_token_text(settings.get("eos_token")), add_bos=settings.get("add_bos_token"),
-                   stop_ids=tuple(stop_ids), chat_template=template)
+        return cls(
+            backend,
+            bos_token=_token_text(settings.get("bos_token")),
+            eos_token=_token_text(settings.get("eos_token")),
+            add_bos=settings.get("add_bos_token"),
+            stop_ids=tuple(stop_ids),
+            chat_template=template,
+        )
 
     def encode(self, text: str, add_bos: bool = True) -> list[int]:
         """Token ids of ``text``; with ``add_bos`` the tokenizer's own special tokens (its BOS) are added."""
@@ -76,20 +91,26 @@ class Tokenizer:
         Encode the result with ``add_bos=False``: templates write their BOS themselves.
         """
         if not self.chat_template:
-            raise ValueError("this checkpoint has no chat template (tokenizer_config.json 'chat_template'): "
-                             "run without --chat")
+            raise ValueError(
+                "this checkpoint has no chat template (tokenizer_config.json 'chat_template'): run without --chat"
+            )
         from jinja2.exceptions import TemplateError
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
         def raise_exception(message: str):
             raise TemplateError(message)
 
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+        env = ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+        )
         env.globals.update(raise_exception=raise_exception, strftime_now=lambda fmt: datetime.now().strftime(fmt))
         env.filters["tojson"] = lambda value, indent=None: json.dumps(value, indent=indent, ensure_ascii=False)
         return env.from_string(self.chat_template).render(
-            messages=messages, add_generation_prompt=add_generation_prompt,
-            bos_token=self.bos_token or "", eos_token=self.eos_token or "")
+            messages=messages,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos_token or "",
+            eos_token=self.eos_token or "",
+        )
 
 
 def _token_text(value) -> str | None:

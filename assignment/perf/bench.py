@@ -32,6 +32,7 @@ from assignment import tasks
 from assignment.perf import targets
 from assignment.perf.cases import OUT_DIR, reference_kernels, run_case
 
+
 def _parser(with_bench: list[tasks.TaskCode]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", choices=[c.id for c in with_bench])
@@ -39,14 +40,22 @@ def _parser(with_bench: list[tasks.TaskCode]) -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=OUT_DIR)
     for option, (help_text, owners) in _variants(with_bench).items():
         parser.add_argument(f"--{option}", action="store_true", help=f"{'/'.join(owners)}: {help_text}")
-    parser.add_argument("--model-only", action="store_true",
-                        help=f"{_model_tasks(with_bench)}: only the model table (TTFT and TBT of the Llama-3.2-1B "
-                             "shape, four ways)")
+    parser.add_argument(
+        "--model-only",
+        action="store_true",
+        help=f"{_model_tasks(with_bench)}: only the model table (TTFT and TBT of the Llama-3.2-1B shape, four ways)",
+    )
     parser.add_argument("--no-model", action="store_true", help=f"{_model_tasks(with_bench)}: only the kernel table")
-    parser.add_argument("--targets", action="store_true",
-                        help="only the registry's timing rules, against the student targets (where you stand)")
-    parser.add_argument("--then-scaling", action="store_true",
-                        help="after the default table, the task's scaling sweep where it has one (make bench)")
+    parser.add_argument(
+        "--targets",
+        action="store_true",
+        help="only the registry's timing rules, against the student targets (where you stand)",
+    )
+    parser.add_argument(
+        "--then-scaling",
+        action="store_true",
+        help="after the default table, the task's scaling sweep where it has one (make bench)",
+    )
     return parser
 
 
@@ -67,8 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     with_bench = tasks.with_bench()
     args = _parser(with_bench).parse_args(argv)
     if args.task is None:
-        print(f"choose a task: make bench T={with_bench[0].id} (one of {', '.join(c.id for c in with_bench)})",
-              file=sys.stderr)
+        print(
+            f"choose a task: make bench T={with_bench[0].id} (one of {', '.join(c.id for c in with_bench)})",
+            file=sys.stderr,
+        )
         return 2
     code = tasks.code(args.task)
     variants = _variants(with_bench)
@@ -89,8 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("make bench needs a CUDA GPU, and PyTorch sees none (torch.cuda.is_available() is False). "
-              "Run it on a GPU node.", file=sys.stderr)
+        print(
+            "make bench needs a CUDA GPU, and PyTorch sees none (torch.cuda.is_available() is False). "
+            "Run it on a GPU node.",
+            file=sys.stderr,
+        )
         return 2
     from assignment.cuda.kernels import Kernels
     from assignment.impl import student_dir
@@ -116,18 +130,31 @@ def main(argv: list[str] | None = None) -> int:
     else:
         cases = code.bench_cases(student, reference, args.quick)
     rows = [run_case(case, copy.gbps, settings) for case in cases]
-    report = {"task": args.task, "quick": args.quick, "gpu": info, "copy_gbps": copy.gbps,
-              "implementation": str(student_dir()), "cases": rows}
+    report = {
+        "task": args.task,
+        "quick": args.quick,
+        "gpu": info,
+        "copy_gbps": copy.gbps,
+        "implementation": str(student_dir()),
+        "cases": rows,
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     if code.model_bench and not (variant or args.no_model):
         report["model"] = run_model_table(copy.gbps, args.quick, args.out)
     if variant is None:
-        standings = where_you_stand(registry.task(args.task), student, reference, copy.gbps, settings,
-                                    report.get("model"), info.get("name"), skip_model=args.no_model)
+        standings = where_you_stand(
+            registry.task(args.task),
+            student,
+            reference,
+            copy.gbps,
+            settings,
+            report.get("model"),
+            info.get("name"),
+            skip_model=args.no_model,
+        )
         report["targets"] = [s.to_dict() for s in standings]
         print("\n" + targets.format_standings(standings))
-    suffix = (f"_{variant.option}" if variant else "_model" if args.model_only else "_targets" if args.targets
-              else "")
+    suffix = f"_{variant.option}" if variant else "_model" if args.model_only else "_targets" if args.targets else ""
     path = args.out / f"{args.task}{suffix}.json"
     path.write_text(json.dumps(report, indent=2, default=str))
     print(f"\nwrote {path}")

@@ -28,8 +28,8 @@ class Case:
     candidates: dict[str, Callable[[Any], Any]]
     flops: float | None
     bytes_moved: float | None
-    metric: str                      # "GB/s" or "TFLOP/s": what the row reports
-    percent_of: str                  # "copy" (bandwidth) or a candidate name (speed relative to it)
+    metric: str  # "GB/s" or "TFLOP/s": what the row reports
+    percent_of: str  # "copy" (bandwidth) or a candidate name (speed relative to it)
     notes: list[str] = field(default_factory=list)
     speedup_over: tuple[str, ...] = ()  # baselines to print the student's and the reference's speedups over
 
@@ -44,8 +44,9 @@ def attention_pairs(Lq: int, Lk: int, causal: bool) -> int:
     return sum(min(Lk, max(0, i + Lk - Lq + 1)) for i in range(Lq))
 
 
-def attention_work(B: int, H: int, Lq: int, Lk: int, d: int, causal: bool,
-                   H_kv: int | None = None) -> tuple[float, float]:
+def attention_work(
+    B: int, H: int, Lq: int, Lk: int, d: int, causal: bool, H_kv: int | None = None
+) -> tuple[float, float]:
     """(flops, ideal bytes): QKᵀ and PV are 2·d flops per visible pair each; read Q, K, V (H_kv heads, default
     H), write O and LSE once."""
     H_kv = H if H_kv is None else H_kv
@@ -72,8 +73,18 @@ def randn(*shape: int, seed: int, scale: float = 1.0):
 # (B, H, L, d): seed 000's shapes, the issue's B8 H16 L4096, and a spread of seed 002's test table
 # (batch B, length N, d, one head) from short-and-wide to long-and-narrow.
 ATTENTION_SHAPES = [(8, 16, 4096, 64), (8, 16, 4096, 128), (4, 1, 128, 64), (64, 1, 4096, 64)]
-SEED002_SHAPES = [(320, 1, 128, 32), (160, 1, 128, 64), (80, 1, 512, 32), (40, 1, 512, 64), (20, 1, 2048, 32),
-                  (500, 1, 2048, 64), (100, 1, 4096, 64), (10, 1, 8192, 64), (4, 1, 16384, 64), (2, 1, 32768, 64)]
+SEED002_SHAPES = [
+    (320, 1, 128, 32),
+    (160, 1, 128, 64),
+    (80, 1, 512, 32),
+    (40, 1, 512, 64),
+    (20, 1, 2048, 32),
+    (500, 1, 2048, 64),
+    (100, 1, 4096, 64),
+    (10, 1, 8192, 64),
+    (4, 1, 16384, 64),
+    (2, 1, 32768, 64),
+]
 # (B, H, H_kv, L, d): grouped-query attention with Llama 3's heads (32 query heads over 8 KV heads), a long prompt.
 GQA_SHAPES = [(1, 32, 8, 8192, 64), (1, 32, 8, 8192, 128)]
 GQA_SHAPES_QUICK = [(1, 32, 8, 2048, 64), (1, 32, 8, 2048, 128)]
@@ -109,8 +120,9 @@ def naive_pytorch_attention(qkv, causal: bool):
     return torch.softmax(s, dim=-1) @ v
 
 
-def attention_candidates(student, reference, causal: bool, B: int, H: int, L: int,
-                         naive_limit_bytes: float = 24e9) -> dict[str, Callable[[Any], Any]]:
+def attention_candidates(
+    student, reference, causal: bool, B: int, H: int, L: int, naive_limit_bytes: float = 24e9
+) -> dict[str, Callable[[Any], Any]]:
     """SDPA, the naive versions (while their B*H*L*L scores, written twice, fit the limit), student, reference.
 
     With K/V of fewer heads than q (GQA), SDPA and the naive versions get them repeated (inside the timed call:
@@ -135,6 +147,7 @@ def cases_attention(student, reference, quick: bool, causal: bool, shapes=None) 
         shapes = [(2, 8, 1024, 64), (2, 8, 1024, 128), (4, 1, 128, 64), (8, 1, 2048, 64)]
     cases = []
     for B, H, L, d in shapes:
+
         def make(i, shape=(B, H, L, d)):
             return tuple(randn(*shape, seed=3 * i + j) for j in range(3))
 
@@ -156,15 +169,21 @@ def cases_gqa(student, reference, quick: bool, causal: bool, shapes=None) -> lis
     shapes = shapes or (GQA_SHAPES_QUICK if quick else GQA_SHAPES)
     cases = []
     for B, H, H_kv, L, d in shapes:
+
         def make(i, B=B, H=H, H_kv=H_kv, L=L, d=d):
-            q, k, v = randn(B, H, L, d, seed=5 * i), randn(B, H_kv, L, d, seed=5 * i + 1), \
-                randn(B, H_kv, L, d, seed=5 * i + 2)
+            q, k, v = (
+                randn(B, H, L, d, seed=5 * i),
+                randn(B, H_kv, L, d, seed=5 * i + 1),
+                randn(B, H_kv, L, d, seed=5 * i + 2),
+            )
             _, k_rep, v_rep = repeat_kv((q, k, v))
             return q, k, v, k_rep, v_rep
 
-        candidates = {"SDPA": lambda x: F.scaled_dot_product_attention(x[0], x[3], x[4], is_causal=causal),
-                      "student": lambda x: student.flash_attention(*x[:3], causal=causal)[0],
-                      "student MHA": lambda x: student.flash_attention(x[0], x[3], x[4], causal=causal)[0]}
+        candidates = {
+            "SDPA": lambda x: F.scaled_dot_product_attention(x[0], x[3], x[4], is_causal=causal),
+            "student": lambda x: student.flash_attention(*x[:3], causal=causal)[0],
+            "student MHA": lambda x: student.flash_attention(x[0], x[3], x[4], causal=causal)[0],
+        }
         if reference is not None:
             candidates["reference"] = lambda x: reference.flash_attention(*x[:3], causal=causal)[0]
             candidates["reference MHA"] = lambda x: reference.flash_attention(x[0], x[3], x[4], causal=causal)[0]
@@ -175,8 +194,14 @@ def cases_gqa(student, reference, quick: bool, causal: bool, shapes=None) -> lis
 
 
 # (B, H, H_kv, L, d): decode with Llama 3's heads (32 query heads over 8 KV heads), the issue's shapes.
-DECODE_SHAPES = [(1, 32, 8, 8192, 64), (1, 32, 8, 8192, 128), (1, 32, 8, 32768, 64), (1, 32, 8, 32768, 128),
-                 (8, 32, 8, 8192, 64), (8, 32, 8, 8192, 128)]
+DECODE_SHAPES = [
+    (1, 32, 8, 8192, 64),
+    (1, 32, 8, 8192, 128),
+    (1, 32, 8, 32768, 64),
+    (1, 32, 8, 32768, 128),
+    (8, 32, 8, 8192, 64),
+    (8, 32, 8, 8192, 128),
+]
 DECODE_SHAPES_QUICK = [(1, 32, 8, 2048, 64), (1, 32, 8, 8192, 128), (4, 32, 8, 2048, 64)]
 
 
@@ -214,6 +239,7 @@ def decode_inputs(B: int, H: int, H_kv: int, L: int, d: int):
         q = randn(B, H, d, seed=4 * i)
         k, v = randn(B, H_kv, L, d, seed=4 * i + 1), randn(B, H_kv, L, d, seed=4 * i + 2)
         return q, k, v, torch.full((B,), L, dtype=torch.int32, device="cuda")  # a full cache: L_max = L
+
     return make
 
 
@@ -228,6 +254,7 @@ def decoding_with(kernels):
         if key not in made:
             made[key] = kernels.decode_workspace(q, k)
         return kernels.decode_attention(*x, workspace=made[key])[0]
+
     return call
 
 
@@ -236,6 +263,7 @@ def decoding_with(kernels):
 
 def _bench_check(reference_name: str, case: Case):
     """check(name, inputs, output) for measure(): compare with the first PyTorch candidate on the same inputs."""
+
     def check(name: str, inputs, output) -> None:
         if name == reference_name:
             return
@@ -243,6 +271,7 @@ def _bench_check(reference_name: str, case: Case):
         error = (output - expected).abs().max().item() / max(expected.abs().max().item(), 1e-30)
         if not error <= BENCH_MAX_RELATIVE_ERROR:
             raise AssertionError(f"{case.label}: {name} is wrong during timing (max relative error {error:.2e})")
+
     return check
 
 
@@ -272,12 +301,24 @@ def run_case(case: Case, copy_gbps: float | None, settings: dict) -> dict:
     baseline = next(iter(case.candidates))
     error = None
     try:
-        results = measure(case.candidates, case.make_inputs, check=_bench_check(baseline, case), flops=case.flops,
-                          bytes_moved=case.bytes_moved, **settings)
+        results = measure(
+            case.candidates,
+            case.make_inputs,
+            check=_bench_check(baseline, case),
+            flops=case.flops,
+            bytes_moved=case.bytes_moved,
+            **settings,
+        )
     except ImpossibleTimeError as exc:
         results, error = exc.results, str(exc)
-    row = {"label": case.label, "flops": case.flops, "bytes_moved": case.bytes_moved, "notes": case.notes,
-           "error": error, "results": {n: r.to_dict() for n, r in results.items()}}
+    row = {
+        "label": case.label,
+        "flops": case.flops,
+        "bytes_moved": case.bytes_moved,
+        "notes": case.notes,
+        "error": error,
+        "results": {n: r.to_dict() for n, r in results.items()},
+    }
     if "student" in results and "reference" in results:
         row["ratio_student_reference"] = ratio(results["student"], results["reference"])
     print_case(case, results, copy_gbps, error)
@@ -291,7 +332,9 @@ def print_case(case: Case, results: dict, copy_gbps: float | None, error: str | 
         header += f"  (floor {any_result.floor_ms:.4f} ms; stopped: {any_result.stop_reason})"
     print(f"\n{header}")
     percent_label = "% copy" if case.percent_of == "copy" else f"% {case.percent_of}"
-    print(f"  {'candidate':<14} {'ms':>10} {case.metric:>9} {percent_label:>9} {'rse':>6} {'reps':>5} {'÷ reference':>11}")
+    print(
+        f"  {'candidate':<14} {'ms':>10} {case.metric:>9} {percent_label:>9} {'rse':>6} {'reps':>5} {'÷ reference':>11}"
+    )
     reference = results.get("reference")
     for name, r in results.items():
         value = r.gbps if case.metric == "GB/s" else r.tflops
@@ -302,12 +345,17 @@ def print_case(case: Case, results: dict, copy_gbps: float | None, error: str | 
             percent = 100 * base.median_ms / r.median_ms if base else None
         vs_ref = f"{r.median_ms / reference.median_ms:.2f}x" if reference else "-"
         shown = _fmt(value, ".1f" if case.metric == "GB/s" else ".2f")
-        print(f"  {name:<14} {r.median_ms:>10.4f} {shown:>9} {_fmt(percent, '.0f'):>9} "
-              f"{100 * r.rse:>5.1f}% {r.reps:>5} {vs_ref:>11}")
+        print(
+            f"  {name:<14} {r.median_ms:>10.4f} {shown:>9} {_fmt(percent, '.0f'):>9} "
+            f"{100 * r.rse:>5.1f}% {r.reps:>5} {vs_ref:>11}"
+        )
     for base in case.speedup_over:
         if base in results:
-            shown = [f"{who} {results[base].median_ms / results[who].median_ms:.2f}x" for who in ("student", "reference")
-                     if who in results]
+            shown = [
+                f"{who} {results[base].median_ms / results[who].median_ms:.2f}x"
+                for who in ("student", "reference")
+                if who in results
+            ]
             if shown:
                 print(f"  speedup over {base}: {', '.join(shown)}")
     for note in case.notes:

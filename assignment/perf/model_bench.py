@@ -67,10 +67,20 @@ class Settings:
 
 
 FULL = Settings()
-QUICK = Settings(prompts=(128,), new_tokens=32, ttft_reps=3, warmup_steps=2, sweep_prompts=(128, 512, 1024),
-                 naive_sweep_prompts=(128, 512), sweep_steps=8, naive_sweep_steps=3)
+QUICK = Settings(
+    prompts=(128,),
+    new_tokens=32,
+    ttft_reps=3,
+    warmup_steps=2,
+    sweep_prompts=(128, 512, 1024),
+    naive_sweep_prompts=(128, 512),
+    sweep_steps=8,
+    naive_sweep_steps=3,
+)
 # For the decode-step timing rule alone (make bench T=t6 --targets): the rule's context, no sweep.
-TARGETS = Settings(prompts=(1024,), new_tokens=32, ttft_reps=1, warmup_steps=2, sweep_prompts=(), naive_sweep_prompts=())
+TARGETS = Settings(
+    prompts=(1024,), new_tokens=32, ttft_reps=1, warmup_steps=2, sweep_prompts=(), naive_sweep_prompts=()
+)
 
 
 # --------------------------------------------------------------------------- the roofline (no GPU)
@@ -84,9 +94,9 @@ def parameter_count(config) -> int:
     if config.attention_bias:
         attention += q_out + 2 * kv_out + h
     mlp = 3 * h * inner + (2 * inner + h if config.mlp_bias else 0)
-    per_layer = attention + mlp + 2 * h                       # + the two RMSNorm weights
+    per_layer = attention + mlp + 2 * h  # + the two RMSNorm weights
     embeddings = config.vocab_size * h * (1 if config.tie_word_embeddings else 2)
-    return embeddings + layers * per_layer + h                 # + the final norm
+    return embeddings + layers * per_layer + h  # + the final norm
 
 
 def kv_bytes_per_token(config) -> int:
@@ -110,6 +120,7 @@ def roofline_tbt_ms(config, context: int, bandwidth_gbps: float) -> float:
 @dataclass
 class Generation:
     """One timed greedy generation: the new tokens, the first step's logits, TTFT and the intervals after it."""
+
     tokens: list[int]
     first_logits: torch.Tensor
     ttft_ms: float
@@ -128,14 +139,14 @@ class NaivePath:
         self.model = model
         self.sequence = torch.zeros((1, max_len), dtype=torch.long, device=model.device)
 
-    def prefill(self, prompt: torch.Tensor) -> torch.Tensor:               # prompt (1, T) -> logits (1, V)
+    def prefill(self, prompt: torch.Tensor) -> torch.Tensor:  # prompt (1, T) -> logits (1, V)
         T = prompt.shape[1]
         self.sequence[:, :T] = prompt
         return self.model(self.sequence[:, :T])[:, -1]
 
     def decode(self, token: torch.Tensor, position: int) -> torch.Tensor:  # token (1,) at position -> (1, V)
         self.sequence[:, position] = token
-        return self.model(self.sequence[:, :position + 1])[:, -1]
+        return self.model(self.sequence[:, : position + 1])[:, -1]
 
 
 class CachedPath:
@@ -146,10 +157,10 @@ class CachedPath:
         self.positions = torch.arange(max_len, device=device)  # slices of it: no host-to-device copy per step
 
     def prefill(self, prompt: torch.Tensor) -> torch.Tensor:
-        return self.runner.prefill(prompt, self.positions[:prompt.shape[1]])
+        return self.runner.prefill(prompt, self.positions[: prompt.shape[1]])
 
     def decode(self, token: torch.Tensor, position: int) -> torch.Tensor:
-        return self.runner.decode_one_token(token.view(1, 1), self.positions[position:position + 1])
+        return self.runner.decode_one_token(token.view(1, 1), self.positions[position : position + 1])
 
 
 def _synchronize(device) -> None:
@@ -161,8 +172,9 @@ def _ms_since(start: float) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def timed_generation(path, prompt: torch.Tensor, new_tokens: int, *, ttft_reps: int = 1,
-                     warmup_steps: int = 2) -> Generation:
+def timed_generation(
+    path, prompt: torch.Tensor, new_tokens: int, *, ttft_reps: int = 1, warmup_steps: int = 2
+) -> Generation:
     """Greedy generation of ``new_tokens`` tokens after ``prompt`` (1, T) through a path (``prefill``, ``decode``).
 
     Warm-up (a prefill and ``warmup_steps`` steps), then ``ttft_reps`` timed prefills, then the steps after the
@@ -210,13 +222,16 @@ def hf_model(model, attn_implementation: str | None = None):
     hf = hf.eval().requires_grad_(False)
     left = [name for name, t in (*hf.named_parameters(), *hf.named_buffers()) if t.is_meta]
     if left:
-        raise RuntimeError(f"hf_model: transformers {transformers.__version__} has tensors the kit does not set: "
-                           f"{', '.join(left)} (update hf_model)")
+        raise RuntimeError(
+            f"hf_model: transformers {transformers.__version__} has tensors the kit does not set: "
+            f"{', '.join(left)} (update hf_model)"
+        )
     return hf
 
 
-def hf_timed_generation(hf, prompt: torch.Tensor, new_tokens: int, *, ttft_reps: int = 1,
-                        warmup_steps: int = 2) -> Generation:
+def hf_timed_generation(
+    hf, prompt: torch.Tensor, new_tokens: int, *, ttft_reps: int = 1, warmup_steps: int = 2
+) -> Generation:
     """``hf.generate`` (greedy, exactly ``new_tokens`` tokens), each token's arrival stamped by a stopping criterion
     that synchronises. TTFT: generate(max_new_tokens=1), median of ``ttft_reps``; intervals from a full run."""
     import transformers
@@ -238,12 +253,19 @@ def hf_timed_generation(hf, prompt: torch.Tensor, new_tokens: int, *, ttft_reps:
         clock = TokenClock()
         _synchronize(device)
         start = time.perf_counter()
-        out = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n, min_new_tokens=n,
-                          do_sample=False, num_beams=1, pad_token_id=0,
-                          stopping_criteria=transformers.StoppingCriteriaList([clock]))
+        out = hf.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=n,
+            min_new_tokens=n,
+            do_sample=False,
+            num_beams=1,
+            pad_token_id=0,
+            stopping_criteria=transformers.StoppingCriteriaList([clock]),
+        )
         if len(clock.stamps) != n:
             raise RuntimeError(f"transformers generate made {len(clock.stamps)} tokens, not {n}")
-        return start, clock.stamps, out[0, prompt.shape[1]:]
+        return start, clock.stamps, out[0, prompt.shape[1] :]
 
     with torch.no_grad():
         generate(warmup_steps + 1)
@@ -268,7 +290,7 @@ class Contender:
     name: str
     label: str
     make: Callable[[int], Runner] | None = None  # max_len -> a runner over caches of that capacity
-    mode: str = ""                                # the cached paths: "CUDA graph", or "eager" when capture failed
+    mode: str = ""  # the cached paths: "CUDA graph", or "eager" when capture failed
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -292,8 +314,10 @@ def _cached_contender(name: str, model, cache_cls) -> Contender:
             except GraphCaptureError as exc:
                 torch.cuda.synchronize()
                 contender.mode = "eager"
-                contender.notes.append(f"{name}: the decode step could not be captured in a CUDA graph, so it is "
-                                       f"timed eagerly (one launch per kernel): {_first_line(exc)}")
+                contender.notes.append(
+                    f"{name}: the decode step could not be captured in a CUDA graph, so it is "
+                    f"timed eagerly (one launch per kernel): {_first_line(exc)}"
+                )
         path = CachedPath(runner, max_len, model.device)
         return lambda prompt, n, **kw: timed_generation(path, prompt, n, **kw)
 
@@ -309,8 +333,11 @@ def _contenders(base) -> tuple[dict[str, Contender], dict[str, str]]:
 
     contenders: dict[str, Contender] = {}
     missing: dict[str, str] = {}
-    contenders["naive"] = Contender("naive", "naive (no cache)", make=lambda max_len: (
-        lambda prompt, n, **kw: timed_generation(NaivePath(base, max_len), prompt, n, **kw)))
+    contenders["naive"] = Contender(
+        "naive",
+        "naive (no cache)",
+        make=lambda max_len: lambda prompt, n, **kw: timed_generation(NaivePath(base, max_len), prompt, n, **kw),
+    )
     for name, impl in (("student", None), ("reference", "solutions")):
         if name == "reference" and reference_kernels() is None:
             continue  # a student bundle: no reference solutions, and nothing to say about it
@@ -321,8 +348,9 @@ def _contenders(base) -> tuple[dict[str, Contender], dict[str, str]]:
     try:
         hf = hf_model(base)
         label = f"transformers ({hf.config._attn_implementation})"
-        contenders["transformers"] = Contender("transformers", label, make=lambda max_len: (
-            lambda prompt, n, **kw: hf_timed_generation(hf, prompt, n, **kw)))
+        contenders["transformers"] = Contender(
+            "transformers", label, make=lambda max_len: lambda prompt, n, **kw: hf_timed_generation(hf, prompt, n, **kw)
+        )
     except ImportError as exc:
         missing["transformers"] = f"{_first_line(exc)} (pip install transformers)"
     except Exception as exc:  # noqa: BLE001 -- a transformers version the kit does not know
@@ -340,8 +368,15 @@ def random_prompt(length: int, vocab_size: int, device, seed: int = SEED) -> tor
     return torch.randint(0, vocab_size, (1, length), generator=generator).to(device)
 
 
-def run(copy_gbps: float, quick: bool = False, out: Path | None = None, settings: Settings | None = None, *,
-        preset: str = PRESET, device: str = "cuda") -> dict:
+def run(
+    copy_gbps: float,
+    quick: bool = False,
+    out: Path | None = None,
+    settings: Settings | None = None,
+    *,
+    preset: str = PRESET,
+    device: str = "cuda",
+) -> dict:
     """Time the four paths, print the table, write the plots under ``out``; the report (JSON-ready).
 
     One path at a time, its prompts and then its sweep, the student's last: a crash in the student's code (an
@@ -353,14 +388,28 @@ def run(copy_gbps: float, quick: bool = False, out: Path | None = None, settings
     base = random_model(preset, device=device, seed=SEED)
     config = base.config
     report: dict[str, Any] = {
-        "preset": preset, "dtype": "float32", "batch": 1, "seed": SEED, "settings": asdict(settings),
+        "preset": preset,
+        "dtype": "float32",
+        "batch": 1,
+        "seed": SEED,
+        "settings": asdict(settings),
         "gpu_name": torch.cuda.get_device_name(device) if base.device.type == "cuda" else str(device),
         "parameters": parameter_count(config),
-        "weight_bytes": parameter_count(config) * BYTES_PER_VALUE, "kv_bytes_per_token": kv_bytes_per_token(config),
-        "copy_gbps": copy_gbps, "new_tokens": settings.new_tokens, "paths": {}, "prompts": [], "sweep": [],
-        "notes": [], "plots": []}
-    print(f"\n{format_header(report)}\ntiming the paths one at a time (the student's last), each at prompts of "
-          f"{', '.join(map(str, settings.prompts))} tokens and then against the context:", flush=True)
+        "weight_bytes": parameter_count(config) * BYTES_PER_VALUE,
+        "kv_bytes_per_token": kv_bytes_per_token(config),
+        "copy_gbps": copy_gbps,
+        "new_tokens": settings.new_tokens,
+        "paths": {},
+        "prompts": [],
+        "sweep": [],
+        "notes": [],
+        "plots": [],
+    }
+    print(
+        f"\n{format_header(report)}\ntiming the paths one at a time (the student's last), each at prompts of "
+        f"{', '.join(map(str, settings.prompts))} tokens and then against the context:",
+        flush=True,
+    )
     contenders, missing = _contenders(base)
     prompts = {n: random_prompt(n, config.vocab_size, base.device) for n in settings.prompts}
     runs: dict[int, dict[str, Generation | str]] = {n: dict(missing) for n in settings.prompts}
@@ -370,20 +419,35 @@ def run(copy_gbps: float, quick: bool = False, out: Path | None = None, settings
             continue
         contender = contenders[name]
         for prompt_len, prompt in prompts.items():
-            result = _attempt(contender, prompt_len + settings.new_tokens, prompt, settings.new_tokens,
-                              settings.ttft_reps, settings.warmup_steps)
+            result = _attempt(
+                contender,
+                prompt_len + settings.new_tokens,
+                prompt,
+                settings.new_tokens,
+                settings.ttft_reps,
+                settings.warmup_steps,
+            )
             runs[prompt_len][name] = result
-            shown = (f"TTFT {result.ttft_ms:.2f} ms, TBT {_fmt(result.tbt_ms, '.3f')} ms" if isinstance(result, Generation)
-                     else f"skipped: {result}")
+            shown = (
+                f"TTFT {result.ttft_ms:.2f} ms, TBT {_fmt(result.tbt_ms, '.3f')} ms"
+                if isinstance(result, Generation)
+                else f"skipped: {result}"
+            )
             print(f"  {contender.title:<28} prompt {prompt_len}: {shown}", flush=True)
         if all(isinstance(runs[n][name], Generation) for n in prompts):
             report["sweep"] += sweep(contender, config, base.device, settings, copy_gbps)
     for prompt_len in settings.prompts:
         context = prompt_len + settings.new_tokens // 2
         report["prompts"].append(summarize_prompt(prompt_len, context, runs[prompt_len], config, copy_gbps))
-    report["paths"] = {name: {"label": contenders[name].title if name in contenders else name,
-                              "mode": contenders[name].mode if name in contenders else "", "skipped": missing.get(name)}
-                       for name in PATHS if name in contenders or name in missing}
+    report["paths"] = {
+        name: {
+            "label": contenders[name].title if name in contenders else name,
+            "mode": contenders[name].mode if name in contenders else "",
+            "skipped": missing.get(name),
+        }
+        for name in PATHS
+        if name in contenders or name in missing
+    }
     report["notes"] = list(dict.fromkeys(note for c in contenders.values() for note in c.notes))
     print(format_report(report, header=False), flush=True)
     if out is not None:
@@ -402,8 +466,9 @@ def _free_cuda_cache() -> None:
         pass
 
 
-def _attempt(contender: Contender, max_len: int, prompt, new_tokens: int, ttft_reps: int,
-             warmup_steps: int) -> Generation | str:
+def _attempt(
+    contender: Contender, max_len: int, prompt, new_tokens: int, ttft_reps: int, warmup_steps: int
+) -> Generation | str:
     """The contender's timed generation, or why it could not run (its first line)."""
     try:
         return contender.make(max_len)(prompt, new_tokens, ttft_reps=ttft_reps, warmup_steps=warmup_steps)
@@ -428,8 +493,16 @@ def sweep(contender: Contender, config, device, settings: Settings, copy_gbps: f
             shown.append(f"{prompt_len}: {result}")
             break
         context = prompt_len + steps // 2
-        points.append({"path": contender.name, "prompt": prompt_len, "context": context, "tbt_ms": result.tbt_ms,
-                       "ttft_ms": result.ttft_ms, "roofline_tbt_ms": roofline_tbt_ms(config, context, copy_gbps)})
+        points.append(
+            {
+                "path": contender.name,
+                "prompt": prompt_len,
+                "context": context,
+                "tbt_ms": result.tbt_ms,
+                "ttft_ms": result.ttft_ms,
+                "roofline_tbt_ms": roofline_tbt_ms(config, context, copy_gbps),
+            }
+        )
         shown.append(f"{context}: {result.tbt_ms:.3f}")
     print(f"  {contender.title:<28} TBT ms at context " + ", ".join(shown), flush=True)
     return points
@@ -438,8 +511,9 @@ def sweep(contender: Contender, config, device, settings: Settings, copy_gbps: f
 # --------------------------------------------------------------------------- figures and the table (no GPU)
 
 
-def summarize_prompt(prompt_len: int, context: int, runs: dict[str, Generation | str], config,
-                     copy_gbps: float) -> dict:
+def summarize_prompt(
+    prompt_len: int, context: int, runs: dict[str, Generation | str], config, copy_gbps: float
+) -> dict:
     """One prompt's rows: TTFT, TBT, tokens/s, % of the roofline, speedups and agreement with the naive path."""
     roofline = roofline_tbt_ms(config, context, copy_gbps)
     naive = runs.get("naive")
@@ -455,12 +529,18 @@ def summarize_prompt(prompt_len: int, context: int, runs: dict[str, Generation |
             rows[name] = {"skipped": result}
             continue
         tbt = result.tbt_ms
-        row = {"ttft_ms": result.ttft_ms, "ttft_reps_ms": result.ttft_reps_ms, "tbt_ms": tbt,
-               "intervals_ms": result.intervals_ms, "tokens_per_s": 1e3 / tbt if tbt else None,
-               "percent_roofline": 100 * roofline / tbt if tbt else None, "tokens": result.tokens[:16],
-               "ttft_speedup_naive": naive.ttft_ms / result.ttft_ms if naive else None,
-               "tbt_speedup_naive": naive.tbt_ms / tbt if naive and naive.tbt_ms and tbt else None,
-               "tbt_speedup_transformers": hf.tbt_ms / tbt if hf and hf.tbt_ms and tbt else None}
+        row = {
+            "ttft_ms": result.ttft_ms,
+            "ttft_reps_ms": result.ttft_reps_ms,
+            "tbt_ms": tbt,
+            "intervals_ms": result.intervals_ms,
+            "tokens_per_s": 1e3 / tbt if tbt else None,
+            "percent_roofline": 100 * roofline / tbt if tbt else None,
+            "tokens": result.tokens[:16],
+            "ttft_speedup_naive": naive.ttft_ms / result.ttft_ms if naive else None,
+            "tbt_speedup_naive": naive.tbt_ms / tbt if naive and naive.tbt_ms and tbt else None,
+            "tbt_speedup_transformers": hf.tbt_ms / tbt if hf and hf.tbt_ms and tbt else None,
+        }
         if naive is not None and name != "naive":
             diff = (result.first_logits.cpu() - naive.first_logits.cpu()).abs().max().item()
             scale = max(naive.first_logits.abs().max().item(), 1e-30)
@@ -469,9 +549,13 @@ def summarize_prompt(prompt_len: int, context: int, runs: dict[str, Generation |
                 if a != b:
                     break
                 same += 1
-            row |= {"logits_max_abs_diff": diff, "logits_relative_diff": diff / scale,
-                    "agrees": diff / scale <= MAX_RELATIVE_LOGIT_DIFFERENCE, "tokens_equal_naive": same,
-                    "tokens_compared": min(len(result.tokens), len(naive.tokens))}
+            row |= {
+                "logits_max_abs_diff": diff,
+                "logits_relative_diff": diff / scale,
+                "agrees": diff / scale <= MAX_RELATIVE_LOGIT_DIFFERENCE,
+                "tokens_equal_naive": same,
+                "tokens_compared": min(len(result.tokens), len(naive.tokens)),
+            }
         rows[name] = row
     return {"prompt": prompt_len, "context": context, "roofline_tbt_ms": roofline, "rows": rows}
 
@@ -485,10 +569,14 @@ def format_prompt(entry: dict, labels: dict[str, str] | None = None) -> str:
     labels = labels or {}
     rows = entry["rows"]
     intervals = max((len(r.get("intervals_ms", [])) for r in rows.values()), default=0)
-    title = (f"\nmodel, prompt {entry['prompt']} tokens: TTFT = prefill + first token; TBT = median of {intervals} "
-             f"intervals; roofline TBT {entry['roofline_tbt_ms']:.3f} ms at context {entry['context']}")
-    header = (f"  {'path':<28} {'TTFT ms':>9} {'xnaive':>7} {'TBT ms':>8} {'xnaive':>7} {'xHF':>6} {'tok/s':>7} "
-              f"{'%roof':>6} {'|dlogits|':>10} {'tokens=naive':>13}")
+    title = (
+        f"\nmodel, prompt {entry['prompt']} tokens: TTFT = prefill + first token; TBT = median of {intervals} "
+        f"intervals; roofline TBT {entry['roofline_tbt_ms']:.3f} ms at context {entry['context']}"
+    )
+    header = (
+        f"  {'path':<28} {'TTFT ms':>9} {'xnaive':>7} {'TBT ms':>8} {'xnaive':>7} {'xHF':>6} {'tok/s':>7} "
+        f"{'%roof':>6} {'|dlogits|':>10} {'tokens=naive':>13}"
+    )
     lines = [title, header]
     for name, row in rows.items():
         label = labels.get(name, name)
@@ -500,19 +588,25 @@ def format_prompt(entry: dict, labels: dict[str, str] | None = None) -> str:
             tokens = f"{row['tokens_equal_naive']}/{row['tokens_compared']}"
         else:
             agree = tokens = "(baseline)" if name == "naive" else "-"
-        lines.append(f"  {label:<28} {_fmt(row['ttft_ms'], '.2f'):>9} {_fmt(row['ttft_speedup_naive'], '.2f', 'x'):>7} "
-                     f"{_fmt(row['tbt_ms'], '.3f'):>8} {_fmt(row['tbt_speedup_naive'], '.2f', 'x'):>7} "
-                     f"{_fmt(row['tbt_speedup_transformers'], '.2f', 'x'):>6} {_fmt(row['tokens_per_s'], '.1f'):>7} "
-                     f"{_fmt(row['percent_roofline'], '.0f', '%'):>6} {agree:>10} {tokens:>13}")
+        lines.append(
+            f"  {label:<28} {_fmt(row['ttft_ms'], '.2f'):>9} {_fmt(row['ttft_speedup_naive'], '.2f', 'x'):>7} "
+            f"{_fmt(row['tbt_ms'], '.3f'):>8} {_fmt(row['tbt_speedup_naive'], '.2f', 'x'):>7} "
+            f"{_fmt(row['tbt_speedup_transformers'], '.2f', 'x'):>6} {_fmt(row['tokens_per_s'], '.1f'):>7} "
+            f"{_fmt(row['percent_roofline'], '.0f', '%'):>6} {agree:>10} {tokens:>13}"
+        )
     return "\n".join(lines)
 
 
 def format_header(report: dict) -> str:
-    model = (f"model: {report['preset']} shape, {report['parameters']:,} parameters (random float32 weights, tied "
-             f"embeddings once), batch {report['batch']}, greedy, {report['new_tokens']} new tokens")
-    roofline = (f"roofline of a decode step: {report['weight_bytes'] / 1e9:.3f} GB of weights + "
-                f"{report['kv_bytes_per_token']:,} B of K/V per token of context, at the device copy bandwidth "
-                f"{report['copy_gbps']:.0f} GB/s")
+    model = (
+        f"model: {report['preset']} shape, {report['parameters']:,} parameters (random float32 weights, tied "
+        f"embeddings once), batch {report['batch']}, greedy, {report['new_tokens']} new tokens"
+    )
+    roofline = (
+        f"roofline of a decode step: {report['weight_bytes'] / 1e9:.3f} GB of weights + "
+        f"{report['kv_bytes_per_token']:,} B of K/V per token of context, at the device copy bandwidth "
+        f"{report['copy_gbps']:.0f} GB/s"
+    )
     return f"{model}\n{roofline}"
 
 
@@ -551,8 +645,13 @@ def plot(report: dict, out: Path) -> list[Path]:
     written = []
     fig, ax = plt.subplots(figsize=(7.5, 5))
     for name, points in by_path.items():
-        ax.plot([p["context"] for p in points], [p["tbt_ms"] for p in points], marker="o", color=COLORS[name],
-                label=labels.get(name, name))
+        ax.plot(
+            [p["context"] for p in points],
+            [p["tbt_ms"] for p in points],
+            marker="o",
+            color=COLORS[name],
+            label=labels.get(name, name),
+        )
     roofline_line(ax)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -567,8 +666,13 @@ def plot(report: dict, out: Path) -> list[Path]:
     for name, points in by_path.items():
         if name in ("naive", "transformers"):  # many times the roofline: they would flatten the t6 paths' gap
             continue
-        left.plot([p["context"] for p in points], [p["tbt_ms"] for p in points], marker="o", color=COLORS[name],
-                  label=labels.get(name, name))
+        left.plot(
+            [p["context"] for p in points],
+            [p["tbt_ms"] for p in points],
+            marker="o",
+            color=COLORS[name],
+            label=labels.get(name, name),
+        )
     roofline_line(left)
     left.set_xscale("log", base=2)
     left.set_ylim(bottom=0)
@@ -576,8 +680,13 @@ def plot(report: dict, out: Path) -> list[Path]:
     left.set_ylabel("time between tokens (ms)")
     left.set_title("t6 paths against the roofline: (weights + KV cache) / copy bandwidth", fontsize=10)
     for name, points in by_path.items():
-        right.plot([p["context"] for p in points], [100 * p["roofline_tbt_ms"] / p["tbt_ms"] for p in points],
-                   marker="o", color=COLORS[name], label=labels.get(name, name))
+        right.plot(
+            [p["context"] for p in points],
+            [100 * p["roofline_tbt_ms"] / p["tbt_ms"] for p in points],
+            marker="o",
+            color=COLORS[name],
+            label=labels.get(name, name),
+        )
     right.axhline(100, color="black", linestyle="--", label="roofline")
     right.set_xscale("log", base=2)
     right.set_ylim(0, 110)
@@ -599,8 +708,10 @@ def _save(fig, path: Path, plt) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Re-plot and re-print the model table of a saved t6 bench JSON "
-                                                 "(the timing itself runs from python -m assignment.perf.bench).")
+    parser = argparse.ArgumentParser(
+        description="Re-plot and re-print the model table of a saved t6 bench JSON "
+        "(the timing itself runs from python -m assignment.perf.bench)."
+    )
     parser.add_argument("--plot-only", type=Path, required=True, help="a t6.json or t6_model.json from make bench T=t6")
     parser.add_argument("--out", type=Path, help="where to write the plots (default: beside the JSON)")
     args = parser.parse_args(argv)

@@ -38,11 +38,13 @@ METRICS = {
 PERMISSION_HELP = (
     "ncu cannot read the GPU performance counters (ERR_NVGPUCTRPERM): the driver lets only admins profile. "
     "Ask for profiling permission (options nvidia NVreg_RestrictProfilingToAdminUsers=0, or run ncu as root); "
-    "see https://developer.nvidia.com/ERR_NVGPUCTRPERM")
+    "see https://developer.nvidia.com/ERR_NVGPUCTRPERM"
+)
 LIBRARY_HELP = (
     "ncu could not load its injection library or the CUDA driver (LibraryNotLoaded / failed to load): "
     "the Nsight Compute version may be too old for this driver, or the process was not a CUDA program; "
-    "update Nsight Compute to match the CUDA toolkit")
+    "update Nsight Compute to match the CUDA toolkit"
+)
 
 
 def _profile(task: str):
@@ -97,9 +99,27 @@ def launch_one(task: str) -> None:
 
 
 def ncu_command(ncu: str, task: str, kernel_regex: str) -> list[str]:
-    return [ncu, "--clock-control", "none", "--target-processes", "all", "--kernel-name", f"regex:{kernel_regex}",
-            "--launch-count", str(_profile(task).kernels_per_launch), "--metrics", ",".join(metrics_for(task)), "--csv",
-            "--print-units", "base", sys.executable, "-m", "assignment.perf.profile", "--launch-one", task]
+    return [
+        ncu,
+        "--clock-control",
+        "none",
+        "--target-processes",
+        "all",
+        "--kernel-name",
+        f"regex:{kernel_regex}",
+        "--launch-count",
+        str(_profile(task).kernels_per_launch),
+        "--metrics",
+        ",".join(metrics_for(task)),
+        "--csv",
+        "--print-units",
+        "base",
+        sys.executable,
+        "-m",
+        "assignment.perf.profile",
+        "--launch-one",
+        task,
+    ]
 
 
 def parse_ncu_csv(text: str) -> dict[str, tuple[str, float]]:
@@ -170,22 +190,29 @@ def report(task: str, metrics: dict[str, tuple[str, float]] | list[dict[str, tup
     ideal = ideal_bytes(task, shape)
     moved = total("dram__bytes_read.sum") + total("dram__bytes_write.sum")
     lines.append(f"  {'DRAM read + write':<26} {moved / 2**20:>12,.1f} MiB")
-    lines.append(f"  {'ideal DRAM traffic':<26} {ideal / 2**20:>12,.1f} MiB   (each input read once, each output written once)")
+    lines.append(
+        f"  {'ideal DRAM traffic':<26} {ideal / 2**20:>12,.1f} MiB   (each input read once, each output written once)"
+    )
     if math.isfinite(moved):
         lines.append(f"  {'measured / ideal':<26} {moved / ideal:>12.2f} x")
     seconds = total("gpu__time_duration.sum") / 1e9
     if _profile(task).bandwidth_line and math.isfinite(seconds) and seconds > 0:
-        lines.append(f"  {'ideal bytes / kernel time':<26} {ideal / seconds / 1e9:>11,.1f} GB/s   (the KV cache "
-                     "read per second; make bench T=t6 puts it against the device copy)")
+        lines.append(
+            f"  {'ideal bytes / kernel time':<26} {ideal / seconds / 1e9:>11,.1f} GB/s   (the KV cache "
+            "read per second; make bench T=t6 puts it against the device copy)"
+        )
     lines.append("  (loads issued with cp.async are not in the 'global load' row; DRAM bytes include them)")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--task", choices=profiled_tasks(), default=_default_task(),
-                        help="default: the task the report profiles")
-    parser.add_argument("--kernel", default=".", help="kernel name regex (default: the first kernel the driver launches)")
+    parser.add_argument(
+        "--task", choices=profiled_tasks(), default=_default_task(), help="default: the task the report profiles"
+    )
+    parser.add_argument(
+        "--kernel", default=".", help="kernel name regex (default: the first kernel the driver launches)"
+    )
     parser.add_argument("--launch-one", choices=profiled_tasks(), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -199,8 +226,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     ncu = shutil.which("ncu")
     if ncu is None:
-        print("ncu not found: install Nsight Compute (it ships with the CUDA toolkit, in <cuda>/bin or "
-              "/opt/nvidia/nsight-compute) and put it on PATH", file=sys.stderr)
+        print(
+            "ncu not found: install Nsight Compute (it ships with the CUDA toolkit, in <cuda>/bin or "
+            "/opt/nvidia/nsight-compute) and put it on PATH",
+            file=sys.stderr,
+        )
         return 2
     try:  # build outside the profiler, and fail on a TODO before ncu starts
         _prebuild(args.task)

@@ -21,9 +21,9 @@ from pathlib import Path
 
 from assignment.perf.cases import OUT_DIR, attention_candidates, attention_work, reference_kernels
 
-TOKENS = 16384          # B * L at every point of the sweep
+TOKENS = 16384  # B * L at every point of the sweep
 HEADS = 16
-MAX_SCORE_BYTES = 6e9   # the naive versions materialise B*H*L*L floats (twice); skip them above this
+MAX_SCORE_BYTES = 6e9  # the naive versions materialise B*H*L*L floats (twice); skip them above this
 
 
 def sweep_points(quick: bool) -> list[tuple[int, int, int, int]]:
@@ -59,29 +59,56 @@ def run_sweep(task: str, quick: bool, kv_heads: int = HEADS) -> dict:
     copy = copy_bandwidth()
     points = []
     for B, H, L, d in sweep_points(quick):
+
         def make(i, B=B, H=H, L=L, d=d):
             gen = torch.Generator(device="cuda").manual_seed(i)
-            return (torch.randn(B, H, L, d, device="cuda", generator=gen),
-                    *(torch.randn(B, kv_heads, L, d, device="cuda", generator=gen) for _ in range(2)))
+            return (
+                torch.randn(B, H, L, d, device="cuda", generator=gen),
+                *(torch.randn(B, kv_heads, L, d, device="cuda", generator=gen) for _ in range(2)),
+            )
 
         flops, ideal_bytes = attention_work(B, H, L, L, d, causal, kv_heads)
         results = {}
         for name, fn in attention_candidates(student, reference, causal, B, H, L, MAX_SCORE_BYTES).items():
             try:  # one candidate at a time keeps the naive versions' memory to themselves
-                r = measure({name: fn}, make, flops=flops, bytes_moved=ideal_bytes, max_reps=30, time_cap_s=2.0 if quick else 4.0,
-                            enforce_floor=False)[name]
+                r = measure(
+                    {name: fn},
+                    make,
+                    flops=flops,
+                    bytes_moved=ideal_bytes,
+                    max_reps=30,
+                    time_cap_s=2.0 if quick else 4.0,
+                    enforce_floor=False,
+                )[name]
                 results[name] = {"ms": r.median_ms, "tflops": r.tflops, "rse": r.rse}
             except NotImplementedError as exc:
                 results[name] = {"skipped": str(exc).splitlines()[0]}
             except torch.cuda.OutOfMemoryError:
                 results[name] = {"skipped": "out of memory"}
             torch.cuda.empty_cache()
-        points.append({"B": B, "H": H, "H_kv": kv_heads, "L": L, "d": d, "flops": flops, "ideal_bytes": ideal_bytes,
-                       "results": results})
+        points.append(
+            {
+                "B": B,
+                "H": H,
+                "H_kv": kv_heads,
+                "L": L,
+                "d": d,
+                "flops": flops,
+                "ideal_bytes": ideal_bytes,
+                "results": results,
+            }
+        )
         row = "  ".join(f"{n} {v['ms']:.3f} ms/{v['tflops']:.1f}" for n, v in results.items() if "ms" in v)
         print(f"B{B:<4} H{H} H_kv{kv_heads} L{L:<6} d{d:<4} {row}", flush=True)
-    return {"task": task, "causal": causal, "kv_heads": kv_heads, "gpu": gpu_info(), "copy_gbps": copy.gbps,
-            "points": points, "fp32_peak_tflops": (fp32_peak_flops() or 0.0) / 1e12}
+    return {
+        "task": task,
+        "causal": causal,
+        "kv_heads": kv_heads,
+        "gpu": gpu_info(),
+        "copy_gbps": copy.gbps,
+        "points": points,
+        "fp32_peak_tflops": (fp32_peak_flops() or 0.0) / 1e12,
+    }
 
 
 def moved_bytes(point: dict, name: str) -> float:
@@ -129,29 +156,46 @@ def plot(data: dict, out: Path) -> list[Path]:
         plt.close(fig)
         written.append(path)
 
-    for metric, ylabel, fname in (("ms", f"time (ms), B·L = {TOKENS} tokens, {heads}", "time"),
-                                  ("tflops", "TFLOP/s", "tflops")):
-        per_d_figure(fname, "attention", ylabel, lambda d, metric=metric: (
-            (name, [p["L"] for p in measured(name, d)], [p["results"][name][metric] for p in measured(name, d)])
-            for name in names), log_y=metric == "ms")
+    for metric, ylabel, fname in (
+        ("ms", f"time (ms), B·L = {TOKENS} tokens, {heads}", "time"),
+        ("tflops", "TFLOP/s", "tflops"),
+    ):
+        per_d_figure(
+            fname,
+            "attention",
+            ylabel,
+            lambda d, metric=metric: (
+                (name, [p["L"] for p in measured(name, d)], [p["results"][name][metric] for p in measured(name, d)])
+                for name in names
+            ),
+            log_y=metric == "ms",
+        )
     # Speedup: the student's time over each baseline's, against L (seed 000 reports these speedups).
     baselines = [n for n in names if n not in ("student", "reference")]
     if "student" in names and baselines:
+
         def speedups(d):
             for name in baselines:
                 both = [p for p in measured(name, d) if "ms" in p["results"].get("student", {})]
-                yield (f"over {name}", [p["L"] for p in both],
-                       [p["results"][name]["ms"] / p["results"]["student"]["ms"] for p in both])
+                yield (
+                    f"over {name}",
+                    [p["L"] for p in both],
+                    [p["results"][name]["ms"] / p["results"]["student"]["ms"] for p in both],
+                )
+
         per_d_figure("speedup", "speedup", "your speedup (baseline time / yours)", speedups, at_one=True)
     # Roofline: intensity = flops / ideal bytes (what a perfect FlashAttention moves).
     fig, ax = plt.subplots(figsize=(7, 5))
     peak, bw = data["fp32_peak_tflops"], data["copy_gbps"] / 1e3  # TB/s
-    xs = [2 ** e for e in range(0, 14)]
+    xs = [2**e for e in range(0, 14)]
     roof = f"roof: {bw:.2f} TB/s copy" + (f", {peak:.0f} TFLOP/s fp32" if peak else " (fp32 peak unknown)")
     ax.plot(xs, [min(peak or math.inf, x * bw) for x in xs], color="black", label=roof)
     for name in names:
-        pts = [(p["flops"] / moved_bytes(p, name), p["results"][name]["tflops"]) for p in data["points"]
-               if "ms" in p["results"].get(name, {})]
+        pts = [
+            (p["flops"] / moved_bytes(p, name), p["results"][name]["tflops"])
+            for p in data["points"]
+            if "ms" in p["results"].get(name, {})
+        ]
         ax.scatter([x for x, _ in pts], [y for _, y in pts], label=name, s=18)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -179,8 +223,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=OUT_DIR)
     parser.add_argument("--plot-only", type=Path, help="re-plot a saved <task>_scaling.json")
-    parser.add_argument("--kv-heads", type=int, default=HEADS,
-                        help=f"K/V heads (a divisor of the {HEADS} query heads; fewer is grouped-query attention)")
+    parser.add_argument(
+        "--kv-heads",
+        type=int,
+        default=HEADS,
+        help=f"K/V heads (a divisor of the {HEADS} query heads; fewer is grouped-query attention)",
+    )
     args = parser.parse_args(argv)
     if args.kv_heads < 1 or HEADS % args.kv_heads:
         parser.error(f"--kv-heads must divide {HEADS}")

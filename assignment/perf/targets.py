@@ -30,13 +30,13 @@ class Standing:
     rule: str
     baseline: str
     course_gpu: str
-    needed: list[tuple[float, float]]          # (points, speed needed), lowest points first
+    needed: list[tuple[float, float]]  # (points, speed needed), lowest points first
     max_points: float
     speed: float | None = None
     student_ms: float | None = None
     baseline_ms: float | None = None
     points: float | None = None
-    reason: str | None = None                  # why the student's speed could not be measured
+    reason: str | None = None  # why the student's speed could not be measured
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -51,8 +51,14 @@ def new_standing(task: Task, rule: TimingRule) -> Standing:
     return Standing(task.id, rule.name, target.baseline, target.gpu, needed, rule.max_points)
 
 
-def settle(standing: Standing, rule: TimingRule, speed: float | None, student_ms: float | None = None,
-           baseline_ms: float | None = None, reason: str | None = None) -> Standing:
+def settle(
+    standing: Standing,
+    rule: TimingRule,
+    speed: float | None,
+    student_ms: float | None = None,
+    baseline_ms: float | None = None,
+    reason: str | None = None,
+) -> Standing:
     if speed is None or not math.isfinite(speed) or speed <= 0:
         standing.reason = reason or "not measured"
         return standing
@@ -78,13 +84,16 @@ def rule_case(task: Task, rule: TimingRule, student, reference):
         return None
     code = tasks.code(task.id)
     if code.rule_case is None:
-        raise ValueError(f"{task.id}: no bench case for the timing rule {rule.name!r} (give assignment/tasks/"
-                         f"{task.id}.py a rule_case)")
+        raise ValueError(
+            f"{task.id}: no bench case for the timing rule {rule.name!r} (give assignment/tasks/"
+            f"{task.id}.py a rule_case)"
+        )
     return code.rule_case(rule, student, reference)
 
 
-def speed_from_row(rule: TimingRule, row: dict, copy_gbps: float | None) -> tuple[float | None, float | None,
-                                                                                 float | None, str | None]:
+def speed_from_row(
+    rule: TimingRule, row: dict, copy_gbps: float | None
+) -> tuple[float | None, float | None, float | None, str | None]:
     """(speed, student ms, baseline ms, why not) from a bench row of ``rule_case``."""
     results = row.get("results", {})
     student = results.get("student")
@@ -104,8 +113,9 @@ def speed_from_row(rule: TimingRule, row: dict, copy_gbps: float | None) -> tupl
     return base["median_ms"] / student["median_ms"], student["median_ms"], base["median_ms"], None
 
 
-def model_speed(rule: TimingRule, model_report: dict | None) -> tuple[float | None, float | None, float | None,
-                                                                      str | None]:
+def model_speed(
+    rule: TimingRule, model_report: dict | None
+) -> tuple[float | None, float | None, float | None, str | None]:
     """t6's decode-step rule from the model table: the naive path's TBT over the student's (plus the time the
     grader's worker round trip adds to the student's step), at the prompt nearest the rule's context."""
     if not model_report or model_report.get("error"):
@@ -125,8 +135,15 @@ def model_speed(rule: TimingRule, model_report: dict | None) -> tuple[float | No
     return naive["tbt_ms"] / step, student["tbt_ms"], naive["tbt_ms"], None
 
 
-def measure_task(task: Task, student, reference, copy_gbps: float | None, settings: dict,
-                 model_report: dict | None = None, gpu_name: str | None = None) -> list[Standing]:
+def measure_task(
+    task: Task,
+    student,
+    reference,
+    copy_gbps: float | None,
+    settings: dict,
+    model_report: dict | None = None,
+    gpu_name: str | None = None,
+) -> list[Standing]:
     """Every timing rule of ``task`` against its student target (bench rows are printed as they run)."""
     from assignment.perf import cases
 
@@ -137,15 +154,18 @@ def measure_task(task: Task, student, reference, copy_gbps: float | None, settin
         if case is None:
             speed, mine, base, why = model_speed(rule, model_report)
             if rule.student.overhead_ms:
-                standing.notes.append(f"counts the {rule.student.overhead_ms:g} ms the grader's sandboxed worker adds "
-                                      "to your step")
+                standing.notes.append(
+                    f"counts the {rule.student.overhead_ms:g} ms the grader's sandboxed worker adds to your step"
+                )
         else:
             row = cases.run_case(case, copy_gbps, settings)
             speed, mine, base, why = speed_from_row(rule, row, copy_gbps)
         settle(standing, rule, speed, mine, base, why)
         if gpu_name and gpu_name != standing.course_gpu:
-            standing.notes.append(f"measured on {gpu_name}; the targets come from the {standing.course_gpu} the "
-                                  "course grades on: treat the points as a rough guide")
+            standing.notes.append(
+                f"measured on {gpu_name}; the targets come from the {standing.course_gpu} the "
+                "course grades on: treat the points as a rough guide"
+            )
         standings.append(standing)
     return standings
 
@@ -185,6 +205,8 @@ def format_standings(standings: list[Standing]) -> str:
     if not standings:
         return ""
     gpus = sorted({s.course_gpu for s in standings})
-    head = (f"Where you stand on the timing rubric (an estimate from this run; the course grades on "
-            f"{', '.join(gpus)}, timing your code against the reference):")
+    head = (
+        f"Where you stand on the timing rubric (an estimate from this run; the course grades on "
+        f"{', '.join(gpus)}, timing your code against the reference):"
+    )
     return "\n".join([head] + [format_standing(s) for s in standings])

@@ -96,8 +96,15 @@ def relative_standard_error(times: list[float]) -> float:
     return min(rse_of_median(times), rse_of_mean(times))
 
 
-def stop_reason(times: dict[str, list[float]], elapsed_s: float, *, min_reps: int, max_reps: int,
-                time_cap_s: float, rse_target: float) -> str | None:
+def stop_reason(
+    times: dict[str, list[float]],
+    elapsed_s: float,
+    *,
+    min_reps: int,
+    max_reps: int,
+    time_cap_s: float,
+    rse_target: float,
+) -> str | None:
     """Why to stop now ('converged', 'max_reps', 'time_cap'), or None to keep going."""
     reps = min(len(t) for t in times.values())
     if reps >= min_reps and all(relative_standard_error(t) < rse_target for t in times.values()):
@@ -109,7 +116,9 @@ def stop_reason(times: dict[str, list[float]], elapsed_s: float, *, min_reps: in
     return None
 
 
-def physical_floor_ms(flops: float | None, bytes_moved: float | None, peak_bandwidth: float, peak_flops: float) -> float:
+def physical_floor_ms(
+    flops: float | None, bytes_moved: float | None, peak_bandwidth: float, peak_flops: float
+) -> float:
     """The least time the work can take on this device (with generous peaks)."""
     floor_s = max((bytes_moved or 0.0) / peak_bandwidth, (flops or 0.0) / peak_flops)
     return floor_s * 1e3
@@ -119,15 +128,20 @@ def check_physical_floor(name: str, median_ms: float, floor_ms: float) -> None:
     if median_ms < floor_ms:
         raise ImpossibleTimeError(
             f"{name}: {median_ms:.4f} ms is below the physical floor of {floor_ms:.4f} ms for this much work "
-            "on this GPU (bytes at 1.5x peak bandwidth, flops at 1.5x peak fp32): the kernel skipped work")
+            "on this GPU (bytes at 1.5x peak bandwidth, flops at 1.5x peak fp32): the kernel skipped work"
+        )
 
 
 def summarize(name: str, times_ms: list[float], flops: float | None, bytes_moved: float | None) -> TimingResult:
     median = statistics.median(times_ms)
     seconds = median / 1e3
     return TimingResult(
-        name=name, median_ms=median, mean_ms=statistics.fmean(times_ms), rse=relative_standard_error(times_ms),
-        reps=len(times_ms), times_ms=list(times_ms),
+        name=name,
+        median_ms=median,
+        mean_ms=statistics.fmean(times_ms),
+        rse=relative_standard_error(times_ms),
+        reps=len(times_ms),
+        times_ms=list(times_ms),
         gbps=bytes_moved / seconds / 1e9 if bytes_moved and seconds > 0 else None,
         tflops=flops / seconds / 1e12 if flops and seconds > 0 else None,
     )
@@ -167,8 +181,12 @@ def _nvidia_smi(query: str) -> list[str] | None:
     if shutil.which("nvidia-smi") is None:
         return None
     try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if out.returncode != 0 or not out.stdout.strip():
@@ -193,21 +211,31 @@ def gpu_info(device=None) -> dict[str, Any]:
         return info | {"name": None}
     props = torch.cuda.get_device_properties(device)
     info |= {
-        "name": props.name, "capability": f"sm_{props.major}{props.minor}", "sm_count": props.multi_processor_count,
-        "l2_bytes": props.L2_cache_size, "memory_bytes": props.total_memory,
+        "name": props.name,
+        "capability": f"sm_{props.major}{props.minor}",
+        "sm_count": props.multi_processor_count,
+        "l2_bytes": props.L2_cache_size,
+        "memory_bytes": props.total_memory,
     }
     # nvidia-smi numbers the GPUs as the driver does; CUDA_VISIBLE_DEVICES may renumber. Good enough for a label.
     clocks = _nvidia_smi("clocks.sm,clocks.mem,clocks.max.sm,driver_version")
     if clocks and len(clocks) == 4:
-        info |= {"sm_clock_mhz": clocks[0], "mem_clock_mhz": clocks[1], "max_sm_clock_mhz": clocks[2], "driver": clocks[3]}
+        info |= {
+            "sm_clock_mhz": clocks[0],
+            "mem_clock_mhz": clocks[1],
+            "max_sm_clock_mhz": clocks[2],
+            "driver": clocks[3],
+        }
     return info
 
 
 def format_gpu_info(info: dict[str, Any]) -> str:
     if not info.get("name"):
         return f"no CUDA GPU (torch {info['torch']})"
-    text = (f"{info['name']} ({info['capability']}, {info['sm_count']} SMs, L2 {info['l2_bytes'] / 2**20:.0f} MiB, "
-            f"{info['memory_bytes'] / 2**30:.0f} GiB)")
+    text = (
+        f"{info['name']} ({info['capability']}, {info['sm_count']} SMs, L2 {info['l2_bytes'] / 2**20:.0f} MiB, "
+        f"{info['memory_bytes'] / 2**30:.0f} GiB)"
+    )
     if "sm_clock_mhz" in info:
         text += f"; clocks now SM {info['sm_clock_mhz']} MHz (max {info['max_sm_clock_mhz']}), memory {info['mem_clock_mhz']} MHz"
         text += f"; driver {info['driver']}"
@@ -217,11 +245,21 @@ def format_gpu_info(info: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------- the harness (GPU)
 
 
-def measure(candidates: dict[str, Callable[[Any], Any]], make_inputs: Callable[[int], Any], *,
-            check: Callable[[str, Any, Any], None] | None = None, check_every: Iterable[str] = (),
-            flops: float | None = None, bytes_moved: float | None = None, min_reps: int = 10, max_reps: int = 200,
-            time_cap_s: float = 20.0, rse_target: float = 0.01, warmup: int = 3,
-            enforce_floor: bool = True) -> dict[str, TimingResult]:
+def measure(
+    candidates: dict[str, Callable[[Any], Any]],
+    make_inputs: Callable[[int], Any],
+    *,
+    check: Callable[[str, Any, Any], None] | None = None,
+    check_every: Iterable[str] = (),
+    flops: float | None = None,
+    bytes_moved: float | None = None,
+    min_reps: int = 10,
+    max_reps: int = 200,
+    time_cap_s: float = 20.0,
+    rse_target: float = 0.01,
+    warmup: int = 3,
+    enforce_floor: bool = True,
+) -> dict[str, TimingResult]:
     """Time each candidate ``fn(inputs)`` interleaved; see the module docstring for the protocol.
 
     ``make_inputs(seed)`` builds an input set on the GPU from a seed; every call, warm-up and timed,
@@ -277,7 +315,7 @@ def measure(candidates: dict[str, Callable[[Any], Any]], make_inputs: Callable[[
     reason = None
     rep = 0
     while reason is None:
-        order = names[rep % len(names):] + names[: rep % len(names)]  # rotate who goes first
+        order = names[rep % len(names) :] + names[: rep % len(names)]  # rotate who goes first
         for name in order:
             seed, inputs = fresh()
             torch.sum(flush, dim=0, dtype=torch.int64, out=flush_sum)  # reads: evicts L2, leaves no dirty lines
@@ -294,8 +332,14 @@ def measure(candidates: dict[str, Callable[[Any], Any]], make_inputs: Callable[[
                 verify(name, seed, inputs, output)
             last[name] = (seed, inputs, output)
         rep += 1
-        reason = stop_reason(times, time.perf_counter() - began, min_reps=min_reps, max_reps=max_reps,
-                             time_cap_s=time_cap_s, rse_target=rse_target)
+        reason = stop_reason(
+            times,
+            time.perf_counter() - began,
+            min_reps=min_reps,
+            max_reps=max_reps,
+            time_cap_s=time_cap_s,
+            rse_target=rse_target,
+        )
     if check is not None:
         for name, (seed, inputs, output) in last.items():
             if name not in every:  # those were checked as they ran
@@ -348,6 +392,10 @@ def copy_bandwidth(size_bytes: int = 256 * 2**20, **measure_kwargs) -> TimingRes
     def make_inputs(i: int):
         return torch.full((n,), float(i + 1), device="cuda"), torch.empty(n, device="cuda")
 
-    results = measure({"copy": lambda io: io[1].copy_(io[0])}, make_inputs, bytes_moved=2 * size_bytes,
-                      **({"max_reps": 50, "time_cap_s": 5.0} | measure_kwargs))
+    results = measure(
+        {"copy": lambda io: io[1].copy_(io[0])},
+        make_inputs,
+        bytes_moved=2 * size_bytes,
+        **({"max_reps": 50, "time_cap_s": 5.0} | measure_kwargs),
+    )
     return results["copy"]

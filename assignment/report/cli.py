@@ -23,13 +23,17 @@ from assignment.atomic import write_atomic
 from assignment.impl import REPO_ROOT, ImplError, student_dir
 from assignment.registry import load_registry
 from assignment.report.render import render_html, render_markdown
-from assignment.report.steps import (DEFAULT_BUILD, Runner, Settings, command_runner, detect_gpu, run_steps,
-                                     shown_path)
+from assignment.report.steps import DEFAULT_BUILD, Runner, Settings, command_runner, detect_gpu, run_steps, shown_path
 from assignment.report.views import build_context
 
 
-def make_report(settings: Settings, runner: Runner | None = None, gpu: dict[str, Any] | None = None,
-                have_ncu: bool | None = None, say: Callable[[str], None] | None = None) -> tuple[Path, Path]:
+def make_report(
+    settings: Settings,
+    runner: Runner | None = None,
+    gpu: dict[str, Any] | None = None,
+    have_ncu: bool | None = None,
+    say: Callable[[str], None] | None = None,
+) -> tuple[Path, Path]:
     """Run (or reuse) every step and write REPORT.md and REPORT.html into ``settings.out``."""
     say = say or (lambda line: print(f"[report] {line}", flush=True))
     registry = load_registry()
@@ -56,8 +60,13 @@ def _interrupted(signum, frame) -> None:
 
 def main(argv: list[str] | None = None, runner: Runner | None = None, gpu: dict[str, Any] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--task", action="append", default=[], metavar="tN",
-                        help="run only this task's steps (repeatable); other tasks come from the cache when valid")
+    parser.add_argument(
+        "--task",
+        action="append",
+        default=[],
+        metavar="tN",
+        help="run only this task's steps (repeatable); other tasks come from the cache when valid",
+    )
     parser.add_argument("--refresh", action="store_true", help="ignore the cache: run every step again")
     parser.add_argument("--out", type=Path, default=REPO_ROOT, help="where REPORT.md and REPORT.html go")
     parser.add_argument("--build", type=Path, default=DEFAULT_BUILD, help="the steps' outputs, logs and cache")
@@ -71,9 +80,16 @@ def main(argv: list[str] | None = None, runner: Runner | None = None, gpu: dict[
     # A step runs in a session of its own: on SIGTERM (a batch system's time limit) take it down with us.
     previous = signal.signal(signal.SIGTERM, _interrupted) if main_thread else None
     try:
-        settings = Settings(impl=student_dir(args.impl), out=args.out.resolve(), build=args.build.resolve(),
-                            feedback=args.feedback.resolve(), tasks=tuple(dict.fromkeys(args.task)),
-                            refresh=args.refresh, max_tokens=args.max_tokens, quick_scaling=args.quick_scaling)
+        settings = Settings(
+            impl=student_dir(args.impl),
+            out=args.out.resolve(),
+            build=args.build.resolve(),
+            feedback=args.feedback.resolve(),
+            tasks=tuple(dict.fromkeys(args.task)),
+            refresh=args.refresh,
+            max_tokens=args.max_tokens,
+            quick_scaling=args.quick_scaling,
+        )
         make_report(settings, runner or command_runner(echo=args.verbose), gpu)
     except KeyboardInterrupt:
         print("\nreport: interrupted; the report was not written (finished steps are cached)", file=sys.stderr)
@@ -89,4 +105,3 @@ def main(argv: list[str] | None = None, runner: Runner | None = None, gpu: dict[
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
     return 0
-

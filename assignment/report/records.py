@@ -27,22 +27,22 @@ class BenchCase:
     """One row of the bench: a shape, every candidate timed at it, and what went wrong."""
 
     label: str | None
-    results: dict[str, Timing]      # candidate name -> its medians, in the bench's order
+    results: dict[str, Timing]  # candidate name -> its medians, in the bench's order
     notes: list[str]
-    error: str | None               # an impossible time the harness rejected
+    error: str | None  # an impossible time the harness rejected
 
 
 @dataclass(frozen=True)
 class PathRun:
     """One path of the model table (naive, student, reference, transformers) at one prompt length."""
 
-    skipped: str | None             # why it did not run
+    skipped: str | None  # why it did not run
     ttft_ms: float | None
     tbt_ms: float | None
     ttft_speedup_naive: float | None
     tbt_speedup_naive: float | None
     percent_roofline: float | None
-    agrees: bool | None             # its first logits against the naive path's (None: not compared)
+    agrees: bool | None  # its first logits against the naive path's (None: not compared)
 
 
 @dataclass(frozen=True)
@@ -52,16 +52,16 @@ class PromptRuns:
     prompt: int | None
     context: int | None
     roofline_tbt_ms: float | None
-    rows: dict[str, PathRun]        # path name -> its run
+    rows: dict[str, PathRun]  # path name -> its run
 
 
 @dataclass(frozen=True)
 class ModelTable:
     """The bench's model table (a task whose code has a model bench), or why it is missing."""
 
-    present: bool                   # the bench wrote one
+    present: bool  # the bench wrote one
     error: str | None
-    labels: dict[str, str]          # path name -> how the bench names it
+    labels: dict[str, str]  # path name -> how the bench names it
     prompts: list[PromptRuns]
     notes: list[str]
 
@@ -70,7 +70,7 @@ class ModelTable:
 class BenchRun:
     """Everything the report shows from one bench step."""
 
-    copy_gbps: float | None         # the device copy bandwidth the bench measured
+    copy_gbps: float | None  # the device copy bandwidth the bench measured
     cases: list[BenchCase]
     model: ModelTable
     targets: list[Standing] | None  # where the student stands on each timing rule; None: none written
@@ -80,25 +80,40 @@ def read_bench(data: dict[str, Any]) -> BenchRun:
     """The bench JSON ``data`` as records."""
     model = data.get("model") or {}
     targets = data.get("targets")
-    return BenchRun(copy_gbps=data.get("copy_gbps"), cases=[_case(case) for case in data.get("cases", [])],
-                    model=ModelTable(present=bool(model), error=model.get("error"),
-                                     labels={name: info.get("label", name)
-                                             for name, info in (model.get("paths") or {}).items()},
-                                     prompts=[_prompt(entry) for entry in model.get("prompts", [])],
-                                     notes=list(model.get("notes", []))),
-                    targets=None if targets is None else [_standing(item) for item in targets])
+    return BenchRun(
+        copy_gbps=data.get("copy_gbps"),
+        cases=[_case(case) for case in data.get("cases", [])],
+        model=ModelTable(
+            present=bool(model),
+            error=model.get("error"),
+            labels={name: info.get("label", name) for name, info in (model.get("paths") or {}).items()},
+            prompts=[_prompt(entry) for entry in model.get("prompts", [])],
+            notes=list(model.get("notes", [])),
+        ),
+        targets=None if targets is None else [_standing(item) for item in targets],
+    )
 
 
 def _case(case: dict[str, Any]) -> BenchCase:
-    results = {name: Timing(r.get("median_ms"), r.get("tflops"), r.get("gbps"))
-               for name, r in case.get("results", {}).items()}
+    results = {
+        name: Timing(r.get("median_ms"), r.get("tflops"), r.get("gbps")) for name, r in case.get("results", {}).items()
+    }
     return BenchCase(case.get("label"), results, list(case.get("notes", [])), case.get("error"))
 
 
 def _prompt(entry: dict[str, Any]) -> PromptRuns:
-    rows = {name: PathRun(row.get("skipped"), row.get("ttft_ms"), row.get("tbt_ms"), row.get("ttft_speedup_naive"),
-                          row.get("tbt_speedup_naive"), row.get("percent_roofline"), row.get("agrees"))
-            for name, row in entry.get("rows", {}).items()}
+    rows = {
+        name: PathRun(
+            row.get("skipped"),
+            row.get("ttft_ms"),
+            row.get("tbt_ms"),
+            row.get("ttft_speedup_naive"),
+            row.get("tbt_speedup_naive"),
+            row.get("percent_roofline"),
+            row.get("agrees"),
+        )
+        for name, row in entry.get("rows", {}).items()
+    }
     return PromptRuns(entry.get("prompt"), entry.get("context"), entry.get("roofline_tbt_ms"), rows)
 
 

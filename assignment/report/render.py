@@ -40,8 +40,15 @@ def _environment(html_mode: bool):
         text = str(text).replace("\n", " ")
         return (html.escape(text, quote=False) if html_mode else text).replace("|", "\\|")
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE_DIR), undefined=jinja2.StrictUndefined,
-                             autoescape=False, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATE_DIR),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+
     def code(text: Any) -> str:
         """Inline code (a command, a path): a code span in the text, <code> on the page."""
         text = str(text).replace("\n", " ")
@@ -57,16 +64,18 @@ def _environment(html_mode: bool):
 def render_markdown(context: Report, html_mode: bool) -> str:
     """REPORT.md; with ``html_mode`` the same text made for the page (escaped, images inline)."""
     plots = plots_view(context.results, html_mode)
-    text = _environment(html_mode).get_template(MD_TEMPLATE.name).render(**vars(context), plots=plots,
-                                                                         html_mode=html_mode)
+    text = (
+        _environment(html_mode).get_template(MD_TEMPLATE.name).render(**vars(context), plots=plots, html_mode=html_mode)
+    )
     return re.sub(r"\n{3,}", "\n\n", text)
 
 
 def render_html(context: Report) -> str:
     import markdown
 
-    body = markdown.markdown(render_markdown(context, html_mode=True),
-                             extensions=["tables", "fenced_code", "sane_lists"], output_format="html")
-    return _environment(True).get_template(HTML_TEMPLATE.name).render(title=html.escape(context.title),
-                                                                      body=body)
-
+    body = markdown.markdown(
+        render_markdown(context, html_mode=True),
+        extensions=["tables", "fenced_code", "sane_lists"],
+        output_format="html",
+    )
+    return _environment(True).get_template(HTML_TEMPLATE.name).render(title=html.escape(context.title), body=body)

@@ -63,13 +63,13 @@ Runner = Callable[..., tuple[int, str, str]]
 
 @dataclass(frozen=True)
 class Step:
-    name: str                  # bench_t4, scaling_t4, profile_t4, generate_t7
+    name: str  # bench_t4, scaling_t4, profile_t4, generate_t7
     task: str
-    kind: str                  # bench, scaling, profile, generate
+    kind: str  # bench, scaling, profile, generate
     argv: tuple[str, ...]
-    out_dir: Path | None       # where the step writes its files (emptied before it runs)
+    out_dir: Path | None  # where the step writes its files (emptied before it runs)
     timeout_s: float
-    inputs: tuple[str, ...]    # the tasks whose student files it runs
+    inputs: tuple[str, ...]  # the tasks whose student files it runs
     gpu: bool = True
 
 
@@ -78,7 +78,7 @@ class StepResult:
     step: str
     task: str
     kind: str
-    status: str                # ok, failed, timeout, skipped
+    status: str  # ok, failed, timeout, skipped
     command: str = ""
     reason: str | None = None  # why it was skipped, or how it failed
     cached: bool = False
@@ -97,7 +97,7 @@ class Settings:
     out: Path = REPO_ROOT
     build: Path = DEFAULT_BUILD
     feedback: Path = REPO_ROOT / "feedback.json"
-    tasks: tuple[str, ...] = ()      # the tasks whose steps may run; () is every task
+    tasks: tuple[str, ...] = ()  # the tasks whose steps may run; () is every task
     refresh: bool = False
     max_tokens: int = 100
     quick_scaling: bool = False
@@ -111,23 +111,58 @@ def plan_steps(registry: Registry, settings: Settings, have_gpu: bool) -> list[S
         t, code = task.id, task_code.code(task.id)
         if code.bench_cases is not None:
             out = runs / f"bench_{t}"
-            steps.append(Step(f"bench_{t}", t, "bench",
-                              (python, "-m", "assignment.perf.bench", "--task", t, "--out", str(out)), out,
-                              code.bench_timeout_s or BENCH_TIMEOUT_S, _inputs(code, code.bench_needs)))
+            steps.append(
+                Step(
+                    f"bench_{t}",
+                    t,
+                    "bench",
+                    (python, "-m", "assignment.perf.bench", "--task", t, "--out", str(out)),
+                    out,
+                    code.bench_timeout_s or BENCH_TIMEOUT_S,
+                    _inputs(code, code.bench_needs),
+                )
+            )
         if code.scaling_causal is not None:
             out = runs / f"scaling_{t}"
             argv = (python, "-m", "assignment.perf.scaling", "--task", t, "--out", str(out))
-            steps.append(Step(f"scaling_{t}", t, "scaling", argv + (("--quick",) if settings.quick_scaling else ()),
-                              out, SCALING_TIMEOUT_S, _inputs(code, code.bench_needs)))
+            steps.append(
+                Step(
+                    f"scaling_{t}",
+                    t,
+                    "scaling",
+                    argv + (("--quick",) if settings.quick_scaling else ()),
+                    out,
+                    SCALING_TIMEOUT_S,
+                    _inputs(code, code.bench_needs),
+                )
+            )
         if code.report_profile:
-            steps.append(Step(f"profile_{t}", t, "profile", (python, "-m", "assignment.perf.profile", "--task", t),
-                              None, PROFILE_TIMEOUT_S, _inputs(code)))
+            steps.append(
+                Step(
+                    f"profile_{t}",
+                    t,
+                    "profile",
+                    (python, "-m", "assignment.perf.profile", "--task", t),
+                    None,
+                    PROFILE_TIMEOUT_S,
+                    _inputs(code),
+                )
+            )
         if code.generates:
-            argv = (python, "-m", "assignment.model.generate", "--prompt", registry.report_prompt or DEFAULT_PROMPT,
-                    "--temperature", "0", "--max-tokens", str(settings.max_tokens),
-                    "--device", "cuda" if have_gpu else "cpu")
-            steps.append(Step(f"generate_{t}", t, "generate", argv, None, GENERATE_TIMEOUT_S, _inputs(code),
-                              gpu=False))
+            argv = (
+                python,
+                "-m",
+                "assignment.model.generate",
+                "--prompt",
+                registry.report_prompt or DEFAULT_PROMPT,
+                "--temperature",
+                "0",
+                "--max-tokens",
+                str(settings.max_tokens),
+                "--device",
+                "cuda" if have_gpu else "cpu",
+            )
+            steps.append(Step(f"generate_{t}", t, "generate", argv, None, GENERATE_TIMEOUT_S, _inputs(code), gpu=False))
     return steps
 
 
@@ -163,9 +198,18 @@ def command_runner(echo: bool = False) -> Runner:
 
     def run(argv: Sequence[str], *, timeout_s: float, env: dict[str, str], cwd: Path) -> tuple[int, str, str]:
         try:
-            proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    stdin=subprocess.DEVNULL, text=True, errors="replace", bufsize=1,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                list(argv),
+                cwd=cwd,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                errors="replace",
+                bufsize=1,
+                start_new_session=True,
+            )
         except OSError as exc:
             return 127, "", f"cannot start {argv[0]}: {exc}\n"
         captured: dict[str, list[str]] = {"out": [], "err": []}
@@ -176,8 +220,10 @@ def command_runner(echo: bool = False) -> Runner:
                 if echo:
                     print(f"    | {line}", end="" if line.endswith("\n") else "\n", flush=True)
 
-        readers = [threading.Thread(target=pump, args=(proc.stdout, "out"), daemon=True),
-                   threading.Thread(target=pump, args=(proc.stderr, "err"), daemon=True)]
+        readers = [
+            threading.Thread(target=pump, args=(proc.stdout, "out"), daemon=True),
+            threading.Thread(target=pump, args=(proc.stderr, "err"), daemon=True),
+        ]
         for reader in readers:
             reader.start()
         returncode: int | None
@@ -219,6 +265,7 @@ def step_env(impl: Path | None) -> dict[str, str]:
 
 def shown_command(argv: Sequence[str]) -> str:
     """The command as a person would type it: ``python`` for the interpreter, paths relative to the repository."""
+
     def shown(arg: str) -> str:
         if arg == sys.executable:
             return "python"
@@ -226,6 +273,7 @@ def shown_command(argv: Sequence[str]) -> str:
             return str(Path(arg).relative_to(REPO_ROOT)) if os.path.isabs(arg) else arg
         except ValueError:
             return arg
+
     return shlex.join(shown(a) for a in argv)
 
 
@@ -234,7 +282,7 @@ def tail_of(stdout: str, stderr: str, lines: int = TAIL_LINES) -> str:
     out, err = stdout.strip("\n").splitlines(), stderr.strip("\n").splitlines()
     out_kept = min(len(out), max(lines // 3, lines - len(err)))
     err_kept = min(len(err), lines - out_kept)
-    return "\n".join(out[len(out) - out_kept:] + err[len(err) - err_kept:])
+    return "\n".join(out[len(out) - out_kept :] + err[len(err) - err_kept :])
 
 
 def collect(step: Step, stdout: str, stderr: str) -> tuple[Any, list[str], str | None]:
@@ -275,8 +323,14 @@ def step_key(step: Step, registry: Registry, impl: Path, kit: str, gpu_name: str
         for name in registry.task(task_id).files:
             path = impl / name
             files[name] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
-    payload = {"version": CACHE_VERSION, "step": step.name, "argv": list(step.argv), "gpu": gpu_name or "no GPU",
-               "kit": kit, "student_files": files}
+    payload = {
+        "version": CACHE_VERSION,
+        "step": step.name,
+        "argv": list(step.argv),
+        "gpu": gpu_name or "no GPU",
+        "kit": kit,
+        "student_files": files,
+    }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
@@ -302,16 +356,30 @@ def run_step(step: Step, runner: Runner, settings: Settings, key: str, say: Call
         step.out_dir.mkdir(parents=True, exist_ok=True)
     say(f"{step.name}: running {command} (limit {step.timeout_s:g} s)")
     start = time.monotonic()
-    returncode, stdout, stderr = runner(list(step.argv), timeout_s=step.timeout_s, env=step_env(settings.impl),
-                                        cwd=REPO_ROOT)
+    returncode, stdout, stderr = runner(
+        list(step.argv), timeout_s=step.timeout_s, env=step_env(settings.impl), cwd=REPO_ROOT
+    )
     seconds = time.monotonic() - start
     log = settings.build / "logs" / f"{step.name}.log"
-    write_atomic(log, f"$ {command}\n# exit status {returncode} after {seconds:.1f} s\n\n== stdout ==\n{stdout}\n"
-                      f"== stderr ==\n{stderr}")
+    write_atomic(
+        log,
+        f"$ {command}\n# exit status {returncode} after {seconds:.1f} s\n\n== stdout ==\n{stdout}\n"
+        f"== stderr ==\n{stderr}",
+    )
     data, files, problem = collect(step, stdout, stderr)
-    result = StepResult(step.name, step.task, step.kind, "ok", command, seconds=round(seconds, 1),
-                        finished=datetime.now().astimezone().isoformat(timespec="seconds"), returncode=returncode,
-                        log=str(log), data=data, files=files)
+    result = StepResult(
+        step.name,
+        step.task,
+        step.kind,
+        "ok",
+        command,
+        seconds=round(seconds, 1),
+        finished=datetime.now().astimezone().isoformat(timespec="seconds"),
+        returncode=returncode,
+        log=str(log),
+        data=data,
+        files=files,
+    )
     if returncode == TIMEOUT_RC:
         result.status, result.reason = "timeout", f"timed out after {step.timeout_s:g} s"
     elif returncode != 0:
@@ -324,8 +392,9 @@ def run_step(step: Step, runner: Runner, settings: Settings, key: str, say: Call
             result.data = None
         say(f"{step.name}: {result.reason} (log: {shown_path(log)})")
         return result
-    record = {"version": CACHE_VERSION, "key": key} | {f.name: getattr(result, f.name) for f in fields(StepResult)
-                                                       if f.name != "cached"}
+    record = {"version": CACHE_VERSION, "key": key} | {
+        f.name: getattr(result, f.name) for f in fields(StepResult) if f.name != "cached"
+    }
     write_atomic(settings.build / "cache" / f"{step.name}.json", json.dumps(record, indent=1, default=str))
     say(f"{step.name}: done in {seconds:.1f} s")
     return result
@@ -354,8 +423,9 @@ def detect_gpu(runner: Runner | None = None) -> dict[str, Any]:
     """``assignment.perf.timing.gpu_info()``, asked in a process of its own: the report's own process never holds
     a CUDA context (a GPU in exclusive-process mode would refuse the steps one), and a broken driver that hangs
     costs the probe's time limit, not the report."""
-    code, out, err = (runner or command_runner())([sys.executable, "-c", GPU_PROBE], timeout_s=GPU_PROBE_TIMEOUT_S,
-                                                  env=step_env(None), cwd=REPO_ROOT)
+    code, out, err = (runner or command_runner())(
+        [sys.executable, "-c", GPU_PROBE], timeout_s=GPU_PROBE_TIMEOUT_S, env=step_env(None), cwd=REPO_ROOT
+    )
     try:
         info = json.loads(out.strip().splitlines()[-1])
         if code == 0 and isinstance(info, dict):
@@ -366,8 +436,14 @@ def detect_gpu(runner: Runner | None = None) -> dict[str, Any]:
     return {"name": None, "torch": None, "error": f"the GPU probe failed ({exit_description(code)}): {last}"}
 
 
-def run_steps(registry: Registry, settings: Settings, runner: Runner, gpu: dict[str, Any], have_ncu: bool,
-              say: Callable[[str], None]) -> tuple[list[StepResult], dict[str, str | None]]:
+def run_steps(
+    registry: Registry,
+    settings: Settings,
+    runner: Runner,
+    gpu: dict[str, Any],
+    have_ncu: bool,
+    say: Callable[[str], None],
+) -> tuple[list[StepResult], dict[str, str | None]]:
     """Every step's result (run, cached or skipped with the reason), and each available task's TODO state."""
     gpu_name = gpu.get("name")
     todo = {task.id: todo_left(task.id, registry, settings.impl) for task in registry.available}
@@ -375,6 +451,7 @@ def run_steps(registry: Registry, settings: Settings, runner: Runner, gpu: dict[
     kit = kit_digest()
     results = []
     for number, step in enumerate(steps, start=1):
+
         def note(line: str, number=number) -> None:
             say(f"[{number}/{len(steps)}] {line}")
 
@@ -385,8 +462,9 @@ def run_steps(registry: Registry, settings: Settings, runner: Runner, gpu: dict[
         elif step.gpu and gpu_name is None:
             result.reason = no_gpu_reason(gpu)
         elif step.kind == "profile" and not have_ncu:
-            result.reason = ("ncu (Nsight Compute) is not on PATH: the profiler table needs it "
-                             "(it ships with the CUDA toolkit)")
+            result.reason = (
+                "ncu (Nsight Compute) is not on PATH: the profiler table needs it (it ships with the CUDA toolkit)"
+            )
         else:
             key = step_key(step, registry, settings.impl, kit, gpu_name)
             cached = None if settings.refresh else load_cached(settings.build / "cache" / f"{step.name}.json", key)
@@ -397,8 +475,10 @@ def run_steps(registry: Registry, settings: Settings, runner: Runner, gpu: dict[
                 result = run_step(step, runner, settings, key, note)
             else:
                 tasks = " ".join(f"--task {t}" for t in settings.tasks)
-                result.reason = (f"not run: this report was limited to {tasks}, and no cached result matches "
-                                 f"(make report T={step.task} runs it)")
+                result.reason = (
+                    f"not run: this report was limited to {tasks}, and no cached result matches "
+                    f"(make report T={step.task} runs it)"
+                )
         if result.status == "skipped":
             note(f"{step.name}: skipped: {result.reason}")
         results.append(result)
@@ -407,4 +487,3 @@ def run_steps(registry: Registry, settings: Settings, runner: Runner, gpu: dict[
 
 def no_gpu_reason(gpu: dict[str, Any]) -> str:
     return f"no usable CUDA GPU: {gpu['error']}" if gpu.get("error") else NO_GPU
-

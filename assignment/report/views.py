@@ -26,11 +26,14 @@ from assignment.report.steps import DEFAULT_PROMPT, Settings, StepResult, no_gpu
 SEED000_SHAPES = ((4, 1, 128, 64), (64, 1, 4096, 64))
 T6_PROMPTS = (128, 1024)  # model_bench.FULL.prompts
 T6_PATHS = ("naive", "student", "reference", "transformers")
-PLOT_CAPTIONS = {"_time.png": "time against sequence length", "_tflops.png": "TFLOP/s against sequence length",
-                 "_speedup.png": "your speedup over each baseline against sequence length",
-                 "_roofline.png": "roofline: arithmetic intensity against TFLOP/s",
-                 "t6_model_tbt.png": "time between tokens against context, every path",
-                 "t6_model_roofline.png": "decode step against the memory roofline"}
+PLOT_CAPTIONS = {
+    "_time.png": "time against sequence length",
+    "_tflops.png": "TFLOP/s against sequence length",
+    "_speedup.png": "your speedup over each baseline against sequence length",
+    "_roofline.png": "roofline: arithmetic intensity against TFLOP/s",
+    "t6_model_tbt.png": "time between tokens against context, every path",
+    "t6_model_roofline.png": "decode step against the memory roofline",
+}
 
 
 def _num(value: float | None, spec: str, suffix: str = "") -> str:
@@ -62,7 +65,7 @@ class Bench:
     """A task's bench step as the views see it: why it has nothing to show ("" when it has), and its JSON."""
 
     missing: str
-    run: BenchRun | None = None     # set whenever ``missing`` is empty
+    run: BenchRun | None = None  # set whenever ``missing`` is empty
 
 
 NOT_RUN = Bench(_why_missing(None))
@@ -70,8 +73,11 @@ NOT_RUN = Bench(_why_missing(None))
 
 def read_benches(results: list[StepResult]) -> dict[str, Bench]:
     """Each task's bench step, its JSON read once (by task id; a task without a bench step is left out)."""
-    return {r.task: Bench(_why_missing(r), None if r.data is None else read_bench(r.data))
-            for r in results if r.kind == "bench"}
+    return {
+        r.task: Bench(_why_missing(r), None if r.data is None else read_bench(r.data))
+        for r in results
+        if r.kind == "bench"
+    }
 
 
 def attention_label(B: int, H: int, L: int, d: int, causal: bool) -> str:
@@ -90,7 +96,7 @@ class TaskSection:
 
     id: str
     title: str
-    reason: str                     # why the section has nothing to show ("" when it has)
+    reason: str  # why the section has nothing to show ("" when it has)
 
 
 @dataclass(frozen=True)
@@ -101,12 +107,12 @@ class AttentionRow:
     batch: int
     length: int
     missing: str | None = None
-    error: str | None = None        # an impossible time the bench rejected at this shape
+    error: str | None = None  # an impossible time the bench rejected at this shape
     ms: str = ""
     tflops: str = ""
-    naive: str = ""                 # × naive PyTorch
-    sdpa: str = ""                  # × SDPA
-    naive_cuda: str = ""            # × the naive CUDA composition
+    naive: str = ""  # × naive PyTorch
+    sdpa: str = ""  # × SDPA
+    naive_cuda: str = ""  # × the naive CUDA composition
 
 
 @dataclass(frozen=True)
@@ -127,17 +133,30 @@ def attention_view(task: Task, bench: Bench, causal: bool) -> AttentionView:
         case = cases.get(attention_label(B, H, L, d, causal))
         students = case.results.get("student") if case else None
         if case is None:
-            rows.append(AttentionRow(shape, B, L, missing=f"no {attention_label(B, H, L, d, causal)} row in the "
-                                                          "bench results"))
+            rows.append(
+                AttentionRow(shape, B, L, missing=f"no {attention_label(B, H, L, d, causal)} row in the bench results")
+            )
         elif students is None:
             rows.append(AttentionRow(shape, B, L, missing=_student_note(case)))
         else:
             mine, results = students.median_ms, case.results
-            over = {name: results[name].median_ms / mine if name in results and mine else None
-                    for name in ("naive pytorch", "SDPA", "naive cuda")}
-            rows.append(AttentionRow(shape, B, L, error=case.error, ms=_ms(mine), tflops=_num(students.tflops, ".2f"),
-                                     naive=_x(over["naive pytorch"]), sdpa=_x(over["SDPA"]),
-                                     naive_cuda=_x(over["naive cuda"])))
+            over = {
+                name: results[name].median_ms / mine if name in results and mine else None
+                for name in ("naive pytorch", "SDPA", "naive cuda")
+            }
+            rows.append(
+                AttentionRow(
+                    shape,
+                    B,
+                    L,
+                    error=case.error,
+                    ms=_ms(mine),
+                    tflops=_num(students.tflops, ".2f"),
+                    naive=_x(over["naive pytorch"]),
+                    sdpa=_x(over["SDPA"]),
+                    naive_cuda=_x(over["naive cuda"]),
+                )
+            )
     return AttentionView(task.id, task.title, "", causal, rows)
 
 
@@ -149,7 +168,7 @@ class HeadlineRow:
     missing: str | None = None
     ttft: str = ""
     tbt: str = ""
-    ttft_x: str = ""                # × the naive path
+    ttft_x: str = ""  # × the naive path
     tbt_x: str = ""
 
 
@@ -157,21 +176,21 @@ class HeadlineRow:
 class PathRow:
     """One path of the model table at one prompt length."""
 
-    path: str                       # as the bench labels it
+    path: str  # as the bench labels it
     skipped: str | None
     ttft: str = ""
     ttft_x: str = ""
     tbt: str = ""
     tbt_x: str = ""
-    roofline: str = ""              # % of the roofline TBT
-    agrees: str = ""                # its logits against the naive path's
+    roofline: str = ""  # % of the roofline TBT
+    agrees: str = ""  # its logits against the naive path's
 
 
 @dataclass(frozen=True)
 class PromptTable:
     prompt: int | None
     context: int | None
-    roofline: str                   # the roofline TBT (ms) at that context
+    roofline: str  # the roofline TBT (ms) at that context
     rows: list[PathRow]
 
 
@@ -184,7 +203,7 @@ class DecodeKernelRow:
     ms: str = ""
     gbps: str = ""
     copy_percent: str = ""
-    naive_x: str = ""               # × naive PyTorch
+    naive_x: str = ""  # × naive PyTorch
 
 
 @dataclass(frozen=True)
@@ -216,8 +235,15 @@ def decode_view(task: Task, bench: Bench) -> DecodeView:
         elif mine is None or mine.skipped is not None:
             headline.append(HeadlineRow(prompt, f"your path did not run: {mine.skipped if mine else 'no result'}"))
         else:
-            headline.append(HeadlineRow(prompt, ttft=_ms(mine.ttft_ms), tbt=_ms(mine.tbt_ms),
-                                        ttft_x=_x(mine.ttft_speedup_naive), tbt_x=_x(mine.tbt_speedup_naive)))
+            headline.append(
+                HeadlineRow(
+                    prompt,
+                    ttft=_ms(mine.ttft_ms),
+                    tbt=_ms(mine.tbt_ms),
+                    ttft_x=_x(mine.ttft_speedup_naive),
+                    tbt_x=_x(mine.tbt_speedup_naive),
+                )
+            )
     prompts = []
     for prompt, entry in sorted(entries.items(), key=lambda item: item[0] or 0):
         rows = []
@@ -229,11 +255,24 @@ def decode_view(task: Task, bench: Bench) -> DecodeView:
             if row.skipped:
                 rows.append(PathRow(label, row.skipped))
                 continue
-            rows.append(PathRow(label, row.skipped, ttft=_ms(row.ttft_ms), ttft_x=_x(row.ttft_speedup_naive),
-                                tbt=_ms(row.tbt_ms), tbt_x=_x(row.tbt_speedup_naive),
-                                roofline=_num(row.percent_roofline, ".0f", "%"),
-                                agrees="baseline" if name == "naive" else "–" if row.agrees is None
-                                else "yes" if row.agrees else "DIFFERS"))
+            rows.append(
+                PathRow(
+                    label,
+                    row.skipped,
+                    ttft=_ms(row.ttft_ms),
+                    ttft_x=_x(row.ttft_speedup_naive),
+                    tbt=_ms(row.tbt_ms),
+                    tbt_x=_x(row.tbt_speedup_naive),
+                    roofline=_num(row.percent_roofline, ".0f", "%"),
+                    agrees="baseline"
+                    if name == "naive"
+                    else "–"
+                    if row.agrees is None
+                    else "yes"
+                    if row.agrees
+                    else "DIFFERS",
+                )
+            )
         prompts.append(PromptTable(prompt, entry.context, _ms(entry.roofline_tbt_ms), rows))
     copy = run.copy_gbps
     kernels = []
@@ -247,11 +286,18 @@ def decode_view(task: Task, bench: Bench) -> DecodeView:
             continue
         gbps = mine.gbps
         naive = case.results["naive pytorch"].median_ms if "naive pytorch" in case.results else None
-        kernels.append(DecodeKernelRow(label, ms=_ms(mine.median_ms), gbps=_num(gbps, ".0f"),
-                                       copy_percent=_num(100 * gbps / copy if gbps and copy else None, ".0f", "%"),
-                                       naive_x=_x(naive / mine.median_ms if naive else None)))
-    return DecodeView(task.id, task.title, "", model_reason, headline, prompts, kernels, list(model.notes),
-                      _num(copy, ".0f"))
+        kernels.append(
+            DecodeKernelRow(
+                label,
+                ms=_ms(mine.median_ms),
+                gbps=_num(gbps, ".0f"),
+                copy_percent=_num(100 * gbps / copy if gbps and copy else None, ".0f", "%"),
+                naive_x=_x(naive / mine.median_ms if naive else None),
+            )
+        )
+    return DecodeView(
+        task.id, task.title, "", model_reason, headline, prompts, kernels, list(model.notes), _num(copy, ".0f")
+    )
 
 
 @dataclass(frozen=True)
@@ -259,9 +305,9 @@ class GenerationView(TaskSection):
     """The text the student's sampling loop generated from the report's prompt."""
 
     prompt: str
-    text: str = ""                  # what came after the prompt
+    text: str = ""  # what came after the prompt
     timing: list[str] = field(default_factory=list)  # generate's summary lines
-    stopped_at_once: bool = False   # the first token was a stop token
+    stopped_at_once: bool = False  # the first token was a stop token
 
 
 def generation_view(task: Task, result: StepResult | None, prompt: str) -> GenerationView:
@@ -269,8 +315,9 @@ def generation_view(task: Task, result: StepResult | None, prompt: str) -> Gener
     if reason:
         return GenerationView(task.id, task.title, reason, prompt)
     data = result.data
-    return GenerationView(task.id, task.title, "", data["prompt"], data["text"], data["timing"],
-                          not data["text"].strip())
+    return GenerationView(
+        task.id, task.title, "", data["prompt"], data["text"], data["timing"], not data["text"].strip()
+    )
 
 
 @dataclass(frozen=True)
@@ -292,7 +339,7 @@ class TaskStanding(TaskSection):
 
     max_points: str
     rows: list[StandingRow] = field(default_factory=list)
-    points: str | None = None       # the points earned over every rule (None: no rule measured)
+    points: str | None = None  # the points earned over every rule (None: no rule measured)
 
 
 def standings_view(registry: Registry, benches: dict[str, Bench]) -> list[TaskStanding]:
@@ -319,12 +366,27 @@ def standings_view(registry: Registry, benches: dict[str, Bench]) -> list[TaskSt
             if s.baseline_ms is not None:
                 times.append(f"{s.baseline} {s.baseline_ms:.3f} ms")
             earned += s.points or 0.0
-            rows.append(StandingRow(s.rule, speed, "; ".join(times),
-                                    f"{describe(s.baseline, full_speed)} ({full_points:g} points)",
-                                    f"{s.points:g} of {s.max_points:g}" if s.points is not None
-                                    else f"– of {s.max_points:g}", list(s.notes), s.course_gpu))
-        tasks.append(TaskStanding(task.id, task.title, "the bench wrote no targets" if standings is None else "",
-                                  max_points, rows, f"{earned:g}" if standings else None))
+            rows.append(
+                StandingRow(
+                    s.rule,
+                    speed,
+                    "; ".join(times),
+                    f"{describe(s.baseline, full_speed)} ({full_points:g} points)",
+                    f"{s.points:g} of {s.max_points:g}" if s.points is not None else f"– of {s.max_points:g}",
+                    list(s.notes),
+                    s.course_gpu,
+                )
+            )
+        tasks.append(
+            TaskStanding(
+                task.id,
+                task.title,
+                "the bench wrote no targets" if standings is None else "",
+                max_points,
+                rows,
+                f"{earned:g}" if standings else None,
+            )
+        )
     return tasks
 
 
@@ -332,8 +394,8 @@ def standings_view(registry: Registry, benches: dict[str, Bench]) -> list[TaskSt
 class CandidateRow:
     name: str
     ms: str
-    value: str                      # in the table's metric
-    yours: str                      # its median time over yours
+    value: str  # in the table's metric
+    yours: str  # its median time over yours
 
 
 @dataclass(frozen=True)
@@ -343,7 +405,7 @@ class CaseTable:
     label: str
     rows: list[CandidateRow]
     notes: list[str]
-    error: str | None               # an impossible time the bench rejected
+    error: str | None  # an impossible time the bench rejected
 
 
 @dataclass(frozen=True)
@@ -352,7 +414,7 @@ class BenchTable(TaskSection):
 
     cases: list[CaseTable] = field(default_factory=list)
     copy_gbps: str = ""
-    metric: str = ""                # "GB/s" or "TFLOP/s"
+    metric: str = ""  # "GB/s" or "TFLOP/s"
 
 
 def bench_tables_view(registry: Registry, benches: dict[str, Bench]) -> list[BenchTable]:
@@ -368,10 +430,15 @@ def bench_tables_view(registry: Registry, benches: dict[str, Bench]) -> list[Ben
         cases = []
         for case in bench.run.cases:
             mine = case.results["student"].median_ms if "student" in case.results else None
-            rows = [CandidateRow(name, _ms(r.median_ms),
-                                 _num(r.gbps if metric == "GB/s" else r.tflops, ".1f" if metric == "GB/s" else ".2f"),
-                                 _x(r.median_ms / mine if mine and r.median_ms else None))
-                    for name, r in case.results.items()]
+            rows = [
+                CandidateRow(
+                    name,
+                    _ms(r.median_ms),
+                    _num(r.gbps if metric == "GB/s" else r.tflops, ".1f" if metric == "GB/s" else ".2f"),
+                    _x(r.median_ms / mine if mine and r.median_ms else None),
+                )
+                for name, r in case.results.items()
+            ]
             cases.append(CaseTable("?" if case.label is None else case.label, rows, case.notes, case.error))
         tables.append(BenchTable(task.id, task.title, "", cases, _num(bench.run.copy_gbps, ".0f"), metric))
     return tables
@@ -383,7 +450,7 @@ class Plot:
     step: str
     task: str
     caption: str
-    uri: str | None = None          # the PNG as a data URI (the HTML page only)
+    uri: str | None = None  # the PNG as a data URI (the HTML page only)
 
 
 def plots_view(results: list[StepResult], html_mode: bool) -> list[Plot]:
@@ -408,14 +475,14 @@ def plots_view(results: list[StepResult], html_mode: bool) -> list[Plot]:
 @dataclass(frozen=True)
 class Answer:
     question: str
-    answer: str                     # as the report shows it
+    answer: str  # as the report shows it
 
 
 @dataclass(frozen=True)
 class FeedbackView:
     path: str
-    present: bool                   # the answers file exists
-    error: str | None = None        # why it could not be read
+    present: bool  # the answers file exists
+    error: str | None = None  # why it could not be read
     answers: list[Answer] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # what is left to answer
 
@@ -451,7 +518,7 @@ class SkippedItem:
     what: str
     command: str
     why: str
-    tail: str                       # a failed step's last lines
+    tail: str  # a failed step's last lines
 
 
 def skipped_view(registry: Registry, results: list[StepResult], todo: dict[str, str | None]) -> list[SkippedItem]:
@@ -466,9 +533,15 @@ def skipped_view(registry: Registry, results: list[StepResult], todo: dict[str, 
         items.append(SkippedItem(f"{task} {titles[task]} ({', '.join(kinds)})", "", why, ""))
     for r in results:
         if r.status in ("failed", "timeout"):
-            items.append(SkippedItem(f"{r.task} {titles[r.task]}: {r.step}", r.command,
-                                     f"{r.reason}; {'the rows it timed are shown' if r.data else 'no results from it'}"
-                                     f"; log: {shown_path(r.log) if r.log else '-'}", r.tail))
+            items.append(
+                SkippedItem(
+                    f"{r.task} {titles[r.task]}: {r.step}",
+                    r.command,
+                    f"{r.reason}; {'the rows it timed are shown' if r.data else 'no results from it'}"
+                    f"; log: {shown_path(r.log) if r.log else '-'}",
+                    r.tail,
+                )
+            )
     return items
 
 
@@ -476,7 +549,7 @@ def skipped_view(registry: Registry, results: list[StepResult], todo: dict[str, 
 class TaskStatus:
     id: str
     title: str
-    status: str                     # written or not, measured or not
+    status: str  # written or not, measured or not
 
 
 @dataclass(frozen=True)
@@ -499,7 +572,7 @@ class Report:
     date: str
     torch: str
     python: str
-    counts: str                     # how many steps ran, were reused, skipped, failed
+    counts: str  # how many steps ran, were reused, skipped, failed
     tasks: list[TaskStatus]
     skipped: list[SkippedItem]
     attention: list[AttentionView]
@@ -509,13 +582,14 @@ class Report:
     standings: list[TaskStanding]
     bench_tables: list[BenchTable]
     results: list[StepResult]
-    profile: list[StepResult]       # the profile steps (the template reads their data's text)
+    profile: list[StepResult]  # the profile steps (the template reads their data's text)
     feedback: FeedbackView
     steps: list[StepLine]
 
 
-def build_context(registry: Registry, settings: Settings, gpu: dict[str, Any], results: list[StepResult],
-                  todo: dict[str, str | None]) -> Report:
+def build_context(
+    registry: Registry, settings: Settings, gpu: dict[str, Any], results: list[StepResult], todo: dict[str, str | None]
+) -> Report:
     from assignment.perf.timing import format_gpu_info
 
     by_step, benches = {r.step: r for r in results}, read_benches(results)
@@ -533,11 +607,15 @@ def build_context(registry: Registry, settings: Settings, gpu: dict[str, Any], r
         else:
             status = "written; measured"
         task_status.append(TaskStatus(task.id, task.title, status))
-    counts = {status: sum(r.status == status and not r.cached for r in results)
-              for status in ("ok", "failed", "timeout", "skipped")}
+    counts = {
+        status: sum(r.status == status and not r.cached for r in results)
+        for status in ("ok", "failed", "timeout", "skipped")
+    }
     cached = sum(r.cached for r in results)
-    counts_text = (f"{_plural(counts['ok'], 'step')} run, {cached} reused from the cache, {counts['skipped']} "
-                   f"skipped, {counts['failed'] + counts['timeout']} failed")
+    counts_text = (
+        f"{_plural(counts['ok'], 'step')} run, {cached} reused from the cache, {counts['skipped']} "
+        f"skipped, {counts['failed'] + counts['timeout']} failed"
+    )
     available = registry.available
 
     def code(task: Task) -> task_code.TaskCode:
@@ -546,17 +624,32 @@ def build_context(registry: Registry, settings: Settings, gpu: dict[str, Any], r
     return Report(
         title=f"{registry.title}: report",
         gpu=format_gpu_info(gpu) if gpu.get("name") else no_gpu_reason(gpu),
-        impl=str(settings.impl), date=datetime.now().astimezone().isoformat(timespec="seconds"),
-        torch=gpu.get("torch") or "unknown", python=platform.python_version(), counts=counts_text,
-        tasks=task_status, skipped=skipped_view(registry, results, todo),
-        attention=[attention_view(t, benches.get(t.id, NOT_RUN), code(t).scaling_causal) for t in available
-                   if code(t).scaling_causal is not None],
+        impl=str(settings.impl),
+        date=datetime.now().astimezone().isoformat(timespec="seconds"),
+        torch=gpu.get("torch") or "unknown",
+        python=platform.python_version(),
+        counts=counts_text,
+        tasks=task_status,
+        skipped=skipped_view(registry, results, todo),
+        attention=[
+            attention_view(t, benches.get(t.id, NOT_RUN), code(t).scaling_causal)
+            for t in available
+            if code(t).scaling_causal is not None
+        ],
         decode=next((decode_view(t, benches.get(t.id, NOT_RUN)) for t in available if code(t).model_bench), None),
-        generation=next((generation_view(t, by_step.get(f"generate_{t.id}"), registry.report_prompt
-                                         or DEFAULT_PROMPT) for t in available if code(t).generates), None),
+        generation=next(
+            (
+                generation_view(t, by_step.get(f"generate_{t.id}"), registry.report_prompt or DEFAULT_PROMPT)
+                for t in available
+                if code(t).generates
+            ),
+            None,
+        ),
         max_tokens=settings.max_tokens,
-        standings=standings_view(registry, benches), bench_tables=bench_tables_view(registry, benches),
-        results=results, profile=[r for r in results if r.kind == "profile"],
+        standings=standings_view(registry, benches),
+        bench_tables=bench_tables_view(registry, benches),
+        results=results,
+        profile=[r for r in results if r.kind == "profile"],
         feedback=feedback_view(settings.feedback),
         steps=[StepLine(r.step, r.command, _step_status(r), shown_path(r.log) if r.log else "") for r in results],
     )

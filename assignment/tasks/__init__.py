@@ -30,6 +30,7 @@ class Profile:
     ``launch(kernels, shape, upload)`` runs the task's kernels once on inputs made by ``upload(*dims)`` (CPU
     random numbers and a copy: no CUDA kernel but the student's); ``ideal_bytes(shape)`` is what a perfect
     kernel moves through DRAM (every input read once, every output written once)."""
+
     shape: Mapping[str, Any]
     ideal_bytes: Callable[[Mapping[str, Any]], float]
     launch: Callable[[Any, Mapping[str, Any], Callable[..., Any]], None]
@@ -41,7 +42,8 @@ class Profile:
 @dataclass(frozen=True)
 class BenchVariant:
     """Another table ``make bench`` can print for a task instead of its default one (``--<option>``)."""
-    option: str       # the flag, without its dashes
+
+    option: str  # the flag, without its dashes
     help: str
     cases: CasesFn
     quick_settings: bool = False  # timed with the quick repetition settings even without --quick
@@ -51,9 +53,10 @@ class BenchVariant:
 class Leaderboard:
     """The figure a class's leaderboard shows for a task: a field of one timing rule's record (grading.json,
     tasks.<id>.timing[rule])."""
-    rule: int              # the rule's index in the task's [[task.timing]] list
-    field: str             # student_tflops (rules that know their FLOPs), student_ms, value
-    label: str             # after the task id: "FlashAttention", "time between tokens"
+
+    rule: int  # the rule's index in the task's [[task.timing]] list
+    field: str  # student_tflops (rules that know their FLOPs), student_ms, value
+    label: str  # after the task id: "FlashAttention", "time between tokens"
     unit: str
     higher_is_better: bool
 
@@ -61,26 +64,26 @@ class Leaderboard:
 @dataclass(frozen=True)
 class TaskCode:
     id: str
-    cuda_file: str | None = None          # the CUDA file its kernels live in; None for a Python task
-    kernels: type | None = None           # its kernels' Python wrappers, methods of assignment.cuda.kernels.Kernels
-    builds_on: tuple[str, ...] = ()       # tasks whose regions (in the same file) must be written for it to run
-    bench_needs: tuple[str, ...] = ()     # tasks whose student code its bench and scaling steps also run
+    cuda_file: str | None = None  # the CUDA file its kernels live in; None for a Python task
+    kernels: type | None = None  # its kernels' Python wrappers, methods of assignment.cuda.kernels.Kernels
+    builds_on: tuple[str, ...] = ()  # tasks whose regions (in the same file) must be written for it to run
+    bench_needs: tuple[str, ...] = ()  # tasks whose student code its bench and scaling steps also run
     kit_companions: tuple[str, ...] = ()  # tasks whose kernels its checks call, run as the kit wrote them when
-                                          # it is graded (so it is graded on its own)
-    bench_metric: str | None = None       # "GB/s" or "TFLOP/s": what its bench rows report
-    bench_cases: CasesFn | None = None    # make bench's table; None: the task has no bench
+    # it is graded (so it is graded on its own)
+    bench_metric: str | None = None  # "GB/s" or "TFLOP/s": what its bench rows report
+    bench_cases: CasesFn | None = None  # make bench's table; None: the task has no bench
     bench_variants: tuple[BenchVariant, ...] = ()
     bench_timeout_s: float | None = None  # the report's limit on its bench step (None: the report's default)
-    model_bench: bool = False             # make bench times the model after the kernels (model_bench.py)
+    model_bench: bool = False  # make bench times the model after the kernels (model_bench.py)
     rule_case: Callable[[Any, Any, Any], Any] | None = None  # (rule, student, reference) -> Case at its shape
     # (rule, student, reference, tolerance, base seed, student_model=None) -> assignment.perf.workload.Workload:
     # the grader's timed workload of each timing rule (student against reference or naive, every output checked)
     timing_workload: Callable[..., Any] | None = None
     profile: Profile | None = None
-    report_profile: bool = False          # the report profiles its launch (make report runs ncu once per step)
-    scaling_causal: bool | None = None    # make scaling sweeps its kernel (causal or not); None: no sweep
+    report_profile: bool = False  # the report profiles its launch (make report runs ncu once per step)
+    scaling_causal: bool | None = None  # make scaling sweeps its kernel (causal or not); None: no sweep
     sanitize_args: tuple[str, ...] | None = None  # sanitize_driver.cpp's arguments; None: nothing to sanitize
-    generates: bool = False               # the report's text-generation step runs its code
+    generates: bool = False  # the report's text-generation step runs its code
     leaderboard: Leaderboard | None = None  # its figure on the class leaderboard (None: not on it)
 
     @property

@@ -34,7 +34,6 @@ class Kernels:
         return y
 
 
-
 def bench_cases(student, reference, quick: bool) -> list:
     import torch
 
@@ -43,16 +42,25 @@ def bench_cases(student, reference, quick: bool) -> list:
     shapes = [(4096, 1024), (4096, 4096), (256, 65536)] if quick else [(65536, 1024), (65536, 4096), (4096, 65536)]
     cases = []
     for rows, cols in shapes:
+
         def naive(x):  # the textbook formula, one PyTorch kernel per step
             e = torch.exp(x - x.max(dim=-1, keepdim=True).values)
             return e / e.sum(dim=-1, keepdim=True)
 
-        candidates = {"pytorch": lambda x: torch.softmax(x, dim=-1), "naive pytorch": naive,
-                      "student": student.softmax}
+        candidates = {"pytorch": lambda x: torch.softmax(x, dim=-1), "naive pytorch": naive, "student": student.softmax}
         if reference is not None:
             candidates["reference"] = reference.softmax
-        cases.append(Case(f"softmax {rows}x{cols}", lambda i, r=rows, c=cols: randn(r, c, seed=i, scale=4.0),
-                          candidates, flops=None, bytes_moved=8.0 * rows * cols, metric="GB/s", percent_of="copy"))
+        cases.append(
+            Case(
+                f"softmax {rows}x{cols}",
+                lambda i, r=rows, c=cols: randn(r, c, seed=i, scale=4.0),
+                candidates,
+                flops=None,
+                bytes_moved=8.0 * rows * cols,
+                metric="GB/s",
+                percent_of="copy",
+            )
+        )
     return cases
 
 
@@ -65,8 +73,15 @@ def rule_case(rule, student, reference):
     candidates = {"pytorch": lambda x: torch.softmax(x, dim=-1), "student": student.softmax}
     if reference is not None:
         candidates["reference"] = reference.softmax
-    return Case(f"{CODE.id} rule: softmax {rows}x{cols}", lambda i: randn(rows, cols, seed=i, scale=4.0),
-                candidates, flops=None, bytes_moved=8.0 * rows * cols, metric="GB/s", percent_of="copy")
+    return Case(
+        f"{CODE.id} rule: softmax {rows}x{cols}",
+        lambda i: randn(rows, cols, seed=i, scale=4.0),
+        candidates,
+        flops=None,
+        bytes_moved=8.0 * rows * cols,
+        metric="GB/s",
+        percent_of="copy",
+    )
 
 
 def _ideal_bytes(shape) -> float:
@@ -78,7 +93,6 @@ def _launch(kernels, shape, upload) -> None:
 
     x = upload(shape["rows"], shape["cols"])
     kernels.softmax(x, out=torch.empty_like(x))
-
 
 
 def timing_workload(rule, student, reference, tolerance, base: int, student_model=None):
@@ -94,8 +108,10 @@ def timing_workload(rule, student, reference, tolerance, base: int, student_mode
 
     def check(name, x, y):
         if name == "student":
-            assert_close(y, reference.softmax(x), atol=2 * tolerance["atol"], rtol=2 * tolerance["rtol"],
-                         name="timed softmax")
+            assert_close(
+                y, reference.softmax(x), atol=2 * tolerance["atol"], rtol=2 * tolerance["rtol"], name="timed softmax"
+            )
+
     return Workload(make, student.softmax, reference.softmax, None, check, bytes_moved=8.0 * s["rows"] * s["cols"])
 
 

@@ -10,15 +10,40 @@ from assignment.cuda import kernels as kern
 from assignment.tasks import Profile, TaskCode
 
 CUDA_FILE = "t3_gemm.cu"
-GEMM = kern.Export(CUDA_FILE, "t3_gemm_batched", (c_void_p, c_void_p, c_void_p, c_int, c_int, c_int, c_int, c_int, c_int,
-                                               c_int64, c_int64, c_int64, c_float, c_void_p))
+GEMM = kern.Export(
+    CUDA_FILE,
+    "t3_gemm_batched",
+    (
+        c_void_p,
+        c_void_p,
+        c_void_p,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        c_int64,
+        c_int64,
+        c_int64,
+        c_float,
+        c_void_p,
+    ),
+)
 
 
 class Kernels:
     """t3's wrapper: a method of ``assignment.cuda.kernels.Kernels``."""
 
-    def gemm(self, a: torch.Tensor, b: torch.Tensor, trans_a: bool = False, trans_b: bool = False,
-             alpha: float = 1.0, out: torch.Tensor | None = None) -> torch.Tensor:
+    def gemm(
+        self,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        trans_a: bool = False,
+        trans_b: bool = False,
+        alpha: float = 1.0,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """``alpha · op(a) @ op(b)``; a is (M, K) or, with trans_a, stored (K, M); b is (K, N) or (N, K).
 
         2-D, or 3-D batched; a batch of 1 broadcasts (batch stride 0).
@@ -28,20 +53,30 @@ class Kernels:
         kern.check_tensor(kernel, "a", a, (2, 3))
         kern.check_tensor(kernel, "b", b, (2, 3))
         if a.dim() != b.dim():
-            raise ValueError(f"{kernel}: a and b must both be 2-D or both 3-D, got {tuple(a.shape)} and {tuple(b.shape)}")
+            raise ValueError(
+                f"{kernel}: a and b must both be 2-D or both 3-D, got {tuple(a.shape)} and {tuple(b.shape)}"
+            )
         batched = a.dim() == 3
         a3, b3 = (a, b) if batched else (a.unsqueeze(0), b.unsqueeze(0))
         M, K = (a3.shape[2], a3.shape[1]) if trans_a else (a3.shape[1], a3.shape[2])
         Kb, N = (b3.shape[2], b3.shape[1]) if trans_b else (b3.shape[1], b3.shape[2])
         if K != Kb:
-            raise ValueError(f"{kernel}: inner dimensions differ: op(a) is {M}x{K} (trans_a={bool(trans_a)}, a {tuple(a.shape)})"
-                             f" but op(b) is {Kb}x{N} (trans_b={bool(trans_b)}, b {tuple(b.shape)})")
+            raise ValueError(
+                f"{kernel}: inner dimensions differ: op(a) is {M}x{K} (trans_a={bool(trans_a)}, a {tuple(a.shape)})"
+                f" but op(b) is {Kb}x{N} (trans_b={bool(trans_b)}, b {tuple(b.shape)})"
+            )
         batch = max(a3.shape[0], b3.shape[0])
         for t in (a3, b3):
             if t.shape[0] not in (1, batch):
-                raise ValueError(f"{kernel}: batch sizes differ: a has {a3.shape[0]}, b has {b3.shape[0]} (1 broadcasts)")
+                raise ValueError(
+                    f"{kernel}: batch sizes differ: a has {a3.shape[0]}, b has {b3.shape[0]} (1 broadcasts)"
+                )
         shape = (batch, M, N) if batched else (M, N)
-        c = torch.empty(shape, dtype=torch.float32, device=a.device) if out is None else kern.check_tensor(kernel, "out", out)
+        c = (
+            torch.empty(shape, dtype=torch.float32, device=a.device)
+            if out is None
+            else kern.check_tensor(kernel, "out", out)
+        )
         kern.check_shape(kernel, "out", c, shape, "alpha·op(a)·op(b)")
         device = kern.check_layout_and_device(kernel, a=a, b=b, out=c)
         kern.check_int32(kernel, batch=batch, M=M, N=N, K=K)
@@ -51,10 +86,25 @@ class Kernels:
             return c.zero_()
         stride_a = 0 if a3.shape[0] == 1 else M * K
         stride_b = 0 if b3.shape[0] == 1 else K * N
-        kern.launch(self.function(GEMM, state), device, kernel, a.data_ptr(), b.data_ptr(), c.data_ptr(),
-                batch, M, N, K, int(bool(trans_a)), int(bool(trans_b)), stride_a, stride_b, M * N, float(alpha))
+        kern.launch(
+            self.function(GEMM, state),
+            device,
+            kernel,
+            a.data_ptr(),
+            b.data_ptr(),
+            c.data_ptr(),
+            batch,
+            M,
+            N,
+            K,
+            int(bool(trans_a)),
+            int(bool(trans_b)),
+            stride_a,
+            stride_b,
+            M * N,
+            float(alpha),
+        )
         return c
-
 
 
 def bench_cases(student, reference, quick: bool) -> list:
@@ -65,10 +115,14 @@ def bench_cases(student, reference, quick: bool) -> list:
     L, d, batch = (512, 64, 16) if quick else (1024, 64, 128)
     big = 2048 if quick else 4096
     # (label, batch, M, N, K, trans_b): a square GEMM, then attention's Q·Kᵀ and P·V.
-    shapes = [(f"{big}^3", 1, big, big, big, False), (f"Q·Kᵀ {batch}x{L}x{L}x{d}", batch, L, L, d, True),
-              (f"P·V {batch}x{L}x{d}x{L}", batch, L, d, L, False)]
+    shapes = [
+        (f"{big}^3", 1, big, big, big, False),
+        (f"Q·Kᵀ {batch}x{L}x{L}x{d}", batch, L, L, d, True),
+        (f"P·V {batch}x{L}x{d}x{L}", batch, L, d, L, False),
+    ]
     cases = []
     for label, b, M, N, K, trans_b in shapes:
+
         def make(i, b=b, M=M, N=N, K=K, trans_b=trans_b):
             return randn(b, M, K, seed=2 * i), randn(b, *((N, K) if trans_b else (K, N)), seed=2 * i + 1)
 
@@ -78,8 +132,17 @@ def bench_cases(student, reference, quick: bool) -> list:
         candidates = {"cuBLAS": torch_mm, "student": lambda ab, t=trans_b: student.gemm(ab[0], ab[1], trans_b=t)}
         if reference is not None:
             candidates["reference"] = lambda ab, t=trans_b: reference.gemm(ab[0], ab[1], trans_b=t)
-        cases.append(Case(f"gemm {label}", make, candidates, flops=2.0 * b * M * N * K,
-                          bytes_moved=4.0 * b * (M * K + K * N + M * N), metric="TFLOP/s", percent_of="cuBLAS"))
+        cases.append(
+            Case(
+                f"gemm {label}",
+                make,
+                candidates,
+                flops=2.0 * b * M * N * K,
+                bytes_moved=4.0 * b * (M * K + K * N + M * N),
+                metric="TFLOP/s",
+                percent_of="cuBLAS",
+            )
+        )
     return cases
 
 
@@ -92,10 +155,15 @@ def rule_case(rule, student, reference):
     candidates = {"cuBLAS": lambda ab: torch.matmul(ab[0], ab[1]), "student": lambda ab: student.gemm(*ab)}
     if reference is not None:
         candidates["reference"] = lambda ab: reference.gemm(*ab)
-    return Case(f"{CODE.id} rule: gemm {b}x{M}x{N}x{K}",
-                lambda i: (randn(b, M, K, seed=2 * i), randn(b, K, N, seed=2 * i + 1)),
-                candidates, flops=2.0 * b * M * N * K, bytes_moved=4.0 * b * (M * K + K * N + M * N),
-                metric="TFLOP/s", percent_of="cuBLAS")
+    return Case(
+        f"{CODE.id} rule: gemm {b}x{M}x{N}x{K}",
+        lambda i: (randn(b, M, K, seed=2 * i), randn(b, K, N, seed=2 * i + 1)),
+        candidates,
+        flops=2.0 * b * M * N * K,
+        bytes_moved=4.0 * b * (M * K + K * N + M * N),
+        metric="TFLOP/s",
+        percent_of="cuBLAS",
+    )
 
 
 def _ideal_bytes(shape) -> float:
@@ -110,7 +178,6 @@ def _launch(kernels, shape, upload) -> None:
     kernels.gemm(a, b, out=torch.empty(shape["batch"], shape["M"], shape["N"], device="cuda"))
 
 
-
 def timing_workload(rule, student, reference, tolerance, base: int, student_model=None):
     import math
 
@@ -123,15 +190,24 @@ def timing_workload(rule, student, reference, tolerance, base: int, student_mode
 
     def make(i):
         gen = generator(base + i)
-        return (torch.randn(s["batch"], s["M"], s["K"], device="cuda", generator=gen),
-                torch.randn(s["batch"], s["K"], s["N"], device="cuda", generator=gen))
+        return (
+            torch.randn(s["batch"], s["M"], s["K"], device="cuda", generator=gen),
+            torch.randn(s["batch"], s["K"], s["N"], device="cuda", generator=gen),
+        )
 
     def check(name, ab, c):
         if name == "student":
             limit = 2 * tolerance["atol"] * math.sqrt(s["K"])
             assert_close(c, reference.gemm(*ab), atol=limit, rtol=2 * tolerance["rtol"], name="timed C")
-    return Workload(make, lambda ab: student.gemm(*ab), lambda ab: reference.gemm(*ab), None, check,
-                    flops=2.0 * s["batch"] * s["M"] * s["N"] * s["K"])
+
+    return Workload(
+        make,
+        lambda ab: student.gemm(*ab),
+        lambda ab: reference.gemm(*ab),
+        None,
+        check,
+        flops=2.0 * s["batch"] * s["M"] * s["N"] * s["K"],
+    )
 
 
 CODE = TaskCode(

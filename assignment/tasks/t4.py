@@ -14,17 +14,42 @@ from assignment.cuda import kernels as kern
 from assignment.tasks import BenchVariant, Leaderboard, Profile, TaskCode, t2, t3
 
 CUDA_FILE = "t4_flash_attention.cu"
-FLASH = kern.Export(CUDA_FILE, "t4_flash_attention_forward", (c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int,
-                                                           c_int, c_int, c_int, c_int, c_int, c_float, c_int, c_void_p))
+FLASH = kern.Export(
+    CUDA_FILE,
+    "t4_flash_attention_forward",
+    (
+        c_void_p,
+        c_void_p,
+        c_void_p,
+        c_void_p,
+        c_void_p,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        c_float,
+        c_int,
+        c_void_p,
+    ),
+)
 CAUSAL_REGIONS = ("t4", "t5")  # a causal launch runs t5's regions of the same kernel too
 
 
 class Kernels:
     """t4's wrappers (t5 is their ``causal=True``): methods of ``assignment.cuda.kernels.Kernels``."""
 
-    def flash_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                        scale: float | None = None, out: torch.Tensor | None = None,
-                        lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def flash_attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        causal: bool = False,
+        scale: float | None = None,
+        out: torch.Tensor | None = None,
+        lse: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """FlashAttention forward: q (B,H,Lq,d), k and v (B,H_kv,Lk,d) -> (o (B,H,Lq,d), lse (B,H,Lq)).
 
         Grouped-query attention: H_kv divides H and query head h reads KV head h // (H // H_kv), straight
@@ -39,19 +64,40 @@ class Kernels:
             raise ValueError(f"{kernel}: head dimension d must be one of {kern.ATTENTION_HEAD_DIMS}, got {d}")
         o = torch.empty_like(q) if out is None else kern.check_tensor(kernel, "out", out)
         kern.check_shape(kernel, "out", o, (B, H, Lq, d), "like q")
-        lse = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device) if lse is None else kern.check_tensor(kernel, "lse", lse)
+        lse = (
+            torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)
+            if lse is None
+            else kern.check_tensor(kernel, "lse", lse)
+        )
         kern.check_shape(kernel, "lse", lse, (B, H, Lq), "(B, H, Lq)")
         device = kern.check_layout_and_device(kernel, q=q, k=k, v=v, out=o, lse=lse)
         kern.check_int32(kernel, B=B, H=H, Lq=Lq, Lk=Lk, **{"B*H": B * H})
         scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
         if o.numel() == 0 or Lk == 0:  # no query rows, or rows that see no key: zeros and LSE -inf
             return o.zero_(), lse.fill_(float("-inf"))
-        kern.launch(self.function(FLASH, state), device, kernel, q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                o.data_ptr(), lse.data_ptr(), B, H, H_kv, Lq, Lk, d, scale, int(bool(causal)))
+        kern.launch(
+            self.function(FLASH, state),
+            device,
+            kernel,
+            q.data_ptr(),
+            k.data_ptr(),
+            v.data_ptr(),
+            o.data_ptr(),
+            lse.data_ptr(),
+            B,
+            H,
+            H_kv,
+            Lq,
+            Lk,
+            d,
+            scale,
+            int(bool(causal)),
+        )
         return o, lse
 
-    def naive_cuda_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                             scale: float | None = None) -> torch.Tensor:
+    def naive_cuda_attention(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, scale: float | None = None
+    ) -> torch.Tensor:
         """The unfused baseline from this implementation's t2 and t3: S = scale·QKᵀ, P = softmax(S), O = PV.
 
         Shapes as in ``flash_attention``; with H_kv < H the K/V heads are first repeated to H heads
@@ -104,14 +150,17 @@ def rule_case(task_id: str, rule, student, reference):
     shape = rule.shape
     B, H, H_kv, L, d = shape["B"], shape["H"], shape.get("H_kv", shape["H"]), shape["L"], shape["d"]
     causal = bool(shape.get("causal", False))
-    candidates = {"SDPA": lambda x: F.scaled_dot_product_attention(*repeat_kv(x), is_causal=causal),
-                  "student": lambda x: student.flash_attention(*x, causal=causal)[0]}
+    candidates = {
+        "SDPA": lambda x: F.scaled_dot_product_attention(*repeat_kv(x), is_causal=causal),
+        "student": lambda x: student.flash_attention(*x, causal=causal)[0],
+    }
     if reference is not None:
         candidates["reference"] = lambda x: reference.flash_attention(*x, causal=causal)[0]
     flops, bytes_moved = attention_work(B, H, L, L, d, causal, H_kv)
 
     def make(i):
         return randn(B, H, L, d, seed=3 * i), randn(B, H_kv, L, d, seed=3 * i + 1), randn(B, H_kv, L, d, seed=3 * i + 2)
+
     label = f"{task_id} rule: {'causal ' if causal else ''}attention B{B} H{H} H_kv{H_kv} L{L} d{d}"
     return Case(label, make, candidates, flops, bytes_moved, metric="TFLOP/s", percent_of="SDPA")
 
@@ -126,9 +175,9 @@ def _launch(kernels, shape, upload) -> None:
 
     B, H, Lq, Lk, d = (shape[k] for k in ("B", "H", "Lq", "Lk", "d"))
     q, k, v = upload(B, H, Lq, d), upload(B, H, Lk, d), upload(B, H, Lk, d)
-    kernels.flash_attention(q, k, v, causal=shape["causal"], out=torch.empty_like(q),
-                            lse=torch.empty(B, H, Lq, device="cuda"))
-
+    kernels.flash_attention(
+        q, k, v, causal=shape["causal"], out=torch.empty_like(q), lse=torch.empty(B, H, Lq, device="cuda")
+    )
 
 
 def timing_workload(rule, student, reference, tolerance, base: int, student_model=None):
@@ -143,19 +192,28 @@ def timing_workload(rule, student, reference, tolerance, base: int, student_mode
 
     def make(i):
         gen = generator(base + i)
-        return (torch.randn(s["B"], s["H"], s["L"], s["d"], device="cuda", generator=gen),
-                *(torch.randn(s["B"], H_kv, s["L"], s["d"], device="cuda", generator=gen) for _ in range(2)))
+        return (
+            torch.randn(s["B"], s["H"], s["L"], s["d"], device="cuda", generator=gen),
+            *(torch.randn(s["B"], H_kv, s["L"], s["d"], device="cuda", generator=gen) for _ in range(2)),
+        )
 
     def check(name, qkv, output):
         if name == "student":
             out = output[0] if isinstance(output, tuple) else output
             expected, _ = reference.flash_attention(*qkv, causal=causal)
-            assert_close(out, expected, atol=2 * tolerance["atol"], rtol=2 * tolerance["rtol"],
-                         name="timed O", layout=LAYOUT)
+            assert_close(
+                out, expected, atol=2 * tolerance["atol"], rtol=2 * tolerance["rtol"], name="timed O", layout=LAYOUT
+            )
+
     flops = 4.0 * s["B"] * s["H"] * s["L"] * s["L"] * s["d"] * (0.5 if causal else 1.0)
-    return Workload(make, lambda qkv: student.flash_attention(*qkv, causal=causal),
-                    lambda qkv: reference.flash_attention(*qkv, causal=causal),
-                    lambda qkv: reference.naive_cuda_attention(*qkv, causal=causal), check, flops=flops)
+    return Workload(
+        make,
+        lambda qkv: student.flash_attention(*qkv, causal=causal),
+        lambda qkv: reference.flash_attention(*qkv, causal=causal),
+        lambda qkv: reference.naive_cuda_attention(*qkv, causal=causal),
+        check,
+        flops=flops,
+    )
 
 
 def attention_code(task_id: str, causal: bool, builds_on: tuple[str, ...] = ()) -> TaskCode:
@@ -170,10 +228,17 @@ def attention_code(task_id: str, causal: bool, builds_on: tuple[str, ...] = ()) 
         bench_metric="TFLOP/s",
         bench_cases=partial(bench_cases, causal),
         bench_variants=(
-            BenchVariant("seed002", "seed 002's shapes (batch x length x d, one head) instead of the default set",
-                         partial(seed002_cases, causal), quick_settings=True),
-            BenchVariant("gqa", "only the grouped-query rows (32 query heads over 8 KV heads, GQA against MHA)",
-                         partial(gqa_cases, causal)),
+            BenchVariant(
+                "seed002",
+                "seed 002's shapes (batch x length x d, one head) instead of the default set",
+                partial(seed002_cases, causal),
+                quick_settings=True,
+            ),
+            BenchVariant(
+                "gqa",
+                "only the grouped-query rows (32 query heads over 8 KV heads, GQA against MHA)",
+                partial(gqa_cases, causal),
+            ),
         ),
         rule_case=partial(rule_case, task_id),
         timing_workload=timing_workload,

@@ -13,12 +13,33 @@ from assignment.cuda import kernels as kern
 from assignment.tasks import BenchVariant, Leaderboard, Profile, TaskCode
 
 CUDA_FILE = "t6_decode_attention.cu"
-DECODE = kern.Export(CUDA_FILE, "t6_decode_attention", (c_void_p, c_void_p, c_void_p, c_void_p, c_int, c_int, c_void_p,
-                                                      c_void_p, c_void_p, c_int, c_int, c_int, c_int, c_int, c_int,
-                                                      c_float, c_void_p))
+DECODE = kern.Export(
+    CUDA_FILE,
+    "t6_decode_attention",
+    (
+        c_void_p,
+        c_void_p,
+        c_void_p,
+        c_void_p,
+        c_int,
+        c_int,
+        c_void_p,
+        c_void_p,
+        c_void_p,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        c_float,
+        c_void_p,
+    ),
+)
 DECODE_SPLITS = kern.Export(CUDA_FILE, "t6_decode_num_splits", (c_int, c_int, c_int, c_int, c_int))
-DECODE_WORKSPACE = kern.Export(CUDA_FILE, "t6_decode_workspace_floats", (c_int, c_int, c_int, c_int), c_int64,
-                            module=False)
+DECODE_WORKSPACE = kern.Export(
+    CUDA_FILE, "t6_decode_workspace_floats", (c_int, c_int, c_int, c_int), c_int64, module=False
+)
 DECODE_MAX_SPLITS = kern.Export(CUDA_FILE, "t6_decode_max_splits", (), module=False)
 DECODE_LENGTH_DTYPES = (torch.int32, torch.int64)
 
@@ -26,7 +47,9 @@ DECODE_LENGTH_DTYPES = (torch.int32, torch.int64)
 class Kernels:
     """t6's wrappers: methods of ``assignment.cuda.kernels.Kernels``."""
 
-    def decode_workspace(self, q: torch.Tensor, k_cache: torch.Tensor, num_splits: int | None = None) -> DecodeWorkspace:
+    def decode_workspace(
+        self, q: torch.Tensor, k_cache: torch.Tensor, num_splits: int | None = None
+    ) -> DecodeWorkspace:
         """Scratch memory for ``decode_attention`` calls shaped like (q, k_cache): each split's partial O row
         and LSE for every (batch, query head). ``num_splits``: the kit's choice for this GPU and cache (None),
         or a count of your own (tests, tuning).
@@ -49,7 +72,9 @@ class Kernels:
         buffer = torch.empty(max(int(floats), 0), dtype=torch.float32, device=device)
         return DecodeWorkspace(buffer, num_splits, B, H, d)
 
-    def _num_splits(self, state: kern.FileState, device: torch.device, B: int, H: int, H_kv: int, L_max: int, d: int) -> int:
+    def _num_splits(
+        self, state: kern.FileState, device: torch.device, B: int, H: int, H_kv: int, L_max: int, d: int
+    ) -> int:
         """The kit's split count for this shape on ``device`` (its SM count and occupancy), asked once per shape."""
         index = device.index if device.index is not None else torch.cuda.current_device()
         key = (state, index, B, H, H_kv, L_max, d)
@@ -61,10 +86,18 @@ class Kernels:
             _decode_splits[key] = int(count)
         return _decode_splits[key]
 
-    def decode_attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, lengths: torch.Tensor,
-                         scale: float | None = None, out: torch.Tensor | None = None, lse: torch.Tensor | None = None,
-                         workspace: DecodeWorkspace | None = None,
-                         num_splits: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def decode_attention(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        lengths: torch.Tensor,
+        scale: float | None = None,
+        out: torch.Tensor | None = None,
+        lse: torch.Tensor | None = None,
+        workspace: DecodeWorkspace | None = None,
+        num_splits: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Decode attention: one query token per (batch, head) over the first ``lengths[b]`` cache positions.
 
         q (B, H, d) or (B, H, 1, d); k_cache and v_cache (B, H_kv, L_max, d), the static cache with capacity
@@ -86,17 +119,26 @@ class Kernels:
         if not isinstance(lengths, torch.Tensor):
             raise TypeError(f"{kernel}: lengths must be a torch.Tensor, got {type(lengths).__name__}")
         if lengths.dtype not in DECODE_LENGTH_DTYPES:
-            raise TypeError(f"{kernel}: lengths must be torch.int32 or torch.int64 (positions in the cache), "
-                            f"got {lengths.dtype}")
+            raise TypeError(
+                f"{kernel}: lengths must be torch.int32 or torch.int64 (positions in the cache), got {lengths.dtype}"
+            )
         if lengths.dim() != 1 or lengths.shape[0] not in (B, 1):
-            raise ValueError(f"{kernel}: lengths must have shape ({B},) (one length per batch row) or (1,) (one for "
-                             f"all rows), got {tuple(lengths.shape)}")
+            raise ValueError(
+                f"{kernel}: lengths must have shape ({B},) (one length per batch row) or (1,) (one for "
+                f"all rows), got {tuple(lengths.shape)}"
+            )
         o = torch.empty_like(q) if out is None else kern.check_tensor(kernel, "out", out)
         kern.check_shape(kernel, "out", o, tuple(q.shape), "like q")
         lse_shape = tuple(q.shape[:-1])
-        lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device) if lse is None else kern.check_tensor(kernel, "lse", lse)
+        lse = (
+            torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+            if lse is None
+            else kern.check_tensor(kernel, "lse", lse)
+        )
         kern.check_shape(kernel, "lse", lse, lse_shape, "q's shape without d")
-        device = kern.check_layout_and_device(kernel, q=q, k_cache=k_cache, v_cache=v_cache, lengths=lengths, out=o, lse=lse)
+        device = kern.check_layout_and_device(
+            kernel, q=q, k_cache=k_cache, v_cache=v_cache, lengths=lengths, out=o, lse=lse
+        )
         kern.check_int32(kernel, B=B, H=H, L_max=L_max, **{"B*H": B * H})
         scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
         if o.numel() == 0:
@@ -104,13 +146,32 @@ class Kernels:
         if workspace is None:
             workspace = self.decode_workspace(q, k_cache, num_splits)
         elif not isinstance(workspace, DecodeWorkspace):
-            raise TypeError(f"{kernel}: workspace must come from decode_workspace(q, k_cache), got {type(workspace).__name__}")
+            raise TypeError(
+                f"{kernel}: workspace must come from decode_workspace(q, k_cache), got {type(workspace).__name__}"
+            )
         workspace.check(kernel, B, H, d, device, num_splits)
         _check_aligned(kernel, q=q, k_cache=k_cache, v_cache=v_cache, out=o, workspace=workspace.buffer)
-        kern.launch(self.function(DECODE, state), device, kernel, q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
-                lengths.data_ptr(), int(lengths.dtype == torch.int64), int(lengths.shape[0] != 1),
-                o.data_ptr(), lse.data_ptr(), workspace.buffer.data_ptr(), B, H, H_kv, L_max, d,
-                workspace.num_splits, scale)
+        kern.launch(
+            self.function(DECODE, state),
+            device,
+            kernel,
+            q.data_ptr(),
+            k_cache.data_ptr(),
+            v_cache.data_ptr(),
+            lengths.data_ptr(),
+            int(lengths.dtype == torch.int64),
+            int(lengths.shape[0] != 1),
+            o.data_ptr(),
+            lse.data_ptr(),
+            workspace.buffer.data_ptr(),
+            B,
+            H,
+            H_kv,
+            L_max,
+            d,
+            workspace.num_splits,
+            scale,
+        )
         return o, lse
 
 
@@ -120,6 +181,7 @@ _decode_splits: dict[tuple, int] = {}  # (file state, GPU, shape) -> the kit's s
 @dataclass(frozen=True)
 class DecodeWorkspace:
     """Scratch of ``decode_attention``: ``num_splits`` partial (O row, LSE) per (batch, query head), in one buffer."""
+
     buffer: torch.Tensor
     num_splits: int
     batch: int
@@ -128,24 +190,33 @@ class DecodeWorkspace:
 
     def check(self, kernel: str, B: int, H: int, d: int, device: torch.device, num_splits: int | None) -> None:
         if (self.batch, self.heads, self.head_dim) != (B, H, d):
-            raise ValueError(f"{kernel}: the workspace was made for B={self.batch}, H={self.heads}, d={self.head_dim}, "
-                             f"this call has B={B}, H={H}, d={d} (make one per shape with decode_workspace)")
+            raise ValueError(
+                f"{kernel}: the workspace was made for B={self.batch}, H={self.heads}, d={self.head_dim}, "
+                f"this call has B={B}, H={H}, d={d} (make one per shape with decode_workspace)"
+            )
         if num_splits is not None and num_splits != self.num_splits:
             raise ValueError(f"{kernel}: num_splits={num_splits} but the workspace holds {self.num_splits} splits")
         if self.buffer.device != device:
             raise ValueError(f"{kernel}: the workspace is on {self.buffer.device}, the tensors on {device}")
-        if self.buffer.dtype != torch.float32 or not self.buffer.is_contiguous() \
-                or self.buffer.numel() < B * H * self.num_splits * (d + 1):
-            raise ValueError(f"{kernel}: the workspace buffer was changed: it must stay the contiguous float32 tensor "
-                             "decode_workspace made")
+        if (
+            self.buffer.dtype != torch.float32
+            or not self.buffer.is_contiguous()
+            or self.buffer.numel() < B * H * self.num_splits * (d + 1)
+        ):
+            raise ValueError(
+                f"{kernel}: the workspace buffer was changed: it must stay the contiguous float32 tensor "
+                "decode_workspace made"
+            )
 
 
 def _check_aligned(kernel: str, **tensors: torch.Tensor) -> None:
     """The decode kernel moves float4s: every pointer must be 16-byte aligned (fresh tensors always are)."""
     for name, value in tensors.items():
         if value.data_ptr() % 16:
-            raise ValueError(f"{kernel}: {name} must start on a 16-byte boundary (float4 loads), but it is a view at "
-                             f"offset {value.storage_offset()} floats: pass .clone() or a whole tensor")
+            raise ValueError(
+                f"{kernel}: {name} must start on a 16-byte boundary (float4 loads), but it is a view at "
+                f"offset {value.storage_offset()} floats: pass .clone() or a whole tensor"
+            )
 
 
 def _decode_shapes(kernel: str, q, k_cache, v_cache) -> tuple[int, int, int, int, int]:
@@ -162,17 +233,27 @@ def _decode_shapes(kernel: str, q, k_cache, v_cache) -> tuple[int, int, int, int
     if d not in kern.ATTENTION_HEAD_DIMS:
         raise ValueError(f"{kernel}: head dimension d must be one of {kern.ATTENTION_HEAD_DIMS}, got {d}")
     if H_kv == 0 or H % H_kv != 0:
-        raise ValueError(f"{kernel}: q has H = {H} heads but the cache has H_kv = {H_kv}: grouped-query attention "
-                         f"needs H_kv to divide H (query head h reads KV head h // (H // H_kv))")
+        raise ValueError(
+            f"{kernel}: q has H = {H} heads but the cache has H_kv = {H_kv}: grouped-query attention "
+            f"needs H_kv to divide H (query head h reads KV head h // (H // H_kv))"
+        )
     return B, H, H_kv, L_max, d
-
 
 
 def bench_cases(student, reference, quick: bool, shapes=None) -> list:
     import torch.nn.functional as F
 
-    from assignment.perf.cases import (DECODE_SHAPES, DECODE_SHAPES_QUICK, Case, decode_inputs, decode_work,
-                                       decoding_with, grouped_pytorch_decode, naive_pytorch_decode, repeat_kv)
+    from assignment.perf.cases import (
+        DECODE_SHAPES,
+        DECODE_SHAPES_QUICK,
+        Case,
+        decode_inputs,
+        decode_work,
+        decoding_with,
+        grouped_pytorch_decode,
+        naive_pytorch_decode,
+        repeat_kv,
+    )
 
     cases = []
     for B, H, H_kv, L, d in shapes or (DECODE_SHAPES_QUICK if quick else DECODE_SHAPES):
@@ -185,32 +266,71 @@ def bench_cases(student, reference, quick: bool, shapes=None) -> list:
         if reference is not None:
             candidates["reference"] = decoding_with(reference)
         flops, bytes_moved = decode_work(B, H, H_kv, L, d)
-        cases.append(Case(f"decode B{B} H{H} H_kv{H_kv} L{L} d{d} (KV bytes/s)", decode_inputs(B, H, H_kv, L, d),
-                          candidates, flops, bytes_moved, metric="GB/s", percent_of="copy",
-                          speedup_over=("naive pytorch", "pytorch grouped", "SDPA")))
+        cases.append(
+            Case(
+                f"decode B{B} H{H} H_kv{H_kv} L{L} d{d} (KV bytes/s)",
+                decode_inputs(B, H, H_kv, L, d),
+                candidates,
+                flops,
+                bytes_moved,
+                metric="GB/s",
+                percent_of="copy",
+                speedup_over=("naive pytorch", "pytorch grouped", "SDPA"),
+            )
+        )
     return cases
 
 
 def split_cases(student, reference, quick: bool) -> list:
     """The reference (else the student) at split counts around the kit's choice: is the choice near the best?"""
-    from assignment.perf.cases import DECODE_SHAPES, DECODE_SHAPES_QUICK, Case, decode_inputs, decode_work, naive_pytorch_decode
+    from assignment.perf.cases import (
+        DECODE_SHAPES,
+        DECODE_SHAPES_QUICK,
+        Case,
+        decode_inputs,
+        decode_work,
+        naive_pytorch_decode,
+    )
 
     kernels = reference or student
     cases = []
-    for B, H, H_kv, L, d in (DECODE_SHAPES_QUICK if quick else DECODE_SHAPES):
+    for B, H, H_kv, L, d in DECODE_SHAPES_QUICK if quick else DECODE_SHAPES:
         make = decode_inputs(B, H, H_kv, L, d)
         sample = make(0)
         chosen = kernels.decode_workspace(sample[0], sample[1]).num_splits
         del sample
-        counts = sorted({n for n in (chosen // 4, chosen // 2, chosen - 1, chosen, chosen + 1, chosen + chosen // 2,
-                                     2 * chosen, 4 * chosen) if 1 <= n <= 4096})
+        counts = sorted(
+            {
+                n
+                for n in (
+                    chosen // 4,
+                    chosen // 2,
+                    chosen - 1,
+                    chosen,
+                    chosen + 1,
+                    chosen + chosen // 2,
+                    2 * chosen,
+                    4 * chosen,
+                )
+                if 1 <= n <= 4096
+            }
+        )
         candidates = {"naive pytorch": lambda x: naive_pytorch_decode(*x[:3])}
         for n in counts:
             label = f"{n} splits" + (" (kit)" if n == chosen else "")
             candidates[label] = lambda x, n=n: kernels.decode_attention(*x, num_splits=n)[0]
         flops, bytes_moved = decode_work(B, H, H_kv, L, d)
-        cases.append(Case(f"decode split sweep B{B} H{H} H_kv{H_kv} L{L} d{d}", make, candidates, flops, bytes_moved,
-                          metric="GB/s", percent_of="copy"))
+        cases.append(
+            Case(
+                f"decode split sweep B{B} H{H} H_kv{H_kv} L{L} d{d}",
+                make,
+                candidates,
+                flops,
+                bytes_moved,
+                metric="GB/s",
+                percent_of="copy",
+            )
+        )
     return cases
 
 
@@ -226,8 +346,15 @@ def rule_case(rule, student, reference):
     if reference is not None:
         candidates["reference"] = decoding_with(reference)
     flops, bytes_moved = decode_work(B, H, H_kv, L, d)
-    return Case(f"{CODE.id} rule: decode B{B} H{H} H_kv{H_kv} L{L} d{d} (KV bytes/s)",
-                decode_inputs(B, H, H_kv, L, d), candidates, flops, bytes_moved, metric="GB/s", percent_of="copy")
+    return Case(
+        f"{CODE.id} rule: decode B{B} H{H} H_kv{H_kv} L{L} d{d} (KV bytes/s)",
+        decode_inputs(B, H, H_kv, L, d),
+        candidates,
+        flops,
+        bytes_moved,
+        metric="GB/s",
+        percent_of="copy",
+    )
 
 
 def _ideal_bytes(shape) -> float:
@@ -242,9 +369,10 @@ def _launch(kernels, shape, upload) -> None:
     B, H, H_kv, L, d = (shape[k] for k in ("B", "H", "H_kv", "L", "d"))
     q, k, v = upload(B, H, d), upload(B, H_kv, L, d), upload(B, H_kv, L, d)
     lengths = torch.tensor([L], dtype=torch.int32).cuda()  # a full cache; a copy, not a fill kernel
-    workspace = kernels.decode_workspace(q, k)              # torch.empty: no kernel either
-    kernels.decode_attention(q, k, v, lengths, out=torch.empty_like(q), lse=torch.empty(B, H, device="cuda"),
-                             workspace=workspace)
+    workspace = kernels.decode_workspace(q, k)  # torch.empty: no kernel either
+    kernels.decode_attention(
+        q, k, v, lengths, out=torch.empty_like(q), lse=torch.empty(B, H, device="cuda"), workspace=workspace
+    )
 
 
 def timing_workload(rule, student, reference, tolerance, base: int, student_model=None):
@@ -267,9 +395,11 @@ def _decode_kernel_workload(rule, student, ref, tolerance, base: int):
 
     def make(i):
         gen = generator(base + i)
-        return (torch.randn(B, H, d, device="cuda", generator=gen),
-                *(torch.randn(B, H_kv, L, d, device="cuda", generator=gen) for _ in range(2)),
-                torch.full((1,), L, dtype=torch.int32, device="cuda"))
+        return (
+            torch.randn(B, H, d, device="cuda", generator=gen),
+            *(torch.randn(B, H_kv, L, d, device="cuda", generator=gen) for _ in range(2)),
+            torch.full((1,), L, dtype=torch.int32, device="cuda"),
+        )
 
     q_shape, cache_shape = torch.empty(B, H, d, device="cuda"), torch.empty(B, H_kv, L, d, device="cuda")
     ref_workspace = ref.decode_workspace(q_shape, cache_shape)
@@ -286,8 +416,15 @@ def _decode_kernel_workload(rule, student, ref, tolerance, base: int):
     def check(name, x, output):
         if name == "student":
             expected, _ = reference_call(x)
-            assert_close(output[0], expected, atol=2 * tolerance["atol"], rtol=2 * tolerance["rtol"], name="timed O",
-                         layout="batch, head, dim")
+            assert_close(
+                output[0],
+                expected,
+                atol=2 * tolerance["atol"],
+                rtol=2 * tolerance["rtol"],
+                name="timed O",
+                layout="batch, head, dim",
+            )
+
     return Workload(make, student_call, reference_call, None, check, bytes_moved=2.0 * B * H_kv * L * d * 4)
 
 
@@ -335,22 +472,29 @@ def _decode_step_workload(rule, student_model, base: int):
     notes: dict = {}
     if student_model is not None:
         info = student_model.setup(preset, model_seed, prompt, max_seq_len)
-        notes["student_path"] = ("one decode step captured in a CUDA graph, replayed" if info.get("captured") else
-                                 "the eager decode step: it could not be captured in a CUDA graph ("
-                                 + str(info.get("reason", ""))[:300] + ")")
+        notes["student_path"] = (
+            "one decode step captured in a CUDA graph, replayed"
+            if info.get("captured")
+            else "the eager decode step: it could not be captured in a CUDA graph ("
+            + str(info.get("reason", ""))[:300]
+            + ")"
+        )
         notes["student_runs_in"] = "the sandboxed worker; timed from the checker, the call's overhead included"
         if info.get("overhead_ms") is not None:
             notes["worker_call_overhead_ms"] = info["overhead_ms"]
         student = student_model.step
     else:
+
         def student(token):
             raise RuntimeError(f"{CODE.id}'s model rule needs the student's decoder (the hidden suite passes one)")
 
     def check(name, token, logits):
         if name == "student":
             assert_close(logits, reference(token), **logits_tol, name="timed logits", layout="row, vocabulary id")
-    return Workload(make, student, reference, naive, check, bytes_moved=float(decode_bytes(model.config, context + 1)),
-                    notes=notes)
+
+    return Workload(
+        make, student, reference, naive, check, bytes_moved=float(decode_bytes(model.config, context + 1)), notes=notes
+    )
 
 
 CODE = TaskCode(
@@ -362,8 +506,11 @@ CODE = TaskCode(
     kit_companions=("t5",),
     bench_metric="GB/s",
     bench_cases=bench_cases,
-    bench_variants=(BenchVariant("splits", "the decode kernel at split counts around the kit's choice", split_cases,
-                                 quick_settings=True),),
+    bench_variants=(
+        BenchVariant(
+            "splits", "the decode kernel at split counts around the kit's choice", split_cases, quick_settings=True
+        ),
+    ),
     # Its model table times four paths of a 1B model at two prompts, then a context sweep: minutes more.
     bench_timeout_s=900.0,
     model_bench=True,
@@ -371,9 +518,14 @@ CODE = TaskCode(
     timing_workload=timing_workload,
     # The graded decode shape, a full 32k cache; two kernels per launch (the split kernel and the combine), and
     # the DRAM throughput against its peak (what a decode kernel is judged on).
-    profile=Profile({"B": 1, "H": 32, "H_kv": 8, "L": 32768, "d": 128}, _ideal_bytes, _launch, kernels_per_launch=2,
-                    extra_metrics={"dram__throughput.avg.pct_of_peak_sustained_elapsed": "DRAM throughput (% of peak)"},
-                    bandwidth_line=True),
+    profile=Profile(
+        {"B": 1, "H": 32, "H_kv": 8, "L": 32768, "d": 128},
+        _ideal_bytes,
+        _launch,
+        kernels_per_launch=2,
+        extra_metrics={"dram__throughput.avg.pct_of_peak_sustained_elapsed": "DRAM throughput (% of peak)"},
+        bandwidth_line=True,
+    ),
     sanitize_args=("t6",),
     leaderboard=Leaderboard(1, "student_ms", "time between tokens", "ms", False),  # the model rule's decode step
 )

@@ -33,8 +33,10 @@ def resolve_id(given: str | None, answers_path: Path) -> str:
         recorded = answers.load(answers_path).student_id
         if recorded:
             return normalise_id(recorded)
-    raise TheoryError("no student id: run `make theory ID=<your id>` (or set STUDENT_ID); the id picks your "
-                      "questions, so use the one the course knows you by")
+    raise TheoryError(
+        "no student id: run `make theory ID=<your id>` (or set STUDENT_ID); the id picks your "
+        "questions, so use the one the course knows you by"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,8 +60,14 @@ def main(argv: list[str] | None = None) -> int:
             found = answers.problems(answers.load(path), questions, student_id)
             for problem in found:
                 print(f"{path.name}: {problem}")
-            print(f"{path.name}: " + (f"{len(found)} answer(s) missing or unreadable" if found else
-                                      "every answer is there and reads as a number"))
+            print(
+                f"{path.name}: "
+                + (
+                    f"{len(found)} answer(s) missing or unreadable"
+                    if found
+                    else "every answer is there and reads as a number"
+                )
+            )
             return 1 if found else 0
         print(render_text(student_id, questions, registry))
         if args.markdown:

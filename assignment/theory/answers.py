@@ -41,16 +41,18 @@ class AnswersError(TheoryError):
 @dataclass
 class Answers:
     student_id: str | None
-    answers: dict[str, Any] = field(default_factory=dict)   # numeric answers, as written
-    written: dict[str, Any] = field(default_factory=dict)   # the written proof(s)
+    answers: dict[str, Any] = field(default_factory=dict)  # numeric answers, as written
+    written: dict[str, Any] = field(default_factory=dict)  # the written proof(s)
 
 
 def parse(text: str, where: str) -> Answers:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise AnswersError(f"{where} is not valid TOML ({exc}); fix that line (a number, or \"\" while not "
-                           "answered; the proof between ''' quotes)") from None
+        raise AnswersError(
+            f'{where} is not valid TOML ({exc}); fix that line (a number, or "" while not '
+            "answered; the proof between ''' quotes)"
+        ) from None
     student_id = data.get("student_id")
     if student_id is not None and not isinstance(student_id, str):
         raise AnswersError(f"{where}: student_id must be a string in quotes, got {student_id!r}")
@@ -91,8 +93,9 @@ def number(value: Any) -> float | None:
         try:
             result = float(text)
         except ValueError:
-            raise ValueError(f"{value!r} is not a number (write digits only, e.g. 1.5e9; the unit is "
-                             "given by the question)") from None
+            raise ValueError(
+                f"{value!r} is not a number (write digits only, e.g. 1.5e9; the unit is given by the question)"
+            ) from None
     else:
         raise ValueError(f"a {type(value).__name__} is not a number")  # noqa: TRY004
     if not math.isfinite(result):
@@ -169,7 +172,7 @@ def toml_value(value: Any, key: str) -> str:
         return repr(value)  # 1e+16, inf and nan are TOML too
     if isinstance(value, str):
         return json.dumps(value)  # a JSON string is a TOML basic string
-    raise AnswersError(f"{key} holds a {type(value).__name__}; write a number (or \"\") there by hand first")
+    raise AnswersError(f'{key} holds a {type(value).__name__}; write a number (or "") there by hand first')
 
 
 def written_value(text: str) -> str:
@@ -186,8 +189,10 @@ def render(student_id: str, questions: list[Question], registry: Registry, kept:
     for question in questions:
         if question.written:
             continue
-        lines.append(f"# Q{question.number} {question.title} ({number_text(question.points)} points, "
-                     f"{tolerance_text(question.rtol)})")
+        lines.append(
+            f"# Q{question.number} {question.title} ({number_text(question.points)} points, "
+            f"{tolerance_text(question.rtol)})"
+        )
         for part in question.parts:
             asked.add(part.key)
             value = toml_value(kept.answers[part.key], part.key) if part.key in kept.answers else '""'
@@ -201,8 +206,10 @@ def render(student_id: str, questions: list[Question], registry: Registry, kept:
         if question.written:
             asked.add(question.key)
             text = kept.written.get(question.key, "")
-            lines.append(f"# Q{question.number} {question.title} ({number_text(question.points)} points, graded by "
-                         "hand): between the ''' quotes, plain text or LaTeX")
+            lines.append(
+                f"# Q{question.number} {question.title} ({number_text(question.points)} points, graded by "
+                "hand): between the ''' quotes, plain text or LaTeX"
+            )
             lines.append(f"{question.key} = {written_value(text if isinstance(text, str) else str(text))}")
     for key in (k for k in kept.written if k not in asked):
         value = kept.written[key]
@@ -226,20 +233,27 @@ def prepare(path: Path, student_id: str, questions: list[Question], registry: Re
     except AnswersError as exc:
         raise AnswersError(f"{exc}\n{path} was left as it is") from None
     if kept.student_id and not _same_id(kept.student_id, student_id):
-        raise AnswersError(f"{path} holds the answers of student {kept.student_id!r}, not {student_id!r}; it was "
-                           f"left as it is (use ID={kept.student_id}, or move the file away to start "
-                           f"{student_id!r}'s)")
+        raise AnswersError(
+            f"{path} holds the answers of student {kept.student_id!r}, not {student_id!r}; it was "
+            f"left as it is (use ID={kept.student_id}, or move the file away to start "
+            f"{student_id!r}'s)"
+        )
     missing = missing_entries(kept, questions)
     still_open = len(problems(kept, questions, student_id))
     if not missing:
-        return (f"kept {path} as it is: {still_open} answer(s) still to give" if still_open
-                else f"kept {path} as it is: every question answered")
+        return (
+            f"kept {path} as it is: {still_open} answer(s) still to give"
+            if still_open
+            else f"kept {path} as it is: every question answered"
+        )
     backup = path.with_name(path.name + ".bak")
     shutil.copy2(path, backup)
     write_atomic(path, render(student_id, questions, registry, kept))
-    return (f"added {len(missing)} missing entr{'y' if len(missing) == 1 else 'ies'} to {path} "
-            f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}), keeping every answer "
-            f"(the previous file is {backup.name})")
+    return (
+        f"added {len(missing)} missing entr{'y' if len(missing) == 1 else 'ies'} to {path} "
+        f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}), keeping every answer "
+        f"(the previous file is {backup.name})"
+    )
 
 
 def missing_entries(answers: Answers, questions: list[Question]) -> list[str]:

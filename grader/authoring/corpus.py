@@ -130,10 +130,44 @@ class _ParagraphParser(HTMLParser):
     however deeply nested.
     """
 
-    SKIP = frozenset({"pre", "script", "style", "table", "nav", "head", "title", "h1", "h2", "h3", "h4", "h5", "h6",
-                      "info", "synopsis", "screen"})
-    SKIP_CLASSES = frozenset({"toc", "docnav", "sphinxsidebar", "related", "footer", "highlight", "literal-block",
-                              "programlisting", "screen", "footnote", "legalnotice", "index", "indexterm", "url"})
+    SKIP = frozenset(
+        {
+            "pre",
+            "script",
+            "style",
+            "table",
+            "nav",
+            "head",
+            "title",
+            "h1",
+            "h2",
+            "h3",
+            "h4",
+            "h5",
+            "h6",
+            "info",
+            "synopsis",
+            "screen",
+        }
+    )
+    SKIP_CLASSES = frozenset(
+        {
+            "toc",
+            "docnav",
+            "sphinxsidebar",
+            "related",
+            "footer",
+            "highlight",
+            "literal-block",
+            "programlisting",
+            "screen",
+            "footnote",
+            "legalnotice",
+            "index",
+            "indexterm",
+            "url",
+        }
+    )
     VOID = frozenset({"br", "img", "hr", "meta", "link", "input", "col", "area", "base", "wbr", "source"})
 
     def __init__(self) -> None:
@@ -245,7 +279,7 @@ class _RReader:
             n = self._int()
             if n == -1:
                 return None
-            raw, self.pos = self.data[self.pos:self.pos + n], self.pos + n
+            raw, self.pos = self.data[self.pos : self.pos + n], self.pos + n
             return raw.decode("latin-1" if (flags >> 12) & self.LATIN1 else "utf-8")
         values = self._vector(kind)
         names = (self.read() or {}).get("names") if has_attr else None
@@ -272,7 +306,7 @@ def read_r_lazyload(stem: Path) -> dict[str, object]:
     blobs = stem.with_suffix(".rdb").read_bytes()
     objects = {}
     for name, (offset, length) in index["variables"].items():
-        blob = blobs[offset + 4:offset + length]  # a 4-byte big-endian uncompressed size first
+        blob = blobs[offset + 4 : offset + length]  # a 4-byte big-endian uncompressed size first
         if index.get("compressed") in ([2], [3]):
             kind, blob = blob[:1], blob[1:]
             if kind != b"Z":
@@ -285,9 +319,14 @@ def read_r_lazyload(stem: Path) -> dict[str, object]:
 # Per-package extraction: each turns an unpacked package root into documents
 
 
-AUSTEN_TITLES = {"emma": "Emma", "mansfieldpark": "Mansfield Park", "northangerabbey": "Northanger Abbey",
-                 "persuasion": "Persuasion", "prideprejudice": "Pride and Prejudice",
-                 "sensesensibility": "Sense and Sensibility"}
+AUSTEN_TITLES = {
+    "emma": "Emma",
+    "mansfieldpark": "Mansfield Park",
+    "northangerabbey": "Northanger Abbey",
+    "persuasion": "Persuasion",
+    "prideprejudice": "Pride and Prejudice",
+    "sensesensibility": "Sense and Sensibility",
+}
 _CHAPTER = re.compile(r"^\s*(CHAPTER|Chapter)\s+[IVXLC\d]+\.?\s*$")
 
 
@@ -320,8 +359,10 @@ def austen_documents(root: Path) -> list[Document]:
 
 
 _JARGON_HEADWORD = re.compile(r":([^:]+):")
-_JARGON_GRAMMAR = re.compile(r"^(\d+[.,]\s*)?(/[^/]*/,?\s*)?"
-                             r"((n|v|vi|vt|adj|adv|excl|abbrev|interj|pref|suff|prep|pron|conj|num|pl|obs)\.,?\s*)*")
+_JARGON_GRAMMAR = re.compile(
+    r"^(\d+[.,]\s*)?(/[^/]*/,?\s*)?"
+    r"((n|v|vi|vt|adj|adv|excl|abbrev|interj|pref|suff|prep|pron|conj|num|pl|obs)\.,?\s*)*"
+)
 
 
 def jargon_documents(root: Path) -> list[Document]:
@@ -342,40 +383,58 @@ def jargon_documents(root: Path) -> list[Document]:
         headword = _JARGON_HEADWORD.match(paragraph)
         if headword:
             group = headword.group(1)[:2].lower()
-            paragraph = paragraph[headword.end():]
+            paragraph = paragraph[headword.end() :]
         paragraph = _JARGON_GRAMMAR.sub("", paragraph.strip())
         if paragraph:
             groups.setdefault(group, []).append(paragraph)
     return [Document(f"Jargon File, {key}", paragraphs) for key, paragraphs in sorted(groups.items())]
 
 
-def html_documents(root: Path, folder: str, pattern: str, title: str,
-                   exclude: Callable[[Path], bool]) -> list[Document]:
+def html_documents(
+    root: Path, folder: str, pattern: str, title: str, exclude: Callable[[Path], bool]
+) -> list[Document]:
     """One document per page matching ``pattern`` under ``folder``, less those ``exclude`` names."""
     base = root / folder
     pages = sorted(p for p in base.glob(pattern) if not exclude(p.relative_to(base)))
     if not pages:
         raise CorpusError(f"no HTML pages matched {folder}/{pattern}: has the package's layout changed?")
-    return [Document(f"{title}: {page.relative_to(base)}", html_paragraphs(page.read_text("utf-8", "replace")))
-            for page in pages]
+    return [
+        Document(f"{title}: {page.relative_to(base)}", html_paragraphs(page.read_text("utf-8", "replace")))
+        for page in pages
+    ]
 
 
 def handbook_documents(root: Path) -> list[Document]:
-    return html_documents(root, "usr/share/doc/debian-handbook/html/en-US", "*.html", "Debian Handbook",
-                          lambda page: page.name == "index.html")
+    return html_documents(
+        root,
+        "usr/share/doc/debian-handbook/html/en-US",
+        "*.html",
+        "Debian Handbook",
+        lambda page: page.name == "index.html",
+    )
 
 
 def python_docs_documents(root: Path) -> list[Document]:
     """The prose of the Python tutorial, HOWTOs, FAQ, language reference and library reference."""
     sections = ("tutorial", "howto", "faq", "reference", "library", "using", "extending")
-    return html_documents(root, "usr/share/doc/python3.11/html", "*/*.html", "Python documentation",
-                          lambda page: page.parts[0] not in sections or page.name == "index.html")
+    return html_documents(
+        root,
+        "usr/share/doc/python3.11/html",
+        "*/*.html",
+        "Python documentation",
+        lambda page: page.parts[0] not in sections or page.name == "index.html",
+    )
 
 
 def postgresql_documents(root: Path) -> list[Document]:
     """The PostgreSQL 15 manual without its index and release notes (lists of fixes, not prose)."""
-    return html_documents(root, "usr/share/doc/postgresql-doc-15/html", "*.html", "PostgreSQL manual",
-                          lambda page: page.name in ("index.html", "bookindex.html") or page.name.startswith("release"))
+    return html_documents(
+        root,
+        "usr/share/doc/postgresql-doc-15/html",
+        "*.html",
+        "PostgreSQL manual",
+        lambda page: page.name in ("index.html", "bookindex.html") or page.name.startswith("release"),
+    )
 
 
 def gnome_help_documents(root: Path) -> list[Document]:
@@ -401,18 +460,49 @@ class Source:
 
 
 SOURCES = (
-    Source("r-cran-janeaustenr", "Jane Austen's six completed novels (1811-1818), as packaged for R",
-           austen_documents, "public domain novels; the R package: MIT", "License: MIT", min_words=1),
-    Source("debian-handbook", "The Debian Administrator's Handbook, English edition", handbook_documents,
-           "GPL-2.0+ or CC-BY-SA-3.0", "License: GPL-2.0+ or CC-BY-SA-3.0"),
-    Source("jargon-text", "The Jargon File 4.4.7, a glossary of hacker slang", jargon_documents,
-           "public domain", "This document (the Jargon File) is in the public domain"),
-    Source("gnome-user-docs", "GNOME desktop help and system administration guide", gnome_help_documents,
-           "CC-BY-SA-3.0", "License: CC-BY-SA-3.0"),
-    Source("python3.11-doc", "Python 3.11 documentation: prose paragraphs only", python_docs_documents,
-           "PSF-2.0 (Python Software Foundation License Version 2)", "PYTHON SOFTWARE FOUNDATION LICENSE VERSION 2"),
-    Source("postgresql-doc-15", "PostgreSQL 15 manual: prose paragraphs only", postgresql_documents,
-           "PostgreSQL (a BSD-style licence)", "License: PostgreSQL"),
+    Source(
+        "r-cran-janeaustenr",
+        "Jane Austen's six completed novels (1811-1818), as packaged for R",
+        austen_documents,
+        "public domain novels; the R package: MIT",
+        "License: MIT",
+        min_words=1,
+    ),
+    Source(
+        "debian-handbook",
+        "The Debian Administrator's Handbook, English edition",
+        handbook_documents,
+        "GPL-2.0+ or CC-BY-SA-3.0",
+        "License: GPL-2.0+ or CC-BY-SA-3.0",
+    ),
+    Source(
+        "jargon-text",
+        "The Jargon File 4.4.7, a glossary of hacker slang",
+        jargon_documents,
+        "public domain",
+        "This document (the Jargon File) is in the public domain",
+    ),
+    Source(
+        "gnome-user-docs",
+        "GNOME desktop help and system administration guide",
+        gnome_help_documents,
+        "CC-BY-SA-3.0",
+        "License: CC-BY-SA-3.0",
+    ),
+    Source(
+        "python3.11-doc",
+        "Python 3.11 documentation: prose paragraphs only",
+        python_docs_documents,
+        "PSF-2.0 (Python Software Foundation License Version 2)",
+        "PYTHON SOFTWARE FOUNDATION LICENSE VERSION 2",
+    ),
+    Source(
+        "postgresql-doc-15",
+        "PostgreSQL 15 manual: prose paragraphs only",
+        postgresql_documents,
+        "PostgreSQL (a BSD-style licence)",
+        "License: PostgreSQL",
+    ),
 )
 
 
@@ -428,13 +518,14 @@ def fetch_package(package: str, cache: Path) -> Path:
         return found[-1]
     if not shutil.which("apt-get"):
         raise CorpusError(f"apt-get is not available to download {package}: put {package}_*.deb in {cache}")
-    result = subprocess.run(["apt-get", "download", package], cwd=cache, capture_output=True, text=True,
-                            check=False)
+    result = subprocess.run(["apt-get", "download", package], cwd=cache, capture_output=True, text=True, check=False)
     found = sorted(cache.glob(f"{package}_*.deb"))
     if result.returncode != 0 or not found:
-        raise CorpusError(f"apt-get download {package} failed (exit {result.returncode}): "
-                          f"{result.stderr.strip()[-500:]}\n"
-                          f"Run 'apt-get update' first, or put {package}_*.deb in {cache}.")
+        raise CorpusError(
+            f"apt-get download {package} failed (exit {result.returncode}): "
+            f"{result.stderr.strip()[-500:]}\n"
+            f"Run 'apt-get update' first, or put {package}_*.deb in {cache}."
+        )
     return found[-1]
 
 
@@ -444,8 +535,9 @@ def unpack(deb: Path, into: Path) -> Path:
 
 
 def deb_version(deb: Path) -> str:
-    return subprocess.run(["dpkg-deb", "-f", str(deb), "Version"], check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["dpkg-deb", "-f", str(deb), "Version"], check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def validation_names(documents: list[Document], fraction: float) -> set[str]:
@@ -483,12 +575,20 @@ class BuiltSource:
 
     def summary(self) -> dict[str, object]:
         train_text, val_text = render(self.train), render(self.val)
-        return {"package": self.source.package, "version": self.version, "description": self.source.description,
-                "licence": self.source.licence, "licence_evidence": self.source.evidence,
-                "copyright_file": f"/usr/share/doc/{self.source.package}/copyright",
-                "train_documents": len(self.train), "val_documents": len(self.val),
-                "train_bytes": len(train_text.encode()), "val_bytes": len(val_text.encode()),
-                "train_words": len(words_of(train_text)), "val_words": len(words_of(val_text))}
+        return {
+            "package": self.source.package,
+            "version": self.version,
+            "description": self.source.description,
+            "licence": self.source.licence,
+            "licence_evidence": self.source.evidence,
+            "copyright_file": f"/usr/share/doc/{self.source.package}/copyright",
+            "train_documents": len(self.train),
+            "val_documents": len(self.val),
+            "train_bytes": len(train_text.encode()),
+            "val_bytes": len(val_text.encode()),
+            "train_words": len(words_of(train_text)),
+            "val_words": len(words_of(val_text)),
+        }
 
 
 def build_source(source: Source, cache: Path, seen: set[str], val_fraction: float) -> BuiltSource:
@@ -500,8 +600,10 @@ def build_source(source: Source, cache: Path, seen: set[str], val_fraction: floa
             raise CorpusError(f"{source.package}: no copyright file at {copyright_file.relative_to(root)}")
         stated = normalise_whitespace(copyright_file.read_text("utf-8", "replace"))
         if normalise_whitespace(source.evidence) not in stated:
-            raise CorpusError(f"{source.package}: its copyright file no longer says {source.evidence!r}: "
-                              "check the licence and update SOURCES")
+            raise CorpusError(
+                f"{source.package}: its copyright file no longer says {source.evidence!r}: "
+                "check the licence and update SOURCES"
+            )
         raw = source.extract(root)
     cleaned = (Document(d.name, [p for p in d.paragraphs if is_prose(p, min_words=source.min_words)]) for d in raw)
     documents = list(dedupe(cleaned, seen))
@@ -523,10 +625,15 @@ def write_corpus(built: list[BuiltSource], out: Path) -> dict[str, object]:
     vocabulary = "\n".join(sorted(set(words_of(train)))) + "\n"
     with gzip.GzipFile(out / "words.txt.gz", "wb", mtime=0) as fh:  # mtime 0: byte-identical rebuilds
         fh.write(vocabulary.encode())
-    manifest = {"sources": [b.summary() for b in built], "val_fraction": VAL_FRACTION,
-                "document_separator": DOC_SEPARATOR, "train_bytes": len(train.encode()),
-                "val_bytes": len(val.encode()), "train_sha256": hashlib.sha256(train.encode()).hexdigest(),
-                "distinct_words": vocabulary.count("\n")}
+    manifest = {
+        "sources": [b.summary() for b in built],
+        "val_fraction": VAL_FRACTION,
+        "document_separator": DOC_SEPARATOR,
+        "train_bytes": len(train.encode()),
+        "val_bytes": len(val.encode()),
+        "train_sha256": hashlib.sha256(train.encode()).hexdigest(),
+        "distinct_words": vocabulary.count("\n"),
+    }
     (out / "SOURCES.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return manifest
 
@@ -543,8 +650,12 @@ def build(out: Path, cache: Path, val_fraction: float = VAL_FRACTION) -> dict[st
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("build/corpus"))
-    parser.add_argument("--cache", type=Path, default=Path("build/debs"),
-                        help="where the downloaded .deb files are kept (reused when present)")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=Path("build/debs"),
+        help="where the downloaded .deb files are kept (reused when present)",
+    )
     args = parser.parse_args(argv)
     try:
         manifest = build(args.out, args.cache)
@@ -552,8 +663,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"corpus: {exc}", file=sys.stderr)
         return 1
     for s in manifest["sources"]:
-        print(f"{s['package']:<20} {s['version']:<22} {s['train_bytes'] / 1e6:6.2f} MB train "
-              f"{s['val_bytes'] / 1e3:7.1f} kB val  {s['licence']}")
+        print(
+            f"{s['package']:<20} {s['version']:<22} {s['train_bytes'] / 1e6:6.2f} MB train "
+            f"{s['val_bytes'] / 1e3:7.1f} kB val  {s['licence']}"
+        )
     print(f"wrote {args.out}/train.txt ({manifest['train_bytes'] / 1e6:.2f} MB), val.txt, SOURCES.json, words.txt.gz")
     return 0
 

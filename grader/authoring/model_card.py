@@ -59,8 +59,14 @@ def english_word_share(text: str, vocabulary: set[str]) -> float:
 
 
 @torch.no_grad()
-def continue_prompt(loaded: LoadedModel, prompt: str, max_new_tokens: int, temperature: float | None = None,
-                    top_k: int = 0, seed: int = 0) -> str:
+def continue_prompt(
+    loaded: LoadedModel,
+    prompt: str,
+    max_new_tokens: int,
+    temperature: float | None = None,
+    top_k: int = 0,
+    seed: int = 0,
+) -> str:
     """The model's continuation of ``prompt``: greedy without a temperature, else top-k sampling.
 
     A plain loop over the model's prefill/decode entry points, kept apart from t7 (the students'
@@ -82,8 +88,9 @@ def continue_prompt(loaded: LoadedModel, prompt: str, max_new_tokens: int, tempe
         if token in tokenizer.stop_ids:
             break
         new.append(token)
-        logits = model.decode_one_token(torch.tensor([[token]], device=model.device),
-                                        torch.tensor([position], device=model.device))
+        logits = model.decode_one_token(
+            torch.tensor([[token]], device=model.device), torch.tensor([position], device=model.device)
+        )
     return tokenizer.decode(new)
 
 
@@ -96,13 +103,22 @@ def plot_losses(log: list[dict], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     trained = [r for r in log if r["train_loss"] != ""]
-    ax.plot([r["tokens"] / 1e6 for r in trained], [r["train_loss"] for r in trained],
-            label="train (mean since the last point)")
+    ax.plot(
+        [r["tokens"] / 1e6 for r in trained],
+        [r["train_loss"] for r in trained],
+        label="train (mean since the last point)",
+    )
     val = [r for r in log if r["val_loss"] != ""]
     ax.plot([r["tokens"] / 1e6 for r in val], [r["val_loss"] for r in val], "o-", markersize=3, label="validation")
     best = min(val, key=lambda r: r["val_loss"])
-    ax.annotate(f"best {best['val_loss']:.3f}", (best["tokens"] / 1e6, best["val_loss"]), textcoords="offset points",
-                xytext=(0, 12), ha="center", arrowprops={"arrowstyle": "-"})
+    ax.annotate(
+        f"best {best['val_loss']:.3f}",
+        (best["tokens"] / 1e6, best["val_loss"]),
+        textcoords="offset points",
+        xytext=(0, 12),
+        ha="center",
+        arrowprops={"arrowstyle": "-"},
+    )
     ax.set(xlabel="tokens seen (millions)", ylabel="cross-entropy (nats / token)", title="kit-tiny training loss")
     ax.grid(alpha=0.3)
     ax.legend()
@@ -118,16 +134,26 @@ def _table(header: tuple[str, ...], rows: list[tuple]) -> str:
 
 
 def _data_section(sources: dict, facts: RunFacts) -> str:
-    rows = [(f"`{s['package']}` {s['version']}", s["description"], s["licence"], f"{s['train_bytes'] / 1e6:.2f} MB",
-             f"{s['train_words']:,}", f"{s['val_bytes'] / 1e3:.0f} kB") for s in sources["sources"]]
-    table = _table(("Debian package", "text", "licence (its copyright file)", "train", "train words", "validation"),
-                   rows)
+    rows = [
+        (
+            f"`{s['package']}` {s['version']}",
+            s["description"],
+            s["licence"],
+            f"{s['train_bytes'] / 1e6:.2f} MB",
+            f"{s['train_words']:,}",
+            f"{s['val_bytes'] / 1e3:.0f} kB",
+        )
+        for s in sources["sources"]
+    ]
+    table = _table(
+        ("Debian package", "text", "licence (its copyright file)", "train", "train words", "validation"), rows
+    )
     return f"""## Data
 
 English prose from Debian packages, fetched with `apt-get download` and cleaned by
 `python -m grader.authoring.corpus` (paragraphs of running text only: no code, tables, tables of
 contents or markup; duplicate paragraphs removed). Validation holds out whole documents (chapters,
-pages, glossary sections), about {sources['val_fraction']:.1%} of each source.
+pages, glossary sections), about {sources["val_fraction"]:.1%} of each source.
 
 {table}
 
@@ -137,14 +163,27 @@ summary of this text: redistribute them on the terms of these licences.
 
 {facts.train_bytes / 1e6:.2f} MB of training text ({facts.train_tokens:,} tokens) and
 {facts.val_bytes / 1e3:.0f} kB of validation text ({facts.val_tokens:,} tokens); `words.txt.gz` lists the
-{sources['distinct_words']:,} distinct lowercase words of the training text."""
+{sources["distinct_words"]:,} distinct lowercase words of the training text."""
 
 
 def _model_section(config: dict, facts: RunFacts, weights_bytes: int) -> str:
-    rows = [(key, config[key]) for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                                           "num_attention_heads", "num_key_value_heads", "head_dim",
-                                           "max_position_embeddings", "rope_theta", "rms_norm_eps",
-                                           "tie_word_embeddings", "torch_dtype")]
+    rows = [
+        (key, config[key])
+        for key in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "max_position_embeddings",
+            "rope_theta",
+            "rms_norm_eps",
+            "tie_word_embeddings",
+            "torch_dtype",
+        )
+    ]
     return f"""## Model
 
 A LLaMA-architecture decoder (`LlamaForCausalLM` layout: RMSNorm, rotary position embeddings,
@@ -163,23 +202,38 @@ def _training_section(facts: RunFacts) -> str:
     s, r = facts.settings, facts.result
     epochs = r.tokens_seen / facts.train_tokens
     bits_per_byte = r.best_val_loss * facts.val_tokens / (facts.val_bytes * math.log(2))
-    optimiser = (f"AdamW, betas (0.9, 0.95), weight decay {s['weight_decay']} on matrices, "
-                 f"gradient clipping {s['grad_clip']}")
-    schedule = (f"{s['peak_lr']:g} after {s['warmup_steps']} warm-up steps, then a cosine decay to "
-                f"{s['min_lr_ratio'] * s['peak_lr']:g} over the planned {s['max_steps']:,} steps")
-    precision = ("float32" if facts.device.startswith("CPU")
-                 else "bfloat16 autocast, float32 weights and optimiser state")
-    timing = (f"{r.train_seconds / 60:.1f} min ({facts.wall_seconds / 60:.1f} min for the whole command: tokenizer, "
-              "compilation and this card included)")
-    best = (f"**{r.best_val_loss:.3f}** nats/token at step {r.best_step:,} "
-            f"(perplexity {math.exp(r.best_val_loss):.1f}, about {bits_per_byte:.2f} bits per byte)")
-    rows = [("hardware", facts.device), ("PyTorch", facts.torch_version),
-            ("steps", f"{r.steps:,} (stopped: {r.stopped_because})"),
-            ("batch", f"{s['batch_size']} windows of {s['context']} tokens (random offsets in the token stream)"),
-            ("tokens seen", f"{r.tokens_seen:,} ({epochs:.1f} passes over the training tokens)"),
-            ("optimiser", optimiser), ("learning rate", schedule), ("precision", precision),
-            ("torch.compile", "yes" if r.compiled else "no"), ("training time", timing),
-            ("final training loss", f"{r.final_train_loss:.3f}"), ("best validation loss", best)]
+    optimiser = (
+        f"AdamW, betas (0.9, 0.95), weight decay {s['weight_decay']} on matrices, gradient clipping {s['grad_clip']}"
+    )
+    schedule = (
+        f"{s['peak_lr']:g} after {s['warmup_steps']} warm-up steps, then a cosine decay to "
+        f"{s['min_lr_ratio'] * s['peak_lr']:g} over the planned {s['max_steps']:,} steps"
+    )
+    precision = (
+        "float32" if facts.device.startswith("CPU") else "bfloat16 autocast, float32 weights and optimiser state"
+    )
+    timing = (
+        f"{r.train_seconds / 60:.1f} min ({facts.wall_seconds / 60:.1f} min for the whole command: tokenizer, "
+        "compilation and this card included)"
+    )
+    best = (
+        f"**{r.best_val_loss:.3f}** nats/token at step {r.best_step:,} "
+        f"(perplexity {math.exp(r.best_val_loss):.1f}, about {bits_per_byte:.2f} bits per byte)"
+    )
+    rows = [
+        ("hardware", facts.device),
+        ("PyTorch", facts.torch_version),
+        ("steps", f"{r.steps:,} (stopped: {r.stopped_because})"),
+        ("batch", f"{s['batch_size']} windows of {s['context']} tokens (random offsets in the token stream)"),
+        ("tokens seen", f"{r.tokens_seen:,} ({epochs:.1f} passes over the training tokens)"),
+        ("optimiser", optimiser),
+        ("learning rate", schedule),
+        ("precision", precision),
+        ("torch.compile", "yes" if r.compiled else "no"),
+        ("training time", timing),
+        ("final training loss", f"{r.final_train_loss:.3f}"),
+        ("best validation loss", best),
+    ]
     return f"""## Training
 
 ```
@@ -202,8 +256,8 @@ def _samples_section(samples: list[tuple[str, str, str]], vocabulary: set[str], 
     return f"""## Samples
 
 {max_new_tokens} new tokens at most for each prompt, from the weights as saved, loaded back with
-`assignment.model.load_checkpoint`: greedy, and sampled with temperature {SAMPLING['temperature']} and
-top-k {SAMPLING['top_k']} (seed {SAMPLING['seed']}). {share:.0%} of the generated words are words of the
+`assignment.model.load_checkpoint`: greedy, and sampled with temperature {SAMPLING["temperature"]} and
+top-k {SAMPLING["top_k"]} (seed {SAMPLING["seed"]}). {share:.0%} of the generated words are words of the
 training text (`words.txt.gz`).
 
 """ + "\n\n".join(blocks)

@@ -18,8 +18,16 @@ import difflib
 import sys
 from pathlib import Path
 
-from assignment.markers import (COMMENT_FOR_SUFFIX, PLAN, STUB, MarkerError, apply_levels, open_tasks,
-                                strip_solutions, task_levels)
+from assignment.markers import (
+    COMMENT_FOR_SUFFIX,
+    PLAN,
+    STUB,
+    MarkerError,
+    apply_levels,
+    open_tasks,
+    strip_solutions,
+    task_levels,
+)
 from assignment.registry import Registry, load_registry
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -33,8 +41,12 @@ def solution_lines(text: str, filename: str, levels: dict[str, str] | None = Non
     text = apply_levels(text, filename, levels)
     _, regions = strip_solutions(text, filename, levels={})
     lines = text.splitlines()
-    return [(n, lines[n - 1]) for r in regions for n in range(r.begin_line + 1, r.end_line)
-            if not PLAN.match(lines[n - 1]) and not STUB.match(lines[n - 1])]
+    return [
+        (n, lines[n - 1])
+        for r in regions
+        for n in range(r.begin_line + 1, r.end_line)
+        if not PLAN.match(lines[n - 1]) and not STUB.match(lines[n - 1])
+    ]
 
 
 def _solution_files(solutions: Path) -> list[Path]:
@@ -47,8 +59,9 @@ def _solution_files(solutions: Path) -> list[Path]:
     return files
 
 
-def render_starter(solutions: Path, registry: Registry | None = None,
-                   levels: dict[str, str] | None = None) -> dict[str, str | bytes]:
+def render_starter(
+    solutions: Path, registry: Registry | None = None, levels: dict[str, str] | None = None
+) -> dict[str, str | bytes]:
     """Map of relative path -> starter content for every file in ``solutions``, at each task's scaffolding level
     (``levels``, else the registry's)."""
     levels = levels if levels is not None else task_levels(registry)
@@ -64,8 +77,10 @@ def render_starter(solutions: Path, registry: Registry | None = None,
             result[rel] = path.read_bytes()
     stranded = sorted(t for t, level in levels.items() if level == "open" and t not in opened)
     if stranded:
-        raise MarkerError(f"{', '.join(stranded)}: set to the open scaffolding level, but no solution file has a "
-                          "BEGIN OPEN block for it (mark what the student designs, or keep it guided)")
+        raise MarkerError(
+            f"{', '.join(stranded)}: set to the open scaffolding level, but no solution file has a "
+            "BEGIN OPEN block for it (mark what the student designs, or keep it guided)"
+        )
     return result
 
 
@@ -91,13 +106,16 @@ class StarterError(RuntimeError):
 
 def _require_solutions(solutions: Path) -> None:
     if not solutions.is_dir() or not _solution_files(solutions):
-        raise StarterError(f"{solutions} is missing or empty: starter/ is generated from the reference solutions, "
-                           "so there is nothing to generate here (in a student bundle, starter/ holds your own work "
-                           "and nothing rewrites it)")
+        raise StarterError(
+            f"{solutions} is missing or empty: starter/ is generated from the reference solutions, "
+            "so there is nothing to generate here (in a student bundle, starter/ holds your own work "
+            "and nothing rewrites it)"
+        )
 
 
-def write_starter(solutions: Path, starter: Path, registry: Registry | None = None,
-                  levels: dict[str, str] | None = None) -> list[str]:
+def write_starter(
+    solutions: Path, starter: Path, registry: Registry | None = None, levels: dict[str, str] | None = None
+) -> list[str]:
     """Write the starter file of every solution file. Only those paths are written: a file in ``starter`` that
     is not generated from ``solutions`` is left where it is (``check_starter`` names it), never deleted."""
     _require_solutions(solutions)
@@ -113,8 +131,9 @@ def write_starter(solutions: Path, starter: Path, registry: Registry | None = No
     return sorted(expected)
 
 
-def check_starter(solutions: Path, starter: Path, registry: Registry | None = None,
-                  levels: dict[str, str] | None = None) -> list[str]:
+def check_starter(
+    solutions: Path, starter: Path, registry: Registry | None = None, levels: dict[str, str] | None = None
+) -> list[str]:
     """Differences between ``starter`` and what the generator would write."""
     expected = render_starter(solutions, registry, levels)
     actual = {}
@@ -148,15 +167,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 when starter/ is out of sync")
     parser.add_argument("--solutions", type=Path, default=REPO_ROOT / "solutions")
     parser.add_argument("--starter", type=Path, default=REPO_ROOT / "starter")
-    parser.add_argument("--level", choices=LEVELS, default=None,
-                        help="generate this scaffolding level for every task that has it (default: the registry's "
-                             "choice per task, which is what starter/ holds)")
+    parser.add_argument(
+        "--level",
+        choices=LEVELS,
+        default=None,
+        help="generate this scaffolding level for every task that has it (default: the registry's "
+        "choice per task, which is what starter/ holds)",
+    )
     args = parser.parse_args(argv)
     registry = load_registry()
     try:
         if args.level is not None and args.starter.resolve() == (REPO_ROOT / "starter").resolve():
-            print("error: starter/ holds the levels the registry chooses (scaffolding = ... per task); write another "
-                  "level elsewhere, e.g. --starter build/starter-open", file=sys.stderr)
+            print(
+                "error: starter/ holds the levels the registry chooses (scaffolding = ... per task); write another "
+                "level elsewhere, e.g. --starter build/starter-open",
+                file=sys.stderr,
+            )
             return 2
         levels = levels_for(args.level, registry, args.solutions) if args.solutions.is_dir() else None
         if args.check:
@@ -177,7 +203,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {len(written)} files to {args.starter}: {', '.join(written)}")
-    extra = [problem for problem in check_starter(args.solutions, args.starter, registry, levels) if "not generated" in problem]
+    extra = [
+        problem
+        for problem in check_starter(args.solutions, args.starter, registry, levels)
+        if "not generated" in problem
+    ]
     for problem in extra:
         print(f"left alone: {problem}", file=sys.stderr)
     return 0

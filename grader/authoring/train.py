@@ -70,9 +70,9 @@ class Settings:
 
     vocab_size: int = 4096
     hidden_size: int = 256
-    intermediate_size: int = 704            # ~8/3 of hidden (SwiGLU), rounded up to a multiple of 64
+    intermediate_size: int = 704  # ~8/3 of hidden (SwiGLU), rounded up to a multiple of 64
     num_hidden_layers: int = 6
-    num_attention_heads: int = 4            # head_dim = 256 / 4 = 64
+    num_attention_heads: int = 4  # head_dim = 256 / 4 = 64
     num_key_value_heads: int = 2
     rope_theta: float = 10000.0
     context: int = 512
@@ -82,14 +82,14 @@ class Settings:
     warmup_steps: int = 100
     weight_decay: float = 0.1
     grad_clip: float = 1.0
-    epochs: float = 8.0                     # passes over the training tokens: the run's length ...
-    max_steps: int | None = None            # ... unless a step count is given instead
+    epochs: float = 8.0  # passes over the training tokens: the run's length ...
+    max_steps: int | None = None  # ... unless a step count is given instead
     log_every: int = 25
     eval_every: int = 100
-    patience: int = 5                       # evaluations without a better validation loss before stopping
-    max_train_bytes: int | None = None      # read only the start of train.txt ...
-    max_val_bytes: int | None = None        # ... and of val.txt
-    sample_tokens: int = 48                 # per continuation in the model card
+    patience: int = 5  # evaluations without a better validation loss before stopping
+    max_train_bytes: int | None = None  # read only the start of train.txt ...
+    max_val_bytes: int | None = None  # ... and of val.txt
+    sample_tokens: int = 48  # per continuation in the model card
 
     @property
     def head_dim(self) -> int:
@@ -101,10 +101,25 @@ class Settings:
 
 
 FULL = Settings()
-SMOKE = Settings(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-                 num_key_value_heads=1, context=64, batch_size=8, peak_lr=3e-3, warmup_steps=5, max_steps=30,
-                 log_every=5, eval_every=10, patience=100, max_train_bytes=200_000, max_val_bytes=20_000,
-                 sample_tokens=8)
+SMOKE = Settings(
+    vocab_size=320,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    context=64,
+    batch_size=8,
+    peak_lr=3e-3,
+    warmup_steps=5,
+    max_steps=30,
+    log_every=5,
+    eval_every=10,
+    patience=100,
+    max_train_bytes=200_000,
+    max_val_bytes=20_000,
+    sample_tokens=8,
+)
 
 
 @dataclass
@@ -149,23 +164,39 @@ def train_tokenizer(documents: list[str], vocab_size: int) -> HFTokenizer:
     tokenizer = HFTokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=[BOS, EOS],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=[BOS, EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tokenizer.train_from_iterator(documents, trainer=trainer)
     bos_id = tokenizer.token_to_id(BOS)
-    tokenizer.post_processor = processors.Sequence([
-        processors.ByteLevel(trim_offsets=False),
-        processors.TemplateProcessing(single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, bos_id)]),
-    ])
+    tokenizer.post_processor = processors.Sequence(
+        [
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(
+                single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, bos_id)]
+            ),
+        ]
+    )
     return tokenizer
 
 
 def save_tokenizer(tokenizer: HFTokenizer, out: Path, context: int) -> None:
     """tokenizer.json and the tokenizer_config.json that transformers' AutoTokenizer and the kit read."""
     tokenizer.save(str(out / "tokenizer.json"))
-    settings = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS, "eos_token": EOS,
-                "add_bos_token": True, "add_eos_token": False, "model_max_length": context,
-                "clean_up_tokenization_spaces": False, "chat_template": CHAT_TEMPLATE}
+    settings = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": BOS,
+        "eos_token": EOS,
+        "add_bos_token": True,
+        "add_eos_token": False,
+        "model_max_length": context,
+        "clean_up_tokenization_spaces": False,
+        "chat_template": CHAT_TEMPLATE,
+    }
     (out / "tokenizer_config.json").write_text(json.dumps(settings, indent=2) + "\n")
 
 
@@ -191,11 +222,20 @@ def random_windows(stream: torch.Tensor, batch: int, context: int, generator: to
 
 def model_config(settings: Settings, vocab_size: int, bos_id: int, eos_id: int) -> ModelConfig:
     return ModelConfig(
-        vocab_size=vocab_size, hidden_size=settings.hidden_size,
-        intermediate_size=settings.intermediate_size, num_hidden_layers=settings.num_hidden_layers,
-        num_attention_heads=settings.num_attention_heads, num_key_value_heads=settings.num_key_value_heads,
-        head_dim=settings.head_dim, rope_theta=settings.rope_theta, max_position_embeddings=settings.context,
-        tie_word_embeddings=True, bos_token_id=bos_id, eos_token_id=[eos_id], torch_dtype="bfloat16")
+        vocab_size=vocab_size,
+        hidden_size=settings.hidden_size,
+        intermediate_size=settings.intermediate_size,
+        num_hidden_layers=settings.num_hidden_layers,
+        num_attention_heads=settings.num_attention_heads,
+        num_key_value_heads=settings.num_key_value_heads,
+        head_dim=settings.head_dim,
+        rope_theta=settings.rope_theta,
+        max_position_embeddings=settings.context,
+        tie_word_embeddings=True,
+        bos_token_id=bos_id,
+        eos_token_id=[eos_id],
+        torch_dtype="bfloat16",
+    )
 
 
 def init_weights(model: Transformer) -> None:
@@ -219,8 +259,10 @@ def count_parameters(model: nn.Module) -> int:
 def make_optimizer(model: nn.Module, settings: Settings, device: torch.device) -> torch.optim.AdamW:
     """AdamW with weight decay on the matrices only (norm gains are not decayed)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": settings.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": settings.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
     return torch.optim.AdamW(groups, lr=settings.peak_lr, betas=(0.9, 0.95), fused=device.type == "cuda")
 
 
@@ -242,13 +284,13 @@ def evaluate(model: Transformer, stream: torch.Tensor, context: int, batch: int,
     """Mean cross-entropy (nats per token) over consecutive, non-overlapping windows of the stream."""
     model.eval()
     count = (len(stream) - 1) // context
-    inputs = stream[:count * context].view(count, context)
-    targets = stream[1:count * context + 1].view(count, context)
+    inputs = stream[: count * context].view(count, context)
+    targets = stream[1 : count * context + 1].view(count, context)
     total = 0.0
     for i in range(0, count, batch):
         with autocast():
-            logits = model(inputs[i:i + batch])
-        total += F.cross_entropy(logits.flatten(0, 1), targets[i:i + batch].flatten(), reduction="sum").item()
+            logits = model(inputs[i : i + batch])
+        total += F.cross_entropy(logits.flatten(0, 1), targets[i : i + batch].flatten(), reduction="sum").item()
     model.train()
     return total / (count * context)
 
@@ -265,8 +307,10 @@ def maybe_compile(model: Transformer, sample: torch.Tensor, autocast) -> tuple[n
         model.zero_grad(set_to_none=True)
         return compiled, True
     except Exception as exc:  # noqa: BLE001 - any compiler failure means: train eagerly
-        print(f"train: torch.compile unavailable ({type(exc).__name__}: {str(exc)[:200]}); training eagerly",
-              file=sys.stderr)
+        print(
+            f"train: torch.compile unavailable ({type(exc).__name__}: {str(exc)[:200]}); training eagerly",
+            file=sys.stderr,
+        )
         model.zero_grad(set_to_none=True)
         return model, False
 
@@ -274,8 +318,15 @@ def maybe_compile(model: Transformer, sample: torch.Tensor, autocast) -> tuple[n
 class Trainer:
     """One training run: the optimisation step, the periodic log and evaluation, the best weights so far."""
 
-    def __init__(self, model: Transformer, train_stream: torch.Tensor, val_stream: torch.Tensor,
-                 settings: Settings, device: torch.device, seed: int):
+    def __init__(
+        self,
+        model: Transformer,
+        train_stream: torch.Tensor,
+        val_stream: torch.Tensor,
+        settings: Settings,
+        device: torch.device,
+        seed: int,
+    ):
         self.model, self.settings = model, settings
         self.train_stream, self.val_stream = train_stream, val_stream
         self.generator = torch.Generator(device=device).manual_seed(seed)
@@ -284,7 +335,7 @@ class Trainer:
         self.step_model: nn.Module = model
         self.result = RunResult()
         self.best_state: dict[str, torch.Tensor] = {}
-        self.stale = 0                                     # evaluations since the best one
+        self.stale = 0  # evaluations since the best one
         self.loss_sum, self.steps_summed = torch.zeros((), device=device), 0
 
     def autocast(self):
@@ -304,7 +355,7 @@ class Trainer:
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.loss_sum += loss.detach()                     # summed on the device: no host sync per step
+        self.loss_sum += loss.detach()  # summed on the device: no host sync per step
         self.steps_summed += 1
         self.result.tokens_seen += inputs.numel()
 
@@ -312,13 +363,21 @@ class Trainer:
         """Log the mean training loss since the last record and, when asked, the validation loss."""
         train_loss = self.loss_sum.item() / self.steps_summed if self.steps_summed else ""
         tokens = self.steps_summed * self.settings.batch_size * self.settings.context
-        row = {"step": step, "tokens": self.result.tokens_seen, "elapsed_s": round(elapsed, 2), "lr": lr,
-               "train_loss": train_loss, "val_loss": "", "tokens_per_s": round(tokens / interval) if tokens else ""}
+        row = {
+            "step": step,
+            "tokens": self.result.tokens_seen,
+            "elapsed_s": round(elapsed, 2),
+            "lr": lr,
+            "train_loss": train_loss,
+            "val_loss": "",
+            "tokens_per_s": round(tokens / interval) if tokens else "",
+        }
         self.loss_sum.zero_()
         self.steps_summed = 0
         if evaluate_now:
-            row["val_loss"] = evaluate(self.model, self.val_stream, self.settings.context, self.settings.batch_size,
-                                       self.autocast)
+            row["val_loss"] = evaluate(
+                self.model, self.val_stream, self.settings.context, self.settings.batch_size, self.autocast
+            )
             self.keep_if_best(step, row["val_loss"])
         self.result.log.append(row)
         print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
@@ -341,14 +400,18 @@ class Trainer:
         step, stop = 0, ""
         while not stop:
             step += 1
-            lr = learning_rate(step, max((time.perf_counter() - start) / budget_s, step / settings.max_steps),
-                               settings)
+            lr = learning_rate(step, max((time.perf_counter() - start) / budget_s, step / settings.max_steps), settings)
             self.step(lr)
             out_of_time = time.perf_counter() - start >= budget_s
             last = out_of_time or step == settings.max_steps
             if step % settings.log_every == 0 or step % settings.eval_every == 0 or last:
-                self.record(step, lr, time.perf_counter() - start, time.perf_counter() - last_record,
-                            evaluate_now=step % settings.eval_every == 0 or last)
+                self.record(
+                    step,
+                    lr,
+                    time.perf_counter() - start,
+                    time.perf_counter() - last_record,
+                    evaluate_now=step % settings.eval_every == 0 or last,
+                )
                 last_record = time.perf_counter()
             if out_of_time:
                 stop = "time budget"
@@ -408,19 +471,27 @@ def prepare_data(corpus: Path, settings: Settings, device: torch.device) -> Data
     train_docs = read_documents(corpus, "train.txt", settings.max_train_bytes)
     val_docs = read_documents(corpus, "val.txt", settings.max_val_bytes)
     tokenizer = train_tokenizer(train_docs, settings.vocab_size)
-    data = Data(tokenizer, token_stream(tokenizer, train_docs, device), token_stream(tokenizer, val_docs, device),
-                sum(len(d.encode()) for d in train_docs), sum(len(d.encode()) for d in val_docs))
-    print(f"train: {len(train_docs)} documents, {len(data.train_stream):,} training and {len(data.val_stream):,} "
-          f"validation tokens (vocabulary {tokenizer.get_vocab_size()})", flush=True)
+    data = Data(
+        tokenizer,
+        token_stream(tokenizer, train_docs, device),
+        token_stream(tokenizer, val_docs, device),
+        sum(len(d.encode()) for d in train_docs),
+        sum(len(d.encode()) for d in val_docs),
+    )
+    print(
+        f"train: {len(train_docs)} documents, {len(data.train_stream):,} training and {len(data.val_stream):,} "
+        f"validation tokens (vocabulary {tokenizer.get_vocab_size()})",
+        flush=True,
+    )
     return data
 
 
-def save_run(model: Transformer, data: Data, settings: Settings, result: RunResult, corpus: Path,
-             out: Path) -> None:
+def save_run(model: Transformer, data: Data, settings: Settings, result: RunResult, corpus: Path, out: Path) -> None:
     """The checkpoint directory, less the model card: weights, tokenizer, corpus records, the log."""
     out.mkdir(parents=True, exist_ok=True)
-    save_checkpoint(model, out, dtype=torch.bfloat16,
-                    generation_config={"do_sample": True, "temperature": 0.8, "top_p": 0.95})
+    save_checkpoint(
+        model, out, dtype=torch.bfloat16, generation_config={"do_sample": True, "temperature": 0.8, "top_p": 0.95}
+    )
     save_tokenizer(data.tokenizer, out, settings.context)
     for name in CORPUS_FILES:
         shutil.copyfile(corpus / name, out / name)
@@ -444,20 +515,35 @@ def main(argv: list[str] | None = None) -> int:
     config = model_config(settings, tokenizer.get_vocab_size(), tokenizer.token_to_id(BOS), tokenizer.token_to_id(EOS))
     model = Transformer(config, attention_impl="sdpa").to(device)
     init_weights(model)
-    print(f"train: {count_parameters(model):,} parameters on {device_name(device)}; {settings.max_steps:,} steps",
-          flush=True)
+    print(
+        f"train: {count_parameters(model):,} parameters on {device_name(device)}; {settings.max_steps:,} steps",
+        flush=True,
+    )
     trainer = Trainer(model, data.train_stream, data.val_stream, settings, device, args.seed)
     result = trainer.run(args.minutes * 60, use_compile=device.type == "cuda" and not args.no_compile)
     model.load_state_dict(trainer.best_state)
     save_run(model, data, settings, result, args.corpus, args.out)
 
-    write_model_card(args.out, RunFacts(
-        settings=asdict(settings), parameters=count_parameters(model), result=result,
-        train_tokens=len(data.train_stream), val_tokens=len(data.val_stream), train_bytes=data.train_bytes,
-        val_bytes=data.val_bytes, device=device_name(device), torch_version=torch.__version__,
-        wall_seconds=time.perf_counter() - wall_start, command=command))
-    print(f"train: wrote {args.out} (best validation loss {result.best_val_loss:.3f} at step {result.best_step}; "
-          f"stopped: {result.stopped_because})")
+    write_model_card(
+        args.out,
+        RunFacts(
+            settings=asdict(settings),
+            parameters=count_parameters(model),
+            result=result,
+            train_tokens=len(data.train_stream),
+            val_tokens=len(data.val_stream),
+            train_bytes=data.train_bytes,
+            val_bytes=data.val_bytes,
+            device=device_name(device),
+            torch_version=torch.__version__,
+            wall_seconds=time.perf_counter() - wall_start,
+            command=command,
+        ),
+    )
+    print(
+        f"train: wrote {args.out} (best validation loss {result.best_val_loss:.3f} at step {result.best_step}; "
+        f"stopped: {result.stopped_because})"
+    )
     return 0
 
 

@@ -93,9 +93,12 @@ def pending(submissions, out: Path, settings: dict | None = None) -> list[str]:
     todo = []
     for sub in _as_submissions(submissions):
         marker = ledger.read_marker(Path(out), sub.id)
-        if not marker or marker.get("grader_version") != version or \
-                marker.get("submission_hash") != ledger.submission_hash(sub.path) or \
-                (settings is not None and marker.get("settings") != settings):
+        if (
+            not marker
+            or marker.get("grader_version") != version
+            or marker.get("submission_hash") != ledger.submission_hash(sub.path)
+            or (settings is not None and marker.get("settings") != settings)
+        ):
             todo.append(sub.id)
     return todo
 
@@ -148,16 +151,30 @@ def host_preflight(tasks: list[Task], config: GradeConfig, skip_preflight: bool)
         return host_report(tasks, config, skip_preflight)
     with tempfile.TemporaryDirectory(prefix="kit-batch-") as tmp:
         path = Path(tmp) / "host.json"
-        cmd = [sys.executable, "-m", "grader.classroom.batch_worker", "host", "--json", str(path),
-               *[a for t in tasks for a in ("--task", t.id)], *grading_args(config, skip_preflight)]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH",
-                                                                                                      "")) if p))
+        cmd = [
+            sys.executable,
+            "-m",
+            "grader.classroom.batch_worker",
+            "host",
+            "--json",
+            str(path),
+            *[a for t in tasks for a in ("--task", t.id)],
+            *grading_args(config, skip_preflight),
+        ]
+        env = dict(
+            os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+        )
         proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False)
         try:
             return json.loads(path.read_text())
         except (OSError, ValueError):
-            return {"ok": False, "problems": [f"the host check failed: {last_line(proc.stdout + proc.stderr)}"],
-                    "gpus": [], "facts": {}, "notes": []}
+            return {
+                "ok": False,
+                "problems": [f"the host check failed: {last_line(proc.stdout + proc.stderr)}"],
+                "gpus": [],
+                "facts": {},
+                "notes": [],
+            }
 
 
 def choose_gpus(option: str | None, seen: list[str]) -> list[str]:
@@ -167,7 +184,7 @@ def choose_gpus(option: str | None, seen: list[str]) -> list[str]:
         return [] if option.strip().lower() in ("", "none") else [g.strip() for g in option.split(",") if g.strip()]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        return [g.strip() for g in visible.split(",") if g.strip()][:len(seen)]
+        return [g.strip() for g in visible.split(",") if g.strip()][: len(seen)]
     return [str(i) for i in range(len(seen))]
 
 
@@ -175,42 +192,91 @@ def choose_gpus(option: str | None, seen: list[str]) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m grader.classroom.batch", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m grader.classroom.batch",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("submissions", type=Path, help="one folder or .zip per student, or a Gradescope export")
     parser.add_argument("--out", type=Path, required=True, help="per-student results and the class outputs")
-    parser.add_argument("--gpus", default=None, help="GPU workers, as CUDA device ids: 0,1 (default: every GPU "
-                                                     "visible; none: no GPU worker)")
-    parser.add_argument("--jobs", type=int, default=None, help="CPU workers for the tasks that need no GPU "
-                                                               "(default: from the cores left by the GPU workers)")
-    parser.add_argument("--only", nargs="+", default=None, metavar="ID",
-                        help="grade only these students (submission ids, SIDs or emails), even when done")
-    parser.add_argument("--keep-done", action="store_true",
-                        help="with --only: skip those already graded with this grader (a requeued Slurm element)")
-    parser.add_argument("--task", action="append", default=[],
-                        help=f"grade only these tasks (repeatable; '{THEORY}': the theory answers)")
-    parser.add_argument("--no-split", action="store_true",
-                        help="grade every task on the GPU workers (t1/t7 also checked on the GPU)")
+    parser.add_argument(
+        "--gpus",
+        default=None,
+        help="GPU workers, as CUDA device ids: 0,1 (default: every GPU visible; none: no GPU worker)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="CPU workers for the tasks that need no GPU (default: from the cores left by the GPU workers)",
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        default=None,
+        metavar="ID",
+        help="grade only these students (submission ids, SIDs or emails), even when done",
+    )
+    parser.add_argument(
+        "--keep-done",
+        action="store_true",
+        help="with --only: skip those already graded with this grader (a requeued Slurm element)",
+    )
+    parser.add_argument(
+        "--task",
+        action="append",
+        default=[],
+        help=f"grade only these tasks (repeatable; '{THEORY}': the theory answers)",
+    )
+    parser.add_argument(
+        "--no-split", action="store_true", help="grade every task on the GPU workers (t1/t7 also checked on the GPU)"
+    )
     parser.add_argument("--no-collect", action="store_true", help="do not write the class outputs at the end")
     parser.add_argument("--collect-only", action="store_true", help="only write the class outputs from what is graded")
-    parser.add_argument("--due", default=None, help="the deadline (ISO 8601) a Gradescope export's :created_at: is "
-                                                    "compared with for the late flag")
-    parser.add_argument("--roster", type=Path, default=None,
-                        help="a roster CSV (Name, SID, Email) for a folder of submissions named by SID or email")
+    parser.add_argument(
+        "--due",
+        default=None,
+        help="the deadline (ISO 8601) a Gradescope export's :created_at: is compared with for the late flag",
+    )
+    parser.add_argument(
+        "--roster",
+        type=Path,
+        default=None,
+        help="a roster CSV (Name, SID, Email) for a folder of submissions named by SID or email",
+    )
     grading = parser.add_argument_group("grading (as python -m grader.grade.grade)")
-    grading.add_argument("--seed", type=int, default=None, help="one seed for every submission and task (default: "
-                         "derived per student and task from the course's salt, grader/grade/seeds.py)")
+    grading.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="one seed for every submission and task (default: "
+        "derived per student and task from the course's salt, grader/grade/seeds.py)",
+    )
     grading.add_argument("--isolation", choices=ISOLATION_CHOICES, default="auto")
     grading.add_argument("--allow-weak-isolation", action="store_true")
-    grading.add_argument("--skip-preflight", action="store_true",
-                         help="grade although the host fails the preflight (GPU tasks without a GPU: not run)")
+    grading.add_argument(
+        "--skip-preflight",
+        action="store_true",
+        help="grade although the host fails the preflight (GPU tasks without a GPU: not run)",
+    )
     grading.add_argument("--timeout-scale", type=float, default=1.0)
-    grading.add_argument("--select", default="", help="only the hidden checks matching this pytest -k expression "
-                                                      "(a targeted regrade; the results then hold only those)")
-    grading.add_argument("--theory", action=argparse.BooleanOptionalAction, default=None,
-                         help="grade the theory answers (default: when every task is graded, not with --task)")
-    parser.add_argument("--slurm", action="store_true", help="submit the grading as a Slurm job array "
-                                                             "(grader/classroom/slurm.py) instead of grading here")
+    grading.add_argument(
+        "--select",
+        default="",
+        help="only the hidden checks matching this pytest -k expression "
+        "(a targeted regrade; the results then hold only those)",
+    )
+    grading.add_argument(
+        "--theory",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="grade the theory answers (default: when every task is graded, not with --task)",
+    )
+    parser.add_argument(
+        "--slurm",
+        action="store_true",
+        help="submit the grading as a Slurm job array (grader/classroom/slurm.py) instead of grading here",
+    )
     try:
         from grader.classroom import slurm
     except ModuleNotFoundError as exc:
@@ -241,8 +307,13 @@ def _slurm(args: argparse.Namespace, ids: list[str] | None) -> int:
         print("error: --slurm needs grader/classroom/slurm.py, which this kit does not have", file=sys.stderr)
         return 2
     try:
-        slurm.submit(args.submissions, args.out, tasks=tuple(args.task), only=tuple(ids or ()),
-                     options=slurm.options_from_args(args, tuple(passthrough_args(args))))
+        slurm.submit(
+            args.submissions,
+            args.out,
+            tasks=tuple(args.task),
+            only=tuple(ids or ()),
+            options=slurm.options_from_args(args, tuple(passthrough_args(args))),
+        )
     except slurm.SlurmError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -255,9 +326,13 @@ def _save_options(args: argparse.Namespace) -> None:
         saved = json.loads(path.read_text())
     except (OSError, ValueError):
         saved = {}
-    saved.update({"submissions": str(args.submissions.resolve()),
-                  "due": args.due if args.due is not None else saved.get("due"),
-                  "roster": str(args.roster.resolve()) if args.roster else saved.get("roster")})
+    saved.update(
+        {
+            "submissions": str(args.submissions.resolve()),
+            "due": args.due if args.due is not None else saved.get("due"),
+            "roster": str(args.roster.resolve()) if args.roster else saved.get("roster"),
+        }
+    )
     ledger.write_json(path, saved)
 
 
@@ -285,8 +360,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     out_resolved = args.out.resolve()
-    subs = [s for s in roster.submissions if out_resolved != Path(s.path).resolve() and
-            not out_resolved.is_relative_to(Path(s.path).resolve())]
+    subs = [
+        s
+        for s in roster.submissions
+        if out_resolved != Path(s.path).resolve() and not out_resolved.is_relative_to(Path(s.path).resolve())
+    ]
     for problem in roster.problems:
         print(f"warning: {problem}", file=sys.stderr)
     if len(subs) < len(roster.submissions):
@@ -295,8 +373,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.collect_only:
         return _collect(args, subs, roster.problems)
     if not subs:
-        print(f"error: {args.submissions}: no submissions in it (expected one folder or .zip per student, or a "
-              "Gradescope export)", file=sys.stderr)
+        print(
+            f"error: {args.submissions}: no submissions in it (expected one folder or .zip per student, or a "
+            "Gradescope export)",
+            file=sys.stderr,
+        )
         return 2
     ids = None
     if args.only:
@@ -313,9 +394,13 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     if args.slurm:
         return _slurm(args, ids)
-    config = GradeConfig(tasks=tuple(t.id for t in tasks), isolation=args.isolation,
-                         allow_weak_isolation=args.allow_weak_isolation, timeout_scale=args.timeout_scale,
-                         select=args.select)
+    config = GradeConfig(
+        tasks=tuple(t.id for t in tasks),
+        isolation=args.isolation,
+        allow_weak_isolation=args.allow_weak_isolation,
+        timeout_scale=args.timeout_scale,
+        select=args.select,
+    )
     host = host_preflight(tasks, config, args.skip_preflight)
     for note in host.get("notes", []):
         print(f"note: {note}", file=sys.stderr)
@@ -329,14 +414,31 @@ def main(argv: list[str] | None = None) -> int:
     jobs = args.jobs if args.jobs is not None else default_jobs(gpus)
     gpu_tasks = [t.id for t in tasks if t.needs_gpu]
     if gpu_tasks and not gpus and host.get("gpus") and not args.skip_preflight:
-        print(f"error: {', '.join(gpu_tasks)} need a GPU worker and --gpus gives none (grade the others with --task, "
-              "or pass --skip-preflight to report them as not run)", file=sys.stderr)
+        print(
+            f"error: {', '.join(gpu_tasks)} need a GPU worker and --gpus gives none (grade the others with --task, "
+            "or pass --skip-preflight to report them as not run)",
+            file=sys.stderr,
+        )
         return 3
     theory = getattr(registry, "theory", None) is not None and (  # as make grade decides (grader/grade/grade.py)
-        args.theory if args.theory is not None else not args.task or THEORY in args.task)
-    batch = Batch(subs, args.out, registry, tasks, config, gpus=gpus, jobs=jobs, split=not args.no_split,
-                  skip_preflight=args.skip_preflight, seed=args.seed, host_facts=host.get("facts", {}),
-                  gpu_names=gpu_names, theory=theory, seeding=seeding)
+        args.theory if args.theory is not None else not args.task or THEORY in args.task
+    )
+    batch = Batch(
+        subs,
+        args.out,
+        registry,
+        tasks,
+        config,
+        gpus=gpus,
+        jobs=jobs,
+        split=not args.no_split,
+        skip_preflight=args.skip_preflight,
+        seed=args.seed,
+        host_facts=host.get("facts", {}),
+        gpu_names=gpu_names,
+        theory=theory,
+        seeding=seeding,
+    )
     todo = batch.plan(ids, args.keep_done)
     problems = batch.check_gpus() if todo else []  # a minute of reference timing: only when there is work
     for problem in problems:
@@ -348,12 +450,18 @@ def main(argv: list[str] | None = None) -> int:
     workers = ", ".join(w.describe() for w in batch.workers if w.kind == "gpu")
     cpus = [w for w in batch.workers if w.kind == "cpu"]
     if cpus:
-        workers += (", " if workers else "") + f"{len(cpus)} CPU worker(s)" + (
-            f" on cores {core_ranges(cpus[0].cores)}" if cpus[0].cores else "") + f", {cpus[0].threads} thread(s) each"
-    print(f"{len(subs)} submission(s) in {args.submissions} ({roster.layout}); {len(todo)} to grade, "
-          f"{batch.counts['skipped']} already graded with this grader ({batch.version}).\n"
-          f"lanes: {describe}; workers: {workers}; isolation: {host.get('facts', {}).get('isolation', '?')}",
-          flush=True)
+        workers += (
+            (", " if workers else "")
+            + f"{len(cpus)} CPU worker(s)"
+            + (f" on cores {core_ranges(cpus[0].cores)}" if cpus[0].cores else "")
+            + f", {cpus[0].threads} thread(s) each"
+        )
+    print(
+        f"{len(subs)} submission(s) in {args.submissions} ({roster.layout}); {len(todo)} to grade, "
+        f"{batch.counts['skipped']} already graded with this grader ({batch.version}).\n"
+        f"lanes: {describe}; workers: {workers}; isolation: {host.get('facts', {}).get('isolation', '?')}",
+        flush=True,
+    )
     start = time.monotonic()
     progress = Progress(len(todo))
     status = 0
@@ -368,8 +476,10 @@ def main(argv: list[str] | None = None) -> int:
         status = 130
         batch.stop()
         progress.close()
-        print(f"\ninterrupted ({exc}): {batch.counts['graded']} graded this run; rerun the same command to resume",
-              file=sys.stderr)
+        print(
+            f"\ninterrupted ({exc}): {batch.counts['graded']} graded this run; rerun the same command to resume",
+            file=sys.stderr,
+        )
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -379,12 +489,16 @@ def main(argv: list[str] | None = None) -> int:
         return status
     counts = batch.counts
     per = f" ({duration_text(sum(batch.walls) / len(batch.walls))} of worker time each)" if batch.walls else ""
-    print(f"graded {counts['graded']}{per}, failed {counts['failed']}, skipped {counts['skipped']} (already graded)"
-          + (f", left to another batch {counts['locked']}" if counts["locked"] else "")
-          + f" in {duration_text(time.monotonic() - start)}")
+    print(
+        f"graded {counts['graded']}{per}, failed {counts['failed']}, skipped {counts['skipped']} (already graded)"
+        + (f", left to another batch {counts['locked']}" if counts["locked"] else "")
+        + f" in {duration_text(time.monotonic() - start)}"
+    )
     if counts["failed"]:
-        print(f"{counts['failed']} failed: their reasons are in {args.out}/students/<id>/failed.json; "
-              "rerun the same command to retry them")
+        print(
+            f"{counts['failed']} failed: their reasons are in {args.out}/students/<id>/failed.json; "
+            "rerun the same command to retry them"
+        )
     if not args.no_collect:
         _collect(args, subs, roster.problems)
     return 1 if counts["failed"] else 0
@@ -395,17 +509,27 @@ def _collect(args: argparse.Namespace, subs: list[Submission], problems: list[st
 
     summary = write_class_outputs(subs, args.out, problems=problems)
     counts = summary["counts"]
-    print(f"class outputs in {args.out / CLASS_DIR}: summary.html, gradebook.csv, gradescope_scores.csv (and "
-          f"gradescope_gpu_scores.csv: the GPU tasks alone), pass_rates.csv, leaderboard.csv ({counts['graded']} graded, {counts['unreadable']} unreadable, "
-          f"{counts['stale']} stale, {counts['failed']} failed, {counts['pending']} not graded)")
+    print(
+        f"class outputs in {args.out / CLASS_DIR}: summary.html, gradebook.csv, gradescope_scores.csv (and "
+        f"gradescope_gpu_scores.csv: the GPU tasks alone), pass_rates.csv, leaderboard.csv ({counts['graded']} graded, {counts['unreadable']} unreadable, "
+        f"{counts['stale']} stale, {counts['failed']} failed, {counts['pending']} not graded)"
+    )
     return 0
 
 
 def _record_run(args, batch: Batch, start: float, status: int) -> None:
-    line = {"run": batch.run_id, "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - (
-        time.monotonic() - start))), "wall_s": round(time.monotonic() - start, 1), "host": platform.node(),
-        "grader_version": batch.version, "settings": batch.settings, "counts": batch.counts, "exit": status,
-        "workers": [w.name for w in batch.workers], "argv": shlex.join(sys.argv[1:])}
+    line = {
+        "run": batch.run_id,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - (time.monotonic() - start))),
+        "wall_s": round(time.monotonic() - start, 1),
+        "host": platform.node(),
+        "grader_version": batch.version,
+        "settings": batch.settings,
+        "counts": batch.counts,
+        "exit": status,
+        "workers": [w.name for w in batch.workers],
+        "argv": shlex.join(sys.argv[1:]),
+    }
     path = args.out / "runs.jsonl"
     with open(path, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(line) + "\n")

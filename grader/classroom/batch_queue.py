@@ -60,7 +60,7 @@ CORES_PER_LANE = 4
 
 @dataclass
 class Lane:
-    name: str                 # "gpu" | "cpu"
+    name: str  # "gpu" | "cpu"
     tasks: list[Task]
 
     @property
@@ -81,20 +81,30 @@ def plan_lanes(tasks: list[Task], gpus: list[str], jobs: int, split: bool) -> li
     return [lane for lane in (Lane("gpu", gpu_tasks), Lane("cpu", cpu_tasks)) if lane.tasks]
 
 
-def grading_settings(tasks: list[Task], lanes: list[Lane], config: GradeConfig, theory: bool = False,
-                     seeding: str = "") -> dict:
+def grading_settings(
+    tasks: list[Task], lanes: list[Lane], config: GradeConfig, theory: bool = False, seeding: str = ""
+) -> dict:
     """What shapes a grade besides the submission and the grader: part of the done-marker's key. ``seeding``:
     grader/grade/seeds.py's settings_key (the fixed seed, or the salt's fingerprint: a new salt grades everyone
     again)."""
-    return {"tasks": [t.id for t in tasks], "lanes": {lane.name: lane.ids for lane in lanes},
-            "timeout_scale": config.timeout_scale, "select": config.select, "theory": theory, "seeding": seeding}
+    return {
+        "tasks": [t.id for t in tasks],
+        "lanes": {lane.name: lane.ids for lane in lanes},
+        "timeout_scale": config.timeout_scale,
+        "select": config.select,
+        "theory": theory,
+        "seeding": seeding,
+    }
 
 
 def grading_id(sub: Submission) -> str:
     """Who a submission's hidden seeds are drawn for (grader/grade/seeds.py): its first submitter's SID, else their
     email, else its own id (a folder class names each submission by the student id)."""
-    return next((s.sid for s in sub.students if s.sid), None) or \
-        next((s.email for s in sub.students if s.email), None) or sub.id
+    return (
+        next((s.sid for s in sub.students if s.sid), None)
+        or next((s.email for s in sub.students if s.email), None)
+        or sub.id
+    )
 
 
 def theory_lane(lanes: list[Lane]) -> str:
@@ -137,12 +147,12 @@ def default_jobs(gpus: list[str]) -> int:
 
 @dataclass
 class Worker:
-    name: str                 # gpu0, cpu1, ...
-    kind: str                 # "gpu" | "cpu"
-    device: str = ""          # CUDA_VISIBLE_DEVICES for its processes ("" hides every GPU)
+    name: str  # gpu0, cpu1, ...
+    kind: str  # "gpu" | "cpu"
+    device: str = ""  # CUDA_VISIBLE_DEVICES for its processes ("" hides every GPU)
     gpu_name: str = ""
-    cores: list[int] = field(default_factory=list)   # its processes' CPU affinity ([]: not pinned)
-    threads: int = 0                                   # OMP/MKL threads of its processes (0: the host's default)
+    cores: list[int] = field(default_factory=list)  # its processes' CPU affinity ([]: not pinned)
+    threads: int = 0  # OMP/MKL threads of its processes (0: the host's default)
     check: dict = field(default_factory=dict)
     busy: Running | None = None
 
@@ -174,7 +184,7 @@ def place_workers(workers: list[Worker]) -> None:
     gpu_workers = [w for w in workers if w.kind == "gpu"]
     cpu_workers = [w for w in workers if w.kind == "cpu"]
     share = gpu_core_share(len(gpu_workers), len(cores)) if cpu_workers else 0
-    rest = cores[share * len(gpu_workers):]
+    rest = cores[share * len(gpu_workers) :]
     for worker in cpu_workers:
         worker.cores = rest if share else []
         worker.threads = max(1, len(rest) // len(cpu_workers))
@@ -185,10 +195,10 @@ class Job:
     sub: Submission
     content_hash: str
     key: str
-    seed: int | None          # the instructor's --seed for every task; None: derived per student and task
+    seed: int | None  # the instructor's --seed for every task; None: derived per student and task
     lanes: list[Lane]
     lock: ledger.StudentLock
-    waiting: list[str] = field(default_factory=list)        # lanes not started
+    waiting: list[str] = field(default_factory=list)  # lanes not started
     running: set[str] = field(default_factory=set)
     parts: dict[str, ledger.Part] = field(default_factory=dict)
     failures: list[dict] = field(default_factory=list)
@@ -266,8 +276,14 @@ class Progress:
         if total and self.stream.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, desc="grading", unit="submission", file=self.stream, dynamic_ncols=True,
-                            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}]{postfix}")
+            self.bar = tqdm(
+                total=total,
+                desc="grading",
+                unit="submission",
+                file=self.stream,
+                dynamic_ncols=True,
+                bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}]{postfix}",
+            )
         self.shown = ""
 
     def line(self, text: str) -> None:
@@ -290,8 +306,12 @@ class Progress:
             self.bar.update(1)
             self.bar.write(text, file=self.stream)
         else:
-            print(f"[{self.done + self.failed}/{self.total}] {text} ({self.done} done, {self.failed} failed"
-                  f"{self._eta()})", file=self.stream, flush=True)
+            print(
+                f"[{self.done + self.failed}/{self.total}] {text} ({self.done} done, {self.failed} failed"
+                f"{self._eta()})",
+                file=self.stream,
+                flush=True,
+            )
 
     def now(self, current: list[str]) -> None:
         if self.bar is not None:
@@ -319,9 +339,25 @@ def duration_text(seconds: float) -> str:
 
 
 class Batch:
-    def __init__(self, subs: list[Submission], out: Path, registry: Registry, tasks: list[Task], config: GradeConfig,
-                 *, gpus: list[str], jobs: int, split: bool, skip_preflight: bool, seed: int | None,
-                 host_facts: dict, gpu_names: dict[str, str], theory: bool = False, seeding: str = "", log=print):
+    def __init__(
+        self,
+        subs: list[Submission],
+        out: Path,
+        registry: Registry,
+        tasks: list[Task],
+        config: GradeConfig,
+        *,
+        gpus: list[str],
+        jobs: int,
+        split: bool,
+        skip_preflight: bool,
+        seed: int | None,
+        host_facts: dict,
+        gpu_names: dict[str, str],
+        theory: bool = False,
+        seeding: str = "",
+        log=print,
+    ):
         self.subs, self.out, self.registry, self.tasks, self.config = subs, Path(out), registry, tasks, config
         self.skip_preflight, self.fixed_seed, self.log = skip_preflight, seed, log
         self.host_facts = host_facts
@@ -331,8 +367,11 @@ class Batch:
         self.version = ledger.grader_version()
         self.run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         kinds = {lane.name for lane in self.lanes}
-        self.workers = [Worker(f"gpu{i}", "gpu", device, gpu_names.get(device, "")) for i, device in enumerate(gpus)
-                        if "gpu" in kinds]
+        self.workers = [
+            Worker(f"gpu{i}", "gpu", device, gpu_names.get(device, ""))
+            for i, device in enumerate(gpus)
+            if "gpu" in kinds
+        ]
         self.workers += [Worker(f"cpu{i}", "cpu") for i in range(jobs if "cpu" in kinds else 0)]
         place_workers(self.workers)
         self.counts = {"graded": 0, "failed": 0, "skipped": 0, "locked": 0}
@@ -351,10 +390,24 @@ class Batch:
         with tempfile.TemporaryDirectory(prefix="kit-batch-") as tmp:
             for worker in gpu_workers:
                 path = Path(tmp) / f"{worker.name}.json"
-                cmd = [sys.executable, "-m", "grader.classroom.batch_worker", "gpu-check", "--json", str(path),
-                       *task_args, *grading_args(self.config)]
-                proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=_worker_env(worker), stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True)
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "grader.classroom.batch_worker",
+                    "gpu-check",
+                    "--json",
+                    str(path),
+                    *task_args,
+                    *grading_args(self.config),
+                ]
+                proc = subprocess.Popen(
+                    cmd,
+                    cwd=REPO_ROOT,
+                    env=_worker_env(worker),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
                 _pin(proc, worker)
                 procs.append((worker, path, proc))
             for worker, path, proc in procs:
@@ -372,9 +425,11 @@ class Batch:
                 if speed.get("measured_ms") and speed.get("recorded_ms"):
                     speed["ratio"] = speed["measured_ms"] / speed["recorded_ms"]
                     if abs(speed["ratio"] - 1) > SPEED_TOLERANCE:
-                        warnings.append(f"{speed['task']} '{speed['rule']}': the reference takes "
-                                        f"{speed['measured_ms']:.3f} ms, {speed['ratio']:.2f}x the registry's "
-                                        f"{speed['recorded_ms']} ms (more than {SPEED_TOLERANCE:.0%} off)")
+                        warnings.append(
+                            f"{speed['task']} '{speed['rule']}': the reference takes "
+                            f"{speed['measured_ms']:.3f} ms, {speed['ratio']:.2f}x the registry's "
+                            f"{speed['recorded_ms']} ms (more than {SPEED_TOLERANCE:.0%} off)"
+                        )
             if not worker.check.get("ok", False):
                 problems += [f"{worker.name} (CUDA device {worker.device}): {p}" for p in worker.check["problems"]]
         means = {w.name: _mean([s["ratio"] for s in w.check.get("speeds", []) if "ratio" in s]) for w in gpu_workers}
@@ -385,7 +440,8 @@ class Batch:
                 if worker.name in means and means[worker.name] > fastest * (1 + SPEED_TOLERANCE):
                     worker.check["warnings"].append(
                         f"its reference runs {means[worker.name] / fastest:.2f}x slower than on the fastest GPU "
-                        "of this batch (clocks, another tenant?)")
+                        "of this batch (clocks, another tenant?)"
+                    )
         for worker in gpu_workers:
             for line in worker.check["warnings"]:
                 self.log(f"warning: {worker.name} ({worker.gpu_name or 'GPU ' + worker.device}): {line}")
@@ -393,9 +449,16 @@ class Batch:
             for worker in gpu_workers:
                 if not worker.check.get("ok", False):
                     self.workers.remove(worker)
-        record = {"run": self.run_id, "time": ledger.now(), "host": platform.node(), "tolerance": SPEED_TOLERANCE,
-                  "workers": [{"name": w.name, "device": w.device, "gpu": w.gpu_name,
-                               "left_out": w not in self.workers, **w.check} for w in gpu_workers]}
+        record = {
+            "run": self.run_id,
+            "time": ledger.now(),
+            "host": platform.node(),
+            "tolerance": SPEED_TOLERANCE,
+            "workers": [
+                {"name": w.name, "device": w.device, "gpu": w.gpu_name, "left_out": w not in self.workers, **w.check}
+                for w in gpu_workers
+            ],
+        }
         ledger.write_json(self.out / "workers" / f"{self.run_id}.json", record)
         return problems
 
@@ -441,21 +504,40 @@ class Batch:
         part_dir = ledger.student_dir(self.out, job.sub.id) / ledger.PARTS
         log_path = ledger.student_dir(self.out, job.sub.id) / "logs" / f"{lane.name}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "grader.classroom.batch_worker", "grade", str(Path(job.sub.path).resolve()),
-               "--part-dir", str(part_dir), "--lane", lane.name, "--key", job.key,
-               *(["--seed", str(job.seed)] if job.seed is not None else []),
-               # A lane with no task grades the theory answers alone (grade-all TASKS=theory).
-               *[a for task_id in lane.ids or [THEORY] for a in ("--task", task_id)], *grading_args(self.config),
-               "--theory" if self.theory and lane.name == theory_lane(self.lanes) else "--no-theory"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "grader.classroom.batch_worker",
+            "grade",
+            str(Path(job.sub.path).resolve()),
+            "--part-dir",
+            str(part_dir),
+            "--lane",
+            lane.name,
+            "--key",
+            job.key,
+            *(["--seed", str(job.seed)] if job.seed is not None else []),
+            # A lane with no task grades the theory answers alone (grade-all TASKS=theory).
+            *[a for task_id in lane.ids or [THEORY] for a in ("--task", task_id)],
+            *grading_args(self.config),
+            "--theory" if self.theory and lane.name == theory_lane(self.lanes) else "--no-theory",
+        ]
         sid = next((s.sid for s in job.sub.students if s.sid), job.sub.id)  # picks the theory questions
         cmd += ["--student-id", sid, "--grading-id", grading_id(job.sub)]
-        ledger.log_attempt(self.out, job.sub.id, event="start", lane=lane.name, run=self.run_id, key=job.key,
-                           worker=worker.name)
+        ledger.log_attempt(
+            self.out, job.sub.id, event="start", lane=lane.name, run=self.run_id, key=job.key, worker=worker.name
+        )
         with open(log_path, "wb") as log_file:
             # The child stays in the batch's process group (killing the batch's group kills it); it also dies with
             # the batch alone (batch_worker sets PR_SET_PDEATHSIG), and its checker with it (checker_plugin).
-            process = subprocess.Popen(cmd, cwd=REPO_ROOT, env=_worker_env(worker), stdin=subprocess.DEVNULL,
-                                       stdout=log_file, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(
+                cmd,
+                cwd=REPO_ROOT,
+                env=_worker_env(worker),
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+            )
         _pin(process, worker)
         running = Running(job, lane, worker, process, log_path, lane_time_limit(lane, self.config))
         job.running.add(lane.name)
@@ -469,8 +551,16 @@ class Batch:
         worker.busy = None
         job.running.discard(lane.name)
         part = None if timed_out or code != 0 else ledger.read_part(self.out, job.sub.id, lane.name, job.key)
-        ledger.log_attempt(self.out, job.sub.id, event="end", lane=lane.name, run=self.run_id, ok=part is not None,
-                           exit_code=code, wall_s=round(wall, 1))
+        ledger.log_attempt(
+            self.out,
+            job.sub.id,
+            event="end",
+            lane=lane.name,
+            run=self.run_id,
+            ok=part is not None,
+            exit_code=code,
+            wall_s=round(wall, 1),
+        )
         if part is not None:
             # The wall time as the batch saw it: the lane's process from start to end, Python's start-up included.
             part.meta.update(worker=worker.name, gpu=worker.gpu_name, wall_s=round(wall, 1))
@@ -478,8 +568,10 @@ class Batch:
             return
         tail = _tail(running.log_path)
         if timed_out:
-            reason = (f"the {lane.name} lane ({', '.join(lane.ids)}) ran past its {running.limit_s:.0f} s limit "
-                      f"(the registry's timeouts x {self.config.timeout_scale:g}, builds and start-up) and was killed")
+            reason = (
+                f"the {lane.name} lane ({', '.join(lane.ids)}) ran past its {running.limit_s:.0f} s limit "
+                f"(the registry's timeouts x {self.config.timeout_scale:g}, builds and start-up) and was killed"
+            )
         elif code == 3:
             reason = f"the host refused to grade: {last_line(tail)}"
         elif code != 0:
@@ -487,8 +579,16 @@ class Batch:
             reason = f"the grader failed on the {lane.name} lane ({why}): {last_line(tail)}"
         else:
             reason = f"the grader ended without writing its result for the {lane.name} lane"
-        job.failures.append({"lane": lane.name, "worker": worker.name, "exit_code": code, "reason": reason,
-                             "wall_s": round(wall, 1), "log_tail": tail})
+        job.failures.append(
+            {
+                "lane": lane.name,
+                "worker": worker.name,
+                "exit_code": code,
+                "reason": reason,
+                "wall_s": round(wall, 1),
+                "log_tail": tail,
+            }
+        )
 
     # ------------------------------------------------------------------ finishing a submission
 
@@ -505,10 +605,19 @@ class Batch:
         previous = ledger.read_failure(self.out, job.sub.id) or {}
         attempts = previous.get("attempts", 0) + 1 if previous.get("key") == job.key else 1
         reason = "; ".join(f["reason"] for f in job.failures)
-        ledger.write_json(ledger.student_dir(self.out, job.sub.id) / ledger.FAILED, {
-            "id": job.sub.id, "key": job.key, "run": self.run_id, "time": ledger.now(), "attempts": attempts,
-            "reason": reason, "lanes": job.failures,
-            "kept": sorted(job.parts)})  # lanes that did finish: reused by the next run
+        ledger.write_json(
+            ledger.student_dir(self.out, job.sub.id) / ledger.FAILED,
+            {
+                "id": job.sub.id,
+                "key": job.key,
+                "run": self.run_id,
+                "time": ledger.now(),
+                "attempts": attempts,
+                "reason": reason,
+                "lanes": job.failures,
+                "kept": sorted(job.parts),
+            },
+        )  # lanes that did finish: reused by the next run
         ledger.log_attempt(self.out, job.sub.id, event="failed", run=self.run_id, key=job.key, reason=reason)
         self.counts["failed"] += 1
         progress.finished(f"{job.sub.id}: FAILED: {reason} (retried on the next run)", ok=False)
@@ -520,36 +629,61 @@ class Batch:
         walls = {name: part.meta.get("wall_s", 0.0) for name, part in job.parts.items()}
         result.grading["preflight"] = {**self.host_facts, **result.grading.get("preflight", {})}
         result.grading["batch"] = {
-            "run": self.run_id, "grader_version": self.version, "submission_hash": job.content_hash,
-            "key": job.key, "settings": self.settings,
-            "lanes": {name: {"tasks": part.meta.get("tasks"), "worker": part.meta.get("worker"),
-                             "gpu": part.meta.get("gpu"), "wall_s": part.meta.get("wall_s")}
-                      for name, part in job.parts.items()},
+            "run": self.run_id,
+            "grader_version": self.version,
+            "submission_hash": job.content_hash,
+            "key": job.key,
+            "settings": self.settings,
+            "lanes": {
+                name: {
+                    "tasks": part.meta.get("tasks"),
+                    "worker": part.meta.get("worker"),
+                    "gpu": part.meta.get("gpu"),
+                    "wall_s": part.meta.get("wall_s"),
+                }
+                for name, part in job.parts.items()
+            },
             "gpu_check": self._gpu_check_for(job),
         }
         out_dir = ledger.student_dir(self.out, job.sub.id)
         write_all(result, self.registry, out_dir)
         status = "unreadable" if "unreadable" in result.grading else "graded"
         max_score = result.max_score(self.registry)
-        ledger.write_json(out_dir / ledger.MARKER, {
-            "id": job.sub.id, "key": job.key, "submission_hash": job.content_hash, "grader_version": self.version,
-            "settings": self.settings, "graded_at": ledger.now(), "run": self.run_id,
-            "seeds": result.grading.get("seeds", {}),
-            "status": status, "score": round(result.score, 4), "max_score": max_score, "lanes":
-                result.grading["batch"]["lanes"], "wall_s": round(sum(walls.values()), 1)})
+        ledger.write_json(
+            out_dir / ledger.MARKER,
+            {
+                "id": job.sub.id,
+                "key": job.key,
+                "submission_hash": job.content_hash,
+                "grader_version": self.version,
+                "settings": self.settings,
+                "graded_at": ledger.now(),
+                "run": self.run_id,
+                "seeds": result.grading.get("seeds", {}),
+                "status": status,
+                "score": round(result.score, 4),
+                "max_score": max_score,
+                "lanes": result.grading["batch"]["lanes"],
+                "wall_s": round(sum(walls.values()), 1),
+            },
+        )
         (out_dir / ledger.FAILED).unlink(missing_ok=True)
         ledger.clear_parts(self.out, job.sub.id)
-        ledger.log_attempt(self.out, job.sub.id, event="graded", run=self.run_id, key=job.key,
-                           score=round(result.score, 4))
+        ledger.log_attempt(
+            self.out, job.sub.id, event="graded", run=self.run_id, key=job.key, score=round(result.score, 4)
+        )
         self.counts["graded"] += 1
         self.walls.append(sum(walls.values()))
-        tasks = ", ".join(f"{ts.task.id} {ts.score:.2f}" + ("" if ts.status == "ran" else f" ({ts.status})")
-                          for ts in result.tasks)
+        tasks = ", ".join(
+            f"{ts.task.id} {ts.score:.2f}" + ("" if ts.status == "ran" else f" ({ts.status})") for ts in result.tasks
+        )
         if getattr(result, "theory", None) is not None:
             tasks += f", theory {result.theory.score:.2f}"
         extra = f"; unreadable: {result.grading['unreadable']}" if status == "unreadable" else ""
-        progress.finished(f"{job.sub.id}: {result.score:.2f}/{max_score:g} ({tasks}) in "
-                          f"{duration_text(sum(walls.values()))}{extra}", ok=True)
+        progress.finished(
+            f"{job.sub.id}: {result.score:.2f}/{max_score:g} ({tasks}) in {duration_text(sum(walls.values()))}{extra}",
+            ok=True,
+        )
 
     def stop(self) -> None:
         """Kill the lanes still running (their checkers die with them); what they did is graded again next run."""
@@ -557,8 +691,16 @@ class Batch:
             if item.process.poll() is None:
                 item.process.kill()
                 item.process.wait()
-            ledger.log_attempt(self.out, item.job.sub.id, event="end", lane=item.lane.name, run=self.run_id, ok=False,
-                               exit_code=None, interrupted=True)
+            ledger.log_attempt(
+                self.out,
+                item.job.sub.id,
+                event="end",
+                lane=item.lane.name,
+                run=self.run_id,
+                ok=False,
+                exit_code=None,
+                interrupted=True,
+            )
         self.running.clear()
 
     def _gpu_check_for(self, job: Job) -> dict | None:
@@ -584,8 +726,9 @@ class Batch:
                 if worker.busy is not None:
                     continue
                 for job in open_jobs:
-                    lane = next((lane for lane in job.lanes if lane.name in job.waiting and lane.name == worker.kind),
-                                None)
+                    lane = next(
+                        (lane for lane in job.lanes if lane.name in job.waiting and lane.name == worker.kind), None
+                    )
                     if lane is not None:
                         job.waiting.remove(lane.name)
                         running.append(self._start(job, lane, worker))

@@ -45,9 +45,15 @@ def config_from(args: argparse.Namespace, **changes) -> GradeConfig:
     for name in ("theory", "student_id", "grading_id"):  # the theory part's and the seeds' ids, where given
         if getattr(args, name, None) is not None:
             changes[name] = getattr(args, name)
-    return replace(GradeConfig(), tasks=tuple(args.task), isolation=args.isolation,
-                   allow_weak_isolation=args.allow_weak_isolation, timeout_scale=args.timeout_scale,
-                   select=args.select, **changes)
+    return replace(
+        GradeConfig(),
+        tasks=tuple(args.task),
+        isolation=args.isolation,
+        allow_weak_isolation=args.allow_weak_isolation,
+        timeout_scale=args.timeout_scale,
+        select=args.select,
+        **changes,
+    )
 
 
 def grade(args: argparse.Namespace) -> int:
@@ -68,9 +74,16 @@ def grade(args: argparse.Namespace) -> int:
         return 3
     with replacing(part_dir / f"{args.lane}.pkl") as tmp:
         tmp.write_bytes(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
-    meta = {"key": args.key, "lane": args.lane, "seeds": result.grading.get("seeds"), "tasks": list(args.task),
-            "wall_s": round(time.monotonic() - start, 2), "worker": os.environ.get("KIT_BATCH_WORKER", ""),
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "pid": os.getpid()}
+    meta = {
+        "key": args.key,
+        "lane": args.lane,
+        "seeds": result.grading.get("seeds"),
+        "tasks": list(args.task),
+        "wall_s": round(time.monotonic() - start, 2),
+        "worker": os.environ.get("KIT_BATCH_WORKER", ""),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "pid": os.getpid(),
+    }
     write_atomic(part_dir / f"{args.lane}.json", json.dumps(meta, indent=2))
     print(f"graded {args.lane} ({', '.join(args.task)}): {result.score:.2f} in {meta['wall_s']:.1f} s")
     return 0
@@ -87,8 +100,14 @@ def host_report(tasks, config: GradeConfig, skip_preflight: bool) -> dict:
         import torch
 
         gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    return {"ok": result.ok, "problems": result.problems, "notes": result.notes, "facts": result.facts,
-            "isolation": result.isolation, "gpus": gpus}
+    return {
+        "ok": result.ok,
+        "problems": result.problems,
+        "notes": result.notes,
+        "facts": result.facts,
+        "isolation": result.isolation,
+        "gpus": gpus,
+    }
 
 
 def host(args: argparse.Namespace) -> int:
@@ -107,9 +126,21 @@ def gpu_check(args: argparse.Namespace) -> int:
     gpu_tasks = [t for t in tasks if t.needs_gpu]
     start = time.monotonic()
     result = run_preflight(gpu_tasks, config_from(args), time_reference=True)
-    write_atomic(Path(args.json), json.dumps({
-        "ok": result.ok, "problems": result.problems, "notes": result.notes, "gpu": result.facts.get("gpu", ""),
-        "speeds": result.speeds, "wall_s": round(time.monotonic() - start, 2)}, indent=2, default=str))
+    write_atomic(
+        Path(args.json),
+        json.dumps(
+            {
+                "ok": result.ok,
+                "problems": result.problems,
+                "notes": result.notes,
+                "gpu": result.facts.get("gpu", ""),
+                "speeds": result.speeds,
+                "wall_s": round(time.monotonic() - start, 2),
+            },
+            indent=2,
+            default=str,
+        ),
+    )
     return 0
 
 
@@ -122,10 +153,15 @@ def main(argv: list[str] | None = None) -> int:
     p_grade.add_argument("--lane", required=True)
     p_grade.add_argument("--key", required=True)
     p_grade.add_argument("--seed", type=int, default=None, help="one seed for every task (default: derived)")
-    p_grade.add_argument("--grading-id", default=None,
-                         help="who the hidden seeds are drawn for (grader/grade/seeds.py)")
-    p_grade.add_argument("--theory", action=argparse.BooleanOptionalAction, default=None,
-                         help="grade the theory answers in this lane (the batch picks one lane for them)")
+    p_grade.add_argument(
+        "--grading-id", default=None, help="who the hidden seeds are drawn for (grader/grade/seeds.py)"
+    )
+    p_grade.add_argument(
+        "--theory",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="grade the theory answers in this lane (the batch picks one lane for them)",
+    )
     p_grade.add_argument("--student-id", default=None, help="the student id that picks the theory questions")
     for p in (p_grade, sub.add_parser("host"), sub.add_parser("gpu-check")):
         add_grading_options(p)

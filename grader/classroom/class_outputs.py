@@ -72,15 +72,15 @@ class Record:
     why: str = ""
     score: float | None = None
     max_score: float | None = None
-    tasks: dict[str, dict] = field(default_factory=dict)     # id -> score, max_score, status, reason, timing
-    tests: list[dict] = field(default_factory=list)          # results.json's tests
+    tasks: dict[str, dict] = field(default_factory=dict)  # id -> score, max_score, status, reason, timing
+    tests: list[dict] = field(default_factory=list)  # results.json's tests
     review: list[str] = field(default_factory=list)
     graded_at: str = ""
     wall_s: float | None = None
     version: str = ""
     gpu_warnings: list[str] = field(default_factory=list)
-    theory: dict | None = None                               # grading.json's theory part (grader/grade/theory.py)
-    alias: str | None = None                                 # opted in to the leaderboard under this name
+    theory: dict | None = None  # grading.json's theory part (grader/grade/theory.py)
+    alias: str | None = None  # opted in to the leaderboard under this name
 
 
 # --------------------------------------------------------------------------- reading
@@ -121,17 +121,21 @@ def read_record(sub: Submission, out: Path, version: str) -> Record:
     failure = ledger.read_failure(out, sub.id)
     record = Record(sub, "pending")
     if marker:
-        current = marker.get("grader_version") == version and \
-            marker.get("submission_hash") == ledger.submission_hash(sub.path)
+        current = marker.get("grader_version") == version and marker.get("submission_hash") == ledger.submission_hash(
+            sub.path
+        )
         folder = ledger.student_dir(out, sub.id)
         results, grading = _load(folder / "results.json"), _load(folder / "grading.json")
         if results is None or grading is None:
             record.why = "the done-marker is there but results.json or grading.json is not readable"
         else:
-            record.status = (marker.get("status", "graded") if current else "stale")
+            record.status = marker.get("status", "graded") if current else "stale"
             if not current:
-                record.why = ("graded by another grader version" if marker.get("grader_version") != version
-                              else "the submission changed since it was graded")
+                record.why = (
+                    "graded by another grader version"
+                    if marker.get("grader_version") != version
+                    else "the submission changed since it was graded"
+                )
             record.score, record.max_score = float(results.get("score", 0.0)), marker.get("max_score")
             record.tests = [t for t in results.get("tests", []) if isinstance(t, dict)]
             record.tasks = {tid: t for tid, t in (grading.get("tasks") or {}).items() if isinstance(t, dict)}
@@ -158,15 +162,21 @@ def read_record(sub: Submission, out: Path, version: str) -> Record:
 
 def task_status(record: Record) -> str:
     bad = [f"{tid}:{t.get('status')}" for tid, t in record.tasks.items() if t.get("status") != "ran"]
-    bad += [f"{tid}:partly {NOT_RUN_TAG}" for tid, t in record.tasks.items()
-            if t.get("status") == "ran" and not _ran_whole(t)]
+    bad += [
+        f"{tid}:partly {NOT_RUN_TAG}"
+        for tid, t in record.tasks.items()
+        if t.get("status") == "ran" and not _ran_whole(t)
+    ]
     return ";".join(bad)
 
 
 def _not_run(task: dict) -> float:
     """Points of a task's grading record that did not run (all of them for a task that could not run at all)."""
-    return float(task.get("max_score") or 0.0) if task.get("status") == "not_run" else \
-        float(task.get("not_run_points") or 0.0)
+    return (
+        float(task.get("max_score") or 0.0)
+        if task.get("status") == "not_run"
+        else float(task.get("not_run_points") or 0.0)
+    )
 
 
 def _ran_whole(task: dict) -> bool:
@@ -182,8 +192,9 @@ def upload_gap(record: Record, tasks: set[str], theory: bool) -> str:
     """'' when the grading holds every task in ``tasks`` (and the theory, when asked), each run whole; else what it
     lacks: an upload would set the student's score to a part of it."""
     gaps = [f"{tid} not graded" for tid in sorted(tasks) if tid not in record.tasks]
-    gaps += [f"{tid} {NOT_RUN_TAG}" for tid in sorted(tasks)
-             if tid in record.tasks and not _ran_whole(record.tasks[tid])]
+    gaps += [
+        f"{tid} {NOT_RUN_TAG}" for tid in sorted(tasks) if tid in record.tasks and not _ran_whole(record.tasks[tid])
+    ]
     if theory and record.theory is None:
         gaps.append("theory not graded")
     return ", ".join(gaps)
@@ -191,8 +202,26 @@ def upload_gap(record: Record, tasks: set[str], theory: bool) -> str:
 
 def gradebook_rows(records: list[Record], registry: Registry) -> tuple[list[str], list[list[str]]]:
     task_ids = [t.id for t in registry.tasks]
-    header = ["id", "sid", "name", "email", *task_ids, "theory", "total", "max", "late", "submitted_at", "status",
-              "task_status", "why", "review", "graded_at", "wall_s", "grader_version", "gpu_warnings"]
+    header = [
+        "id",
+        "sid",
+        "name",
+        "email",
+        *task_ids,
+        "theory",
+        "total",
+        "max",
+        "late",
+        "submitted_at",
+        "status",
+        "task_status",
+        "why",
+        "review",
+        "graded_at",
+        "wall_s",
+        "grader_version",
+        "gpu_warnings",
+    ]
     rows = []
     for r in records:
         graded = r.status in ("graded", "unreadable", "stale")
@@ -200,17 +229,27 @@ def gradebook_rows(records: list[Record], registry: Registry) -> tuple[list[str]
             cells = [r.sub.id, member.sid, member.name, member.email]
             cells += [task_cell(r.tasks[t]) if graded and t in r.tasks else "" for t in task_ids]
             cells.append(f"{float(r.theory.get('score', 0.0)):.2f}" if graded and r.theory else "")
-            cells += [f"{r.score:.2f}" if graded and r.score is not None else "",
-                      f"{r.max_score:g}" if graded and r.max_score is not None else "",
-                      "" if r.sub.late is None else ("yes" if r.sub.late else "no"), r.sub.submitted_at, r.status,
-                      task_status(r), r.why, " | ".join(r.review), r.graded_at,
-                      "" if r.wall_s is None else f"{r.wall_s:.1f}", r.version, " | ".join(r.gpu_warnings)]
+            cells += [
+                f"{r.score:.2f}" if graded and r.score is not None else "",
+                f"{r.max_score:g}" if graded and r.max_score is not None else "",
+                "" if r.sub.late is None else ("yes" if r.sub.late else "no"),
+                r.sub.submitted_at,
+                r.status,
+                task_status(r),
+                r.why,
+                " | ".join(r.review),
+                r.graded_at,
+                "" if r.wall_s is None else f"{r.wall_s:.1f}",
+                r.version,
+                " | ".join(r.gpu_warnings),
+            ]
             rows.append([csv_cell(str(c)) for c in cells])
     return header, rows
 
 
-def gradescope_rows(records: list[Record], tasks: set[str], *, total: bool,
-                    theory: bool = False) -> tuple[list[list[str]], list[str]]:
+def gradescope_rows(
+    records: list[Record], tasks: set[str], *, total: bool, theory: bool = False
+) -> tuple[list[list[str]], list[str]]:
     """Name, SID, Email, Total Score per student with a current, complete grade of ``tasks`` (and the theory, when
     asked): the total (``total``) or the sum over ``tasks``; and who was left out, and why."""
     chosen: dict[str, tuple[Record, Student]] = {}
@@ -237,8 +276,10 @@ def gradescope_rows(records: list[Record], tasks: set[str], *, total: bool,
             return r.score or 0.0
         return sum(float(t.get("score", 0.0)) for tid, t in r.tasks.items() if tid in tasks)
 
-    rows = [[csv_cell(m.name), csv_cell(m.sid), csv_cell(m.email), f"{score(r):.2f}"]
-            for r, m in sorted(chosen.values(), key=lambda rm: (rm[1].name, rm[1].sid, rm[1].email))]
+    rows = [
+        [csv_cell(m.name), csv_cell(m.sid), csv_cell(m.email), f"{score(r):.2f}"]
+        for r, m in sorted(chosen.values(), key=lambda rm: (rm[1].name, rm[1].sid, rm[1].email))
+    ]
     return rows, left_out
 
 
@@ -254,10 +295,19 @@ def pass_rates(records: list[Record], registry: Registry) -> list[dict]:
             task = next((t for t in tags if t in order), None)
             if task is None or r.tasks.get(task, {}).get("status") != "ran" or NOT_RUN_TAG in tags:
                 continue
-            entry = counts.setdefault(test.get("name", "?"), {
-                "task": task, "check": test.get("name", "?"), "kind": "performance" if "performance" in tags else
-                ("structure" if "structure" in tags else "correctness"), "passed": 0, "ran": 0,
-                "max_score": test.get("max_score", 0)})
+            entry = counts.setdefault(
+                test.get("name", "?"),
+                {
+                    "task": task,
+                    "check": test.get("name", "?"),
+                    "kind": "performance"
+                    if "performance" in tags
+                    else ("structure" if "structure" in tags else "correctness"),
+                    "passed": 0,
+                    "ran": 0,
+                    "max_score": test.get("max_score", 0),
+                },
+            )
             entry["ran"] += 1
             entry["passed"] += test.get("status") == "passed"
     rows = sorted(counts.values(), key=lambda e: (order[e["task"]], e["check"]))
@@ -286,9 +336,14 @@ def leaderboard(records: list[Record], registry: Registry) -> tuple[list[dict], 
             rule = registry.task(metric.task).timing[metric.rule]
         except (KeyError, IndexError):
             continue
-        columns.append({"metric": metric, "rule": rule.name,
-                        "title": f"{metric.label} ({metric.unit}, {'higher' if metric.higher_is_better else 'lower'}"
-                                 " is better)"})
+        columns.append(
+            {
+                "metric": metric,
+                "rule": rule.name,
+                "title": f"{metric.label} ({metric.unit}, {'higher' if metric.higher_is_better else 'lower'}"
+                " is better)",
+            }
+        )
     rows = []
     for r in records:
         if r.alias is None or r.status != "graded":
@@ -315,11 +370,24 @@ def timing_values(records: list[Record], registry: Registry) -> list[dict]:
     rules = []
     for task in registry.tasks:
         for index, rule in enumerate(task.timing):
-            values = [float(t["value"]) for r in records if r.status == "graded"
-                      for t in [_timing_record(r, task.id, rule.name)] if t and isinstance(t.get("value"), (int, float))]
-            rules.append({"task": task.id, "index": index, "rule": rule.name, "metric": rule.metric,
-                          "thresholds": [(th.at, th.points) for th in rule.thresholds], "values": values,
-                          **describe(values)})
+            values = [
+                float(t["value"])
+                for r in records
+                if r.status == "graded"
+                for t in [_timing_record(r, task.id, rule.name)]
+                if t and isinstance(t.get("value"), (int, float))
+            ]
+            rules.append(
+                {
+                    "task": task.id,
+                    "index": index,
+                    "rule": rule.name,
+                    "metric": rule.metric,
+                    "thresholds": [(th.at, th.points) for th in rule.thresholds],
+                    "values": values,
+                    **describe(values),
+                }
+            )
     return rules
 
 
@@ -334,16 +402,36 @@ def task_summary(records: list[Record], registry: Registry) -> list[dict]:
         for t in ran:
             status = t.get("status", "?") if t.get("status") == "not_run" or _ran_whole(t) else "partly not run"
             statuses[status] = statuses.get(status, 0) + 1
-        rows.append({"task": task.id, "title": task.title, "max_score": task.points.total, "graded": len(graded),
-                     "full": sum(abs(s - task.points.total) < 1e-6 for s in scores), "zero": sum(s == 0 for s in scores),
-                     "statuses": statuses, "scores": scores, **describe(scores)})
+        rows.append(
+            {
+                "task": task.id,
+                "title": task.title,
+                "max_score": task.points.total,
+                "graded": len(graded),
+                "full": sum(abs(s - task.points.total) < 1e-6 for s in scores),
+                "zero": sum(s == 0 for s in scores),
+                "statuses": statuses,
+                "scores": scores,
+                **describe(scores),
+            }
+        )
     theory = [r.theory for r in records if r.status in ("graded", "unreadable") and r.theory]
     if theory:  # the numeric answers; the written proof is graded by hand later (its points pending here)
         top = max(float(t.get("max_score", 0.0)) for t in theory)
         scores = [float(t.get("score", 0.0)) for t in theory]
-        rows.append({"task": "theory", "title": "Theory questions (the proof: by hand)", "max_score": top,
-                     "graded": len(scores), "full": sum(abs(s - top) < 1e-6 for s in scores),
-                     "zero": sum(s == 0 for s in scores), "statuses": {}, "scores": scores, **describe(scores)})
+        rows.append(
+            {
+                "task": "theory",
+                "title": "Theory questions (the proof: by hand)",
+                "max_score": top,
+                "graded": len(scores),
+                "full": sum(abs(s - top) < 1e-6 for s in scores),
+                "zero": sum(s == 0 for s in scores),
+                "statuses": {},
+                "scores": scores,
+                **describe(scores),
+            }
+        )
     return rows
 
 
@@ -377,12 +465,16 @@ def timing_histogram(rule: dict) -> bytes:
     for at, points in rule["thresholds"]:
         ax.axvline(at, color="#b42318", linestyle="--", linewidth=1)
         ax.text(at, 1.01, f"{points:g}", transform=on_top, ha="center", va="bottom", fontsize=7, color="#b42318")
-    ax.set_xlabel("student time / reference time (lower is better)" if rule["metric"] == "time_vs_reference"
-                  else "speedup over the naive baseline (higher is better)")
+    ax.set_xlabel(
+        "student time / reference time (lower is better)"
+        if rule["metric"] == "time_vs_reference"
+        else "speedup over the naive baseline (higher is better)"
+    )
     ax.set_ylabel("submissions")
     ax.yaxis.get_major_locator().set_params(integer=True)
-    ax.set_title(f"{rule['task']}: {rule['rule']}\n(dashed: the rubric's thresholds, with their points)", fontsize=8,
-                 pad=12)
+    ax.set_title(
+        f"{rule['task']}: {rule['rule']}\n(dashed: the rubric's thresholds, with their points)", fontsize=8, pad=12
+    )
     return png(fig)
 
 
@@ -410,8 +502,9 @@ def _csv(header: list[str], rows: list[list[str]]) -> str:
     return buffer.getvalue()
 
 
-def write_class_outputs(subs: list[Submission], out: Path, *, problems: list[str] | tuple = (),
-                        registry: Registry | None = None) -> dict:
+def write_class_outputs(
+    subs: list[Submission], out: Path, *, problems: list[str] | tuple = (), registry: Registry | None = None
+) -> dict:
     out = Path(out)
     registry = registry or load_registry()
     subs = _with_saved_roster(subs, out)
@@ -421,21 +514,42 @@ def write_class_outputs(subs: list[Submission], out: Path, *, problems: list[str
 
     header, rows = gradebook_rows(records, registry)
     write_atomic(target / "gradebook.csv", _csv(header, rows))
-    upload, left_out = gradescope_rows(records, {t.id for t in registry.available}, total=True,
-                                       theory=registry.theory is not None)
+    upload, left_out = gradescope_rows(
+        records, {t.id for t in registry.available}, total=True, theory=registry.theory is not None
+    )
     write_atomic(target / "gradescope_scores.csv", _csv(UPLOAD_HEADER, upload))
     gpu_upload, gpu_left_out = gradescope_rows(records, {t.id for t in registry.available if t.needs_gpu}, total=False)
     write_atomic(target / "gradescope_gpu_scores.csv", _csv(UPLOAD_HEADER, gpu_upload))
     rates = pass_rates(records, registry)
-    write_atomic(target / "pass_rates.csv", _csv(
-        ["task", "check", "kind", "passed", "ran", "pass_rate", "points"],
-        [[r["task"], csv_cell(r["check"]), r["kind"], r["passed"], r["ran"],
-          "" if r["rate"] is None else f"{r['rate']:.3f}", f"{r['max_score']:g}"] for r in rates]))
+    write_atomic(
+        target / "pass_rates.csv",
+        _csv(
+            ["task", "check", "kind", "passed", "ran", "pass_rate", "points"],
+            [
+                [
+                    r["task"],
+                    csv_cell(r["check"]),
+                    r["kind"],
+                    r["passed"],
+                    r["ran"],
+                    "" if r["rate"] is None else f"{r['rate']:.3f}",
+                    f"{r['max_score']:g}",
+                ]
+                for r in rates
+            ],
+        ),
+    )
     columns, board = leaderboard(records, registry)
-    write_atomic(target / "leaderboard.csv", _csv(
-        ["rank", "name", *[c["title"] for c in columns]],
-        [[row["rank"], csv_cell(row["alias"]), *["" if v is None else f"{v:.4g}" for v in row["values"]]]
-         for row in board]))
+    write_atomic(
+        target / "leaderboard.csv",
+        _csv(
+            ["rank", "name", *[c["title"] for c in columns]],
+            [
+                [row["rank"], csv_cell(row["alias"]), *["" if v is None else f"{v:.4g}" for v in row["values"]]]
+                for row in board
+            ],
+        ),
+    )
 
     tasks = task_summary(records, registry)
     timing = timing_values(records, registry)
@@ -443,7 +557,8 @@ def write_class_outputs(subs: list[Submission], out: Path, *, problems: list[str
     for row in tasks:
         if row["scores"]:
             figures[f"score_{row['task']}.png"] = score_histogram(
-                row["scores"], row["max_score"], f"{row['task']} {row['title']}: {row['graded']} graded")
+                row["scores"], row["max_score"], f"{row['task']} {row['title']}: {row['graded']} graded"
+            )
     totals = [r.score for r in records if r.status in ("graded", "unreadable") and r.score is not None]
     top = max((r.max_score or 0 for r in records if r.max_score), default=registry.total_points)
     if totals:
@@ -458,10 +573,15 @@ def write_class_outputs(subs: list[Submission], out: Path, *, problems: list[str
     walls = [r.wall_s for r in records if r.status in ("graded", "unreadable") and r.wall_s is not None]
     checks = worker_checks(out)
     summary = {
-        "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "grader_version": version,
-        "submissions": len(records), "students": sum(len(r.sub.members()) for r in records), "counts": counts,
-        "late": sum(1 for r in records if r.sub.late), "problems": list(problems),
-        "left_out_of_upload": left_out, "left_out_of_gpu_upload": gpu_left_out,
+        "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "grader_version": version,
+        "submissions": len(records),
+        "students": sum(len(r.sub.members()) for r in records),
+        "counts": counts,
+        "late": sum(1 for r in records if r.sub.late),
+        "problems": list(problems),
+        "left_out_of_upload": left_out,
+        "left_out_of_gpu_upload": gpu_left_out,
         "failed": [{"id": r.sub.id, "why": r.why} for r in records if r.status == "failed"],
         "stale": [{"id": r.sub.id, "why": r.why} for r in records if r.status == "stale"],
         "pending": [r.sub.id for r in records if r.status == "pending"],
@@ -469,19 +589,32 @@ def write_class_outputs(subs: list[Submission], out: Path, *, problems: list[str
         "tasks": [{k: v for k, v in row.items() if k != "scores"} for row in tasks],
         "timing": [{k: v for k, v in rule.items() if k != "values"} for rule in timing],
         "pass_rates": rates,
-        "leaderboard": {"columns": [c["title"] for c in columns],
-                        "rows": [{k: v for k, v in row.items() if k != "id"} for row in board]},
+        "leaderboard": {
+            "columns": [c["title"] for c in columns],
+            "rows": [{k: v for k, v in row.items() if k != "id"} for row in board],
+        },
         "gpu_workers": checks[-1] if checks else None,
-        "gpu_warnings": [f"{c.get('run')}: {w.get('name')} ({w.get('gpu')}): {line}" for c in checks
-                         for w in c.get("workers", []) for line in w.get("warnings", [])],
+        "gpu_warnings": [
+            f"{c.get('run')}: {w.get('name')} ({w.get('gpu')}): {line}"
+            for c in checks
+            for w in c.get("workers", [])
+            for line in w.get("warnings", [])
+        ],
         "figures": [f"figures/{name}" for name in figures],
     }
     images = {name: "data:image/png;base64," + base64.b64encode(png).decode("ascii") for name, png in figures.items()}
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]))
     html = env.get_template("class_summary.html.j2").render(
-        registry=registry, summary=summary, tasks=tasks, timing=timing, rates=sorted(
-            (r for r in rates if r["rate"] is not None), key=lambda r: (r["rate"], r["task"], r["check"])),
-        columns=columns, board=board, images=images, records=records)
+        registry=registry,
+        summary=summary,
+        tasks=tasks,
+        timing=timing,
+        rates=sorted((r for r in rates if r["rate"] is not None), key=lambda r: (r["rate"], r["task"], r["check"])),
+        columns=columns,
+        board=board,
+        images=images,
+        records=records,
+    )
     write_atomic(target / "summary.html", html)
     write_atomic(target / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
     return summary
@@ -495,8 +628,11 @@ def _with_saved_roster(subs: list[Submission], out: Path) -> list[Submission]:
     from grader.classroom.roster import RosterError, parse_due
 
     try:
-        roster = scan(Path(saved["submissions"]), due=parse_due(saved["due"]) if saved.get("due") else None,
-                      roster_csv=Path(saved["roster"]) if saved.get("roster") else None)
+        roster = scan(
+            Path(saved["submissions"]),
+            due=parse_due(saved["due"]) if saved.get("due") else None,
+            roster_csv=Path(saved["roster"]) if saved.get("roster") else None,
+        )
     except RosterError:
         return subs
     by_id = {s.id: s for s in roster.submissions}

@@ -52,8 +52,8 @@ class SummaryError(Exception):
 @dataclass
 class Response:
     student: str
-    status: str                    # one of STATUSES
-    source: str = ""               # where the file was read: alice/feedback.json, bob.zip:bob/feedback.json
+    status: str  # one of STATUSES
+    source: str = ""  # where the file was read: alice/feedback.json, bob.zip:bob/feedback.json
     problems: list[str] = field(default_factory=list)
     answers: dict = field(default_factory=dict)  # the valid answers only; skipped optional questions left out
 
@@ -120,8 +120,9 @@ def parse_response(student: str, source: str, data: bytes, form: Form) -> Respon
         answers = parse_answers(data, form)
     except FeedbackError as exc:
         return Response(student, "malformed", source, [str(exc)])
-    valid = {q.id: answers[q.id] for q in form.questions
-             if answers.get(q.id) is not None and q.check(answers[q.id]) is None}
+    valid = {
+        q.id: answers[q.id] for q in form.questions if answers.get(q.id) is not None and q.check(answers[q.id]) is None
+    }
     # form.problems names each unanswered question on a line of its own; here they fit on one.
     unanswered = [q.id for q in form.questions if q.required and q.id not in answers]
     problems = [f"not answered: {', '.join(unanswered)}"] if unanswered else []
@@ -136,8 +137,13 @@ def describe(values: list[float]) -> dict:
     """Count, mean, median, minimum and maximum of ``values`` (None where there are none)."""
     if not values:
         return {"n": 0, "mean": None, "median": None, "min": None, "max": None}
-    return {"n": len(values), "mean": statistics.fmean(values), "median": statistics.median(values),
-            "min": min(values), "max": max(values)}
+    return {
+        "n": len(values),
+        "mean": statistics.fmean(values),
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+    }
 
 
 def per_task_family(q: Question) -> str | None:
@@ -152,8 +158,11 @@ def summarise_question(q: Question, responses: list[Response]) -> dict:
         picked = [p for v in values for p in (v if q.multiple else [v])]
         out |= {"multiple": q.multiple, "counts": {c: picked.count(c) for c in q.choices}}
     elif q.type == "scale":
-        out |= {"low": q.low, "high": q.high,
-                "distribution": {str(k): values.count(k) for k in range(SCALE[0], SCALE[1] + 1)}}
+        out |= {
+            "low": q.low,
+            "high": q.high,
+            "distribution": {str(k): values.count(k) for k in range(SCALE[0], SCALE[1] + 1)},
+        }
         out |= {k: v for k, v in describe(values).items() if k in ("mean", "median")}
     elif q.type == "number":
         out |= describe(values)
@@ -189,24 +198,36 @@ def read_grades(grades_dir: Path, registry: Registry) -> tuple[dict[str, dict[st
     return grades, warnings
 
 
-def task_rows(registry: Registry, questions: dict[str, dict], form: Form,
-              grades: dict[str, dict[str, tuple[float, float]]] | None) -> list[dict]:
+def task_rows(
+    registry: Registry, questions: dict[str, dict], form: Form, grades: dict[str, dict[str, tuple[float, float]]] | None
+) -> list[dict]:
     """Per task: the mean of each difficulty (scale) question about it, the mean of its per-task numbers (hours)
     and, with grades, the class's mean score."""
     rows = []
     for task in registry.tasks:
-        row: dict = {"task": task.id, "title": task.title,
-                     "difficulty": [{"question": q.id, "text": q.text, "n": questions[q.id]["answered"],
-                                     "mean": questions[q.id]["mean"]}
-                                    for q in form.questions if q.type == "scale" and q.task == task.id],
-                     "per_task": {per_task_family(q): questions[q.id]["mean"] for q in form.questions
-                                  if q.task == task.id and per_task_family(q)}}
+        row: dict = {
+            "task": task.id,
+            "title": task.title,
+            "difficulty": [
+                {"question": q.id, "text": q.text, "n": questions[q.id]["answered"], "mean": questions[q.id]["mean"]}
+                for q in form.questions
+                if q.type == "scale" and q.task == task.id
+            ],
+            "per_task": {
+                per_task_family(q): questions[q.id]["mean"]
+                for q in form.questions
+                if q.task == task.id and per_task_family(q)
+            },
+        }
         if grades is not None:
             marks = [g[task.id] for g in grades.values() if task.id in g]
             score, top = sum(m[0] for m in marks), sum(m[1] for m in marks)
-            row |= {"graded": len(marks), "mean_score": score / len(marks) if marks else None,
-                    "max_score": top / len(marks) if marks else None,
-                    "mean_percent": 100 * score / top if top else None}
+            row |= {
+                "graded": len(marks),
+                "mean_score": score / len(marks) if marks else None,
+                "max_score": top / len(marks) if marks else None,
+                "mean_percent": 100 * score / top if top else None,
+            }
         rows.append(row)
     return rows
 
@@ -235,8 +256,9 @@ def scale_plot(summary: dict) -> bytes:
     fig, ax = figure(5, 2.6)
     levels = list(summary["distribution"])
     ax.bar(levels, list(summary["distribution"].values()), color="#4878a8")
-    ax.set_xticks(range(len(levels)), [f"{levels[0]}\n{summary['low']}"] + levels[1:-1]
-                  + [f"{levels[-1]}\n{summary['high']}"])
+    ax.set_xticks(
+        range(len(levels)), [f"{levels[0]}\n{summary['low']}"] + levels[1:-1] + [f"{levels[-1]}\n{summary['high']}"]
+    )
     ax.set_ylabel("answers")
     ax.yaxis.get_major_locator().set_params(integer=True)
     ax.set_title(f"n = {summary['answered']}, mean {summary['mean']:.2f}, median {summary['median']:g}", fontsize=10)
@@ -271,29 +293,47 @@ def difficulty_score_plot(points: list[tuple[str, float, float]]) -> bytes:
 # --------------------------------------------------------------------------- writing
 
 
-def page_sections(form: Form, registry: Registry, responses: list[Response], questions: dict[str, dict],
-                  images: dict[str, str]) -> list[dict]:
+def page_sections(
+    form: Form, registry: Registry, responses: list[Response], questions: dict[str, dict], images: dict[str, str]
+) -> list[dict]:
     """What the page shows, in the form's order: a section per question, one for each per-task family."""
     sections, shown = [], set()
     for q in form.questions:
         family = per_task_family(q)
         if family is None:
-            sections.append(questions[q.id] | {
-                "image": images.get(f"scale_{q.id}.png"),
-                # Sorted by their own text, not by student: the page names no one beside an opinion.
-                "texts": sorted(r.answers[q.id] for r in responses if q.id in r.answers) if q.type == "text" else []})
+            sections.append(
+                questions[q.id]
+                | {
+                    "image": images.get(f"scale_{q.id}.png"),
+                    # Sorted by their own text, not by student: the page names no one beside an opinion.
+                    "texts": sorted(r.answers[q.id] for r in responses if q.id in r.answers)
+                    if q.type == "text"
+                    else [],
+                }
+            )
         elif family not in shown:
             shown.add(family)
             members = [p for p in form.questions if per_task_family(p) == family]
             text = q.text.removesuffix(f": {q.task} {registry.task(q.task).title}")
-            sections.append({"type": "per_task", "id": family, "text": text,
-                             "rows": [questions[p.id] | {"title": registry.task(p.task).title} for p in members],
-                             "image": images.get(f"per_task_{family}.png")})
+            sections.append(
+                {
+                    "type": "per_task",
+                    "id": family,
+                    "text": text,
+                    "rows": [questions[p.id] | {"title": registry.task(p.task).title} for p in members],
+                    "image": images.get(f"per_task_{family}.png"),
+                }
+            )
     return sections
 
 
-def summarise(submissions_dir: Path, out: Path, grades_dir: Path | None = None,
-              form: Form | None = None, registry: Registry | None = None) -> tuple[dict, list[str]]:
+def summarise(
+    submissions_dir: Path,
+    out: Path,
+    grades_dir: Path | None = None,
+    form: Form | None = None,
+    registry: Registry | None = None,
+) -> tuple[dict, list[str]]:
     """Read, aggregate, plot and write; returns summary.json's content and the warnings."""
     if not submissions_dir.is_dir():
         raise SummaryError(f"{submissions_dir}: no such folder (it should hold one folder or .zip per student)")
@@ -304,8 +344,11 @@ def summarise(submissions_dir: Path, out: Path, grades_dir: Path | None = None,
     if not found:
         raise SummaryError(f"{submissions_dir}: no submissions in it (expected one folder or .zip per student)")
     responses = [read_response(student, path, form) for student, path in found]
-    warnings = [f"{r.student}: {r.source or '-'}: {r.status}: {'; '.join(r.problems)}"
-                for r in responses if r.status != "complete"] + ignored
+    warnings = [
+        f"{r.student}: {r.source or '-'}: {r.status}: {'; '.join(r.problems)}"
+        for r in responses
+        if r.status != "complete"
+    ] + ignored
     questions = {q.id: summarise_question(q, responses) for q in form.questions}
     grades = None
     if grades_dir is not None:
@@ -325,31 +368,51 @@ def summarise(submissions_dir: Path, out: Path, grades_dir: Path | None = None,
                 families.setdefault(per_task_family(q), {})[q.task] = values
     for family, values in families.items():
         figures[f"per_task_{family}.png"] = per_task_plot(values, family)
-    points = [(f"{row['task']}" + (f" ({d['question']})" if len(row["difficulty"]) > 1 else ""), d["mean"],
-               row["mean_percent"])
-              for row in tasks if grades is not None and row["mean_percent"] is not None
-              for d in row["difficulty"] if d["mean"] is not None]
+    points = [
+        (
+            f"{row['task']}" + (f" ({d['question']})" if len(row["difficulty"]) > 1 else ""),
+            d["mean"],
+            row["mean_percent"],
+        )
+        for row in tasks
+        if grades is not None and row["mean_percent"] is not None
+        for d in row["difficulty"]
+        if d["mean"] is not None
+    ]
     if points:
         figures["difficulty_vs_score.png"] = difficulty_score_plot(points)
 
     counts = {status: sum(r.status == status for r in responses) for status in STATUSES}
     summary = {
-        "form_schema_version": form.schema_version, "submissions": len(responses), "counts": counts,
-        "problems": [{"student": r.student, "status": r.status, "file": r.source, "reasons": r.problems}
-                     for r in responses if r.status != "complete"],
+        "form_schema_version": form.schema_version,
+        "submissions": len(responses),
+        "counts": counts,
+        "problems": [
+            {"student": r.student, "status": r.status, "file": r.source, "reasons": r.problems}
+            for r in responses
+            if r.status != "complete"
+        ],
         "ignored": ignored,
         "questions": questions,
-        "tasks": tasks, "graded_students": None if grades is None else len(grades),
-        "figures": [f"figures/{name}" for name in figures], "warnings": len(warnings),
+        "tasks": tasks,
+        "graded_students": None if grades is None else len(grades),
+        "figures": [f"figures/{name}" for name in figures],
+        "warnings": len(warnings),
     }
     for name, png in figures.items():
         write_atomic(out / "figures" / name, png)
     images = {name: "data:image/png;base64," + base64.b64encode(png).decode("ascii") for name, png in figures.items()}
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]))
     html = env.get_template("feedback_summary.html.j2").render(
-        registry=registry, summary=summary, sections=page_sections(form, registry, responses, questions, images),
-        tasks=tasks, has_grades=grades is not None, difficulty_image=images.get("difficulty_vs_score.png"),
-        source=submissions_dir.name, generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
+        registry=registry,
+        summary=summary,
+        sections=page_sections(form, registry, responses, questions, images),
+        tasks=tasks,
+        has_grades=grades is not None,
+        difficulty_image=images.get("difficulty_vs_score.png"),
+        source=submissions_dir.name,
+        generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    )
     write_atomic(out / "summary.html", html.encode("utf-8"))
     write_atomic(out / "summary.json", (json.dumps(summary, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
     return summary, warnings
@@ -358,8 +421,12 @@ def summarise(submissions_dir: Path, out: Path, grades_dir: Path | None = None,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("submissions", type=Path, help="a folder with one folder or .zip per student")
-    parser.add_argument("--grades", type=Path, default=None,
-                        help="per-student grading outputs (GRADES/<student>/results.json) to set scores beside")
+    parser.add_argument(
+        "--grades",
+        type=Path,
+        default=None,
+        help="per-student grading outputs (GRADES/<student>/results.json) to set scores beside",
+    )
     parser.add_argument("--out", type=Path, default=Path("build/feedback-summary"))
     args = parser.parse_args(argv)
     try:

@@ -66,8 +66,14 @@ BUILD_INFO = "gradescope.json"
 SALT_KEY = "hidden_seed_salt"  # in BUILD_INFO, only when the salt comes from the environment
 # What the zip carries: these roots, less the excluded prefixes and any cache or hidden file.
 KIT_ROOTS = ("assignment", "grader", "pyproject.toml")
-EXCLUDED = ("assignment/text/", "grader/records/", "grader/scripts/", "grader/notes/", "grader/fixtures/",
-            "grader/release/templates/")
+EXCLUDED = (
+    "assignment/text/",
+    "grader/records/",
+    "grader/scripts/",
+    "grader/notes/",
+    "grader/fixtures/",
+    "grader/release/templates/",
+)
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 
 SETUP_SH = r"""#!/usr/bin/env bash
@@ -168,8 +174,14 @@ def _add(archive: zipfile.ZipFile, name: str, data: bytes, executable: bool = Fa
     archive.writestr(info, data)
 
 
-def build(out: Path = DEFAULT_OUT, *, visibility: str = "visible", isolation: str = "auto",
-          allow_weak_isolation: bool = True, repo: Path = REPO_ROOT) -> Path:
+def build(
+    out: Path = DEFAULT_OUT,
+    *,
+    visibility: str = "visible",
+    isolation: str = "auto",
+    allow_weak_isolation: bool = True,
+    repo: Path = REPO_ROOT,
+) -> Path:
     """Write ``out/autograder.zip``; returns its path."""
     if visibility not in VISIBILITIES:
         raise ValueError(f"visibility must be one of {', '.join(VISIBILITIES)}, got {visibility!r}")
@@ -178,10 +190,15 @@ def build(out: Path = DEFAULT_OUT, *, visibility: str = "visible", isolation: st
     registry = load_registry()
     salt = seeds.resolve_salt(registry)  # an autograder that could not derive its seeds would fail every submission
     info = {
-        "visibility": visibility, "isolation": isolation, "allow_weak_isolation": allow_weak_isolation,
-        "torch": torch_pin(repo / "assignment" / "bootstrap.sh"), "grader_version": ledger.grader_version(),
-        "graded_here": [t.id for t in cpu_tasks(registry)], "pending": [t.id for t in gpu_tasks(registry)],
-        "theory": registry.theory is not None, "built": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "visibility": visibility,
+        "isolation": isolation,
+        "allow_weak_isolation": allow_weak_isolation,
+        "torch": torch_pin(repo / "assignment" / "bootstrap.sh"),
+        "grader_version": ledger.grader_version(),
+        "graded_here": [t.id for t in cpu_tasks(registry)],
+        "pending": [t.id for t in gpu_tasks(registry)],
+        "theory": registry.theory is not None,
+        "built": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "salt_fingerprint": salt.fingerprint,
     }
     if salt.source == seeds.SALT_ENV:  # the registry in the zip does not hold it
@@ -195,8 +212,11 @@ def build(out: Path = DEFAULT_OUT, *, visibility: str = "visible", isolation: st
             _add(archive, "setup.sh", SETUP_SH.encode(), executable=True)
             _add(archive, "run_autograder", RUN_AUTOGRADER.encode(), executable=True)
             _add(archive, "requirements-torch.txt", f"torch=={info['torch']}\n".encode())
-            _add(archive, "requirements.txt", "".join(f"{dep}\n" for dep in requirements(repo / "pyproject.toml"))
-                 .encode())
+            _add(
+                archive,
+                "requirements.txt",
+                "".join(f"{dep}\n" for dep in requirements(repo / "pyproject.toml")).encode(),
+            )
             _add(archive, BUILD_INFO, json.dumps(info, indent=2).encode())
             for name in kit_files(repo):
                 _add(archive, name, (repo / name).read_bytes())
@@ -239,8 +259,9 @@ def student_id(root: Path) -> str | None:
 
 def grading_id(root: Path) -> str | None:
     """Who the hidden seeds are drawn for: the submitter's SID, else their email (as the class roster does)."""
-    return student_id(root) or next((str(u["email"]).strip() for u in _users(root)
-                                     if str(u.get("email") or "").strip()), None)
+    return student_id(root) or next(
+        (str(u["email"]).strip() for u in _users(root) if str(u.get("email") or "").strip()), None
+    )
 
 
 def submission_source(submission: Path, registry: Registry) -> Path:
@@ -257,8 +278,11 @@ def pending_entry(task: Task, found: dict[str, str], visibility: str) -> dict:
     files = []
     for name in task.files:
         where = found.get(name)
-        files.append(f"{name}: received" + (f" (as {where})" if where and where != name else "") if where else
-                     f"{name}: NOT in this submission; without it this task scores 0 on the GPU machines too")
+        files.append(
+            f"{name}: received" + (f" (as {where})" if where and where != name else "")
+            if where
+            else f"{name}: NOT in this submission; without it this task scores 0 on the GPU machines too"
+        )
     return {
         "name": f"{task.id} {task.title}: {PENDING_TAG}, graded on the course's GPU machines",
         "number": f"{task.number}",
@@ -266,10 +290,12 @@ def pending_entry(task: Task, found: dict[str, str], visibility: str) -> dict:
         "max_score": task.points.total,
         "status": PENDING_STATUS,
         "visibility": visibility,
-        "output": (f"Pending: {task.title} needs a CUDA GPU, which Gradescope's machines do not have: the course staff "
-                   f"grades it on the course's GPU machines after the deadline and uploads its {task.points.total:g} "
-                   "points here; until then it shows 0 (pending, not failed). Run its public tests and `make bench "
-                   f"T={task.id}` yourself on a GPU.\n" + "\n".join(files)),
+        "output": (
+            f"Pending: {task.title} needs a CUDA GPU, which Gradescope's machines do not have: the course staff "
+            f"grades it on the course's GPU machines after the deadline and uploads its {task.points.total:g} "
+            "points here; until then it shows 0 (pending, not failed). Run its public tests and `make bench "
+            f"T={task.id}` yourself on a GPU.\n" + "\n".join(files)
+        ),
         "tags": [task.id, "gpu", PENDING_TAG],
     }
 
@@ -288,9 +314,11 @@ def results_for(result, registry: Registry, visibility: str) -> dict:
     here = ", ".join(t.id for t in cpu_tasks(registry)) + (" and the theory answers" if result.theory else "")
     waiting = sum(t.points.total for t in pending)
     if pending:
-        results["output"] = (f"Graded here (Gradescope, no GPU): {here}. {', '.join(t.id for t in pending)} need a "
-                             "GPU: they are graded on the course's GPU machines after the deadline, and their "
-                             f"{waiting:g} points show as 0 until the staff uploads them.\n\n" + results["output"])
+        results["output"] = (
+            f"Graded here (Gradescope, no GPU): {here}. {', '.join(t.id for t in pending)} need a "
+            "GPU: they are graded on the course's GPU machines after the deadline, and their "
+            f"{waiting:g} points show as 0 until the staff uploads them.\n\n" + results["output"]
+        )
     return results
 
 
@@ -299,9 +327,14 @@ def failure_results(why: str, registry: Registry | None, visibility: str) -> dic
     tests = []
     if registry is not None:
         tests = [pending_entry(task, {}, visibility) for task in gpu_tasks(registry)]
-    return {"score": 0.0, "visibility": visibility, "stdout_visibility": "hidden", "tests": tests,
-            "output": f"The autograder failed on this submission ({why}); this is not a verdict on your code: the "
-                      "course staff will rerun it."}
+    return {
+        "score": 0.0,
+        "visibility": visibility,
+        "stdout_visibility": "hidden",
+        "tests": tests,
+        "output": f"The autograder failed on this submission ({why}); this is not a verdict on your code: the "
+        "course staff will rerun it.",
+    }
 
 
 def run(root: Path, log=print) -> int:
@@ -315,19 +348,29 @@ def run(root: Path, log=print) -> int:
         if info.get(SALT_KEY) and seeds.SALT_ENV not in os.environ:
             os.environ[seeds.SALT_ENV] = info[SALT_KEY]  # the checker's and the worker's environments drop it
         sid = student_id(root)
-        config = replace(GradeConfig(), tasks=tuple(t.id for t in cpu_tasks(registry)), theory=True, student_id=sid,
-                         grading_id=grading_id(root), isolation=info.get("isolation", "auto"),
-                         allow_weak_isolation=info.get("allow_weak_isolation", True))
+        config = replace(
+            GradeConfig(),
+            tasks=tuple(t.id for t in cpu_tasks(registry)),
+            theory=True,
+            student_id=sid,
+            grading_id=grading_id(root),
+            isolation=info.get("isolation", "auto"),
+            allow_weak_isolation=info.get("allow_weak_isolation", True),
+        )
         source = submission_source(root / "submission", registry)
-        log(f"gradescope: grading {source} ({', '.join(config.tasks)}{', theory' if registry.theory else ''}; "
+        log(
+            f"gradescope: grading {source} ({', '.join(config.tasks)}{', theory' if registry.theory else ''}; "
             f"student id {sid or 'not in the metadata'}); pending on the GPU machines: "
-            f"{', '.join(t.id for t in gpu_tasks(registry))}")
+            f"{', '.join(t.id for t in gpu_tasks(registry))}"
+        )
         with tempfile.TemporaryDirectory(prefix="kit-gradescope-") as tmp:
             result = grade_submission(source, Path(tmp) / "grade", config, registry)
         results = results_for(result, registry, visibility)
         log("\n".join(summary_lines(result)))
-        log(f"gradescope: isolation {result.grading.get('isolation')}, {result.duration_s:.1f} s, score "
-            f"{results['score']:g} of {sum(t['max_score'] for t in results['tests']):g}")
+        log(
+            f"gradescope: isolation {result.grading.get('isolation')}, {result.duration_s:.1f} s, score "
+            f"{results['score']:g} of {sum(t['max_score'] for t in results['tests']):g}"
+        )
         for line in result.review:
             log(f"REVIEW {line}")
         status = 0
@@ -347,25 +390,38 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p_build = sub.add_parser("build", help="write build/gradescope/autograder.zip")
     p_build.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    p_build.add_argument("--visibility", choices=VISIBILITIES, default="visible",
-                         help="when students see the tests' results (Gradescope's setting; default visible)")
-    p_build.add_argument("--isolation", choices=ISOLATION_CHOICES, default="auto",
-                         help="bwrap: refuse to grade where bubblewrap cannot run (default auto: it, else the "
-                              "process fallback)")
+    p_build.add_argument(
+        "--visibility",
+        choices=VISIBILITIES,
+        default="visible",
+        help="when students see the tests' results (Gradescope's setting; default visible)",
+    )
+    p_build.add_argument(
+        "--isolation",
+        choices=ISOLATION_CHOICES,
+        default="auto",
+        help="bwrap: refuse to grade where bubblewrap cannot run (default auto: it, else the process fallback)",
+    )
     p_run = sub.add_parser("run", help="grade ROOT/submission into ROOT/results/results.json (run_autograder)")
     p_run.add_argument("--root", type=Path, default=Path(os.environ.get("AUTOGRADER_ROOT", "/autograder")))
     args = parser.parse_args(argv)
     if args.command == "build":
         try:
-            target = build(args.out, visibility=args.visibility, isolation=args.isolation,
-                           allow_weak_isolation=args.isolation != "bwrap")
+            target = build(
+                args.out,
+                visibility=args.visibility,
+                isolation=args.isolation,
+                allow_weak_isolation=args.isolation != "bwrap",
+            )
         except seeds.SaltError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         with zipfile.ZipFile(target) as archive:
             count = len(archive.namelist())
-        print(f"wrote {target} ({target.stat().st_size / 2**20:.1f} MiB, {count} files): upload it on Gradescope's "
-              "Configure Autograder page (a Python base image, Ubuntu 22.04 or newer)")
+        print(
+            f"wrote {target} ({target.stat().st_size / 2**20:.1f} MiB, {count} files): upload it on Gradescope's "
+            "Configure Autograder page (a Python base image, Ubuntu 22.04 or newer)"
+        )
         return 0
     return run(args.root)
 

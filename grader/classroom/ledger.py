@@ -41,11 +41,22 @@ VERSION_ROOTS = ("grader", "assignment", "solutions")
 # grader/classroom/), packaging, the demo and the self-check, the handout's texts, notes, records and device scripts.
 # Everything else under VERSION_ROOTS is hashed.
 NOT_GRADING = (
-    "grader/classroom", "grader/release", "grader/tools/demo.py", "grader/tools/selfcheck.py",
-    "grader/records", "grader/scripts", "grader/notes",
-    "assignment/text", "assignment/feedback.py", "assignment/feedback.toml", "assignment/feedback_form.html.j2",
-    "assignment/feedback_html.py", "assignment/report",
-    "assignment/submit.py", "assignment/student.mk", "assignment/bootstrap.sh",
+    "grader/classroom",
+    "grader/release",
+    "grader/tools/demo.py",
+    "grader/tools/selfcheck.py",
+    "grader/records",
+    "grader/scripts",
+    "grader/notes",
+    "assignment/text",
+    "assignment/feedback.py",
+    "assignment/feedback.toml",
+    "assignment/feedback_form.html.j2",
+    "assignment/feedback_html.py",
+    "assignment/report",
+    "assignment/submit.py",
+    "assignment/student.mk",
+    "assignment/bootstrap.sh",
 )
 MARKER = "done.json"
 FAILED = "failed.json"
@@ -201,8 +212,8 @@ def read_attempts(out: Path, sid: str) -> list[dict]:
 @dataclass
 class Part:
     lane: str
-    meta: dict          # key, seed, tasks, wall_s, worker
-    result: object      # grader.grade.scoring.SubmissionScore
+    meta: dict  # key, seed, tasks, wall_s, worker
+    result: object  # grader.grade.scoring.SubmissionScore
 
 
 def part_paths(out: Path, sid: str, lane: str) -> tuple[Path, Path]:

@@ -43,11 +43,11 @@ class Student:
 
 @dataclass
 class Submission:
-    id: str                      # the folder name under OUT/students/: the student id, or Gradescope's submission_<n>
-    path: Path                   # the folder or .zip the grader reads
+    id: str  # the folder name under OUT/students/: the student id, or Gradescope's submission_<n>
+    path: Path  # the folder or .zip the grader reads
     students: list[Student] = field(default_factory=list)
-    late: bool | None = None     # None: not known (no export flag, no due date)
-    submitted_at: str = ""       # ISO 8601, where the export says
+    late: bool | None = None  # None: not known (no export flag, no due date)
+    submitted_at: str = ""  # ISO 8601, where the export says
 
     @property
     def name(self) -> str:
@@ -73,7 +73,7 @@ class Submission:
 @dataclass
 class Roster:
     root: Path
-    layout: str                  # "folders" | "gradescope"
+    layout: str  # "folders" | "gradescope"
     submissions: list[Submission]
     problems: list[str] = field(default_factory=list)
 
@@ -83,8 +83,10 @@ def scan(root: Path, *, due: datetime | None = None, roster_csv: Path | None = N
     if root.is_file() and root.suffix.lower() == ".zip":
         raise RosterError(f"{root} is a zip: unzip the export (or the class's folder) first and pass the folder")
     if not root.is_dir():
-        raise RosterError(f"{root}: no such folder (it should hold one folder or .zip per student, or a Gradescope "
-                          f"export with {METADATA_FILE})")
+        raise RosterError(
+            f"{root}: no such folder (it should hold one folder or .zip per student, or a Gradescope "
+            f"export with {METADATA_FILE})"
+        )
     export = _export_root(root)
     result = _gradescope(export, due) if export else _folders(root)
     if roster_csv is not None:
@@ -129,8 +131,10 @@ def _folders(root: Path) -> Roster:
             continue
         sid = entry.stem if entry.is_file() else entry.name
         if sid in seen:
-            result.problems.append(f"{entry.name}: a second submission for {sid} (besides {seen[sid].name}); "
-                                   f"ignored, {seen[sid].name} is graded")
+            result.problems.append(
+                f"{entry.name}: a second submission for {sid} (besides {seen[sid].name}); "
+                f"ignored, {seen[sid].name} is graded"
+            )
             continue
         seen[sid] = entry
         result.submissions.append(Submission(sid, entry))
@@ -158,8 +162,9 @@ def _gradescope(root: Path, due: datetime | None) -> Roster:
     except yaml.YAMLError as exc:
         raise RosterError(f"{path}: not valid YAML ({exc})") from None
     if not isinstance(metadata, dict):
-        raise RosterError(f"{path}: expected a mapping of submission folders to their submitters, got "
-                          f"{type(metadata).__name__}")
+        raise RosterError(
+            f"{path}: expected a mapping of submission folders to their submitters, got {type(metadata).__name__}"
+        )
     result = Roster(root, "gradescope", [])
     for key in sorted(metadata, key=str):
         folder, record = str(key), metadata[key]
@@ -167,8 +172,11 @@ def _gradescope(root: Path, due: datetime | None) -> Roster:
             result.problems.append(f"{folder}: its entry in {METADATA_FILE} is not a mapping; skipped")
             continue
         submitters = _get(record, "submitters") or []
-        students = [Student(_text(_get(s, "name")), _text(_get(s, "sid")), _text(_get(s, "email")))
-                    for s in submitters if isinstance(s, dict)]
+        students = [
+            Student(_text(_get(s, "name")), _text(_get(s, "sid")), _text(_get(s, "email")))
+            for s in submitters
+            if isinstance(s, dict)
+        ]
         who = ", ".join(s.name or s.email or s.sid for s in students) or "no submitter listed"
         candidates = [root / folder, root / f"{folder}.zip"]
         entry = next((p for p in candidates if p.exists() or p.is_symlink()), None)
@@ -262,6 +270,8 @@ def _check_students(result: Roster) -> None:
             if not key:
                 continue
             if key in owner:
-                result.problems.append(f"{student.name or key} is a submitter of both {owner[key]} and "
-                                       f"{submission.id}; both are graded, the upload CSV takes the later one")
+                result.problems.append(
+                    f"{student.name or key} is a submitter of both {owner[key]} and "
+                    f"{submission.id}; both are graded, the upload CSV takes the later one"
+                )
             owner[key] = submission.id

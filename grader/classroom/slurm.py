@@ -64,22 +64,23 @@ class SlurmOptions:
     chunk_size: int = DEFAULT_CHUNK_SIZE
     partition: str | None = None
     account: str | None = None
-    sbatch_args: tuple[str, ...] = ()      # extra sbatch arguments, for the array and the collect job
-    gres: str | None = None                # None: "gpu:1" when a GPU task is graded, none otherwise
-    cpus_per_task: int | None = None       # None: 8 with a GPU task (GPU worker + CPU worker), 4 without
-    max_running: int | None = None         # the array's "%n" throttle: at most n elements at once
-    collect: bool = True                   # submit the dependent collect job
-    wait: bool = False                     # return when the jobs have ended (tests, scripts)
-    python: str = sys.executable           # the Python the elements run (the repository is on a shared disk)
-    batch_args: tuple[str, ...] = ()       # passed on to each element's grader.classroom.batch (--allow-weak-isolation)
-    collect_args: tuple[str, ...] = ()     # passed on to the collect job's grader.classroom.batch (--due, --roster)
-    timeout_scale: float = 1.0             # as the batch's --timeout-scale (the time limit grows with it)
-    force: bool = False                    # submit although the last round's jobs are still queued or running
+    sbatch_args: tuple[str, ...] = ()  # extra sbatch arguments, for the array and the collect job
+    gres: str | None = None  # None: "gpu:1" when a GPU task is graded, none otherwise
+    cpus_per_task: int | None = None  # None: 8 with a GPU task (GPU worker + CPU worker), 4 without
+    max_running: int | None = None  # the array's "%n" throttle: at most n elements at once
+    collect: bool = True  # submit the dependent collect job
+    wait: bool = False  # return when the jobs have ended (tests, scripts)
+    python: str = sys.executable  # the Python the elements run (the repository is on a shared disk)
+    batch_args: tuple[str, ...] = ()  # passed on to each element's grader.classroom.batch (--allow-weak-isolation)
+    collect_args: tuple[str, ...] = ()  # passed on to the collect job's grader.classroom.batch (--due, --roster)
+    timeout_scale: float = 1.0  # as the batch's --timeout-scale (the time limit grows with it)
+    force: bool = False  # submit although the last round's jobs are still queued or running
 
 
 @dataclass
 class SlurmRound:
     """What one ``submit`` did."""
+
     submissions: str
     out: str
     run_dir: str
@@ -97,10 +98,11 @@ class SlurmRound:
 # --------------------------------------------------------------------------------------------------
 # Pure parts: chunks, resources, scripts.
 
+
 def chunked(ids: list[str], size: int) -> list[list[str]]:
     if size < 1:
         raise ValueError(f"chunk size must be at least 1, got {size}")
-    return [ids[i:i + size] for i in range(0, len(ids), size)]
+    return [ids[i : i + size] for i in range(0, len(ids), size)]
 
 
 def graded_tasks(registry: Registry, task_ids: tuple[str, ...] | list[str] = ()) -> list[Task]:
@@ -154,44 +156,72 @@ def _q(value: object) -> str:
     return shlex.quote(str(value))
 
 
-def grade_script(*, submissions: Path, out: Path, run_dir: Path, chunks: list[list[str]], tasks: list[Task],
-                 task_ids: tuple[str, ...], options: SlurmOptions, time_limit: str, gres: str | None,
-                 keep_done: bool) -> str:
+def grade_script(
+    *,
+    submissions: Path,
+    out: Path,
+    run_dir: Path,
+    chunks: list[list[str]],
+    tasks: list[Task],
+    task_ids: tuple[str, ...],
+    options: SlurmOptions,
+    time_limit: str,
+    gres: str | None,
+    keep_done: bool,
+) -> str:
     gpu = any(t.needs_gpu for t in tasks)
     cpus = element_cpus(tasks, options)
     array = f"0-{len(chunks) - 1}" + (f"%{options.max_running}" if options.max_running else "")
     jobs = [] if "--jobs" in options.batch_args else ["--jobs", str(element_jobs(tasks, cpus))]
-    batch = [options.python, "-m", BATCH_MODULE, str(submissions), "--out", str(out), "--no-collect",
-             *[a for t in task_ids for a in ("--task", t)], *jobs, *options.batch_args,
-             *(["--keep-done"] if keep_done else [])]
+    batch = [
+        options.python,
+        "-m",
+        BATCH_MODULE,
+        str(submissions),
+        "--out",
+        str(out),
+        "--no-collect",
+        *[a for t in task_ids for a in ("--task", t)],
+        *jobs,
+        *options.batch_args,
+        *(["--keep-done"] if keep_done else []),
+    ]
     largest = max(len(c) for c in chunks)
     per = seconds_per_submission(tasks, options.timeout_scale)
     return f"""#!/bin/bash
-# The kit's class grading on Slurm, written by grader/classroom/slurm.py ({time.strftime('%Y-%m-%d %H:%M:%S %Z')}).
+# The kit's class grading on Slurm, written by grader/classroom/slurm.py ({time.strftime("%Y-%m-%d %H:%M:%S %Z")}).
 # One array element per chunk of submissions ({len(chunks)} chunk(s) of at most {largest}); element n
-# grades the ids listed in {run_dir}/chunks/n.txt{'; requeued, it skips those already graded' if keep_done else ''}.
-# Tasks graded: {', '.join(t.id for t in tasks)}{'' if gpu else ' (CPU only: no GPU asked for)'}.
+# grades the ids listed in {run_dir}/chunks/n.txt{"; requeued, it skips those already graded" if keep_done else ""}.
+# Tasks graded: {", ".join(t.id for t in tasks)}{"" if gpu else " (CPU only: no GPU asked for)"}.
 # Time limit {time_limit}: {per:.0f} s per submission (the registry's [task.grading] timeout_s of every task
-# graded{', the CUDA builds' if gpu else ''} and the batch's overhead) x {largest} + {ELEMENT_MARGIN_S} s.
+# graded{", the CUDA builds" if gpu else ""} and the batch's overhead) x {largest} + {ELEMENT_MARGIN_S} s.
 #SBATCH --job-name=kit-grade
 #SBATCH --array={array}
 #SBATCH --output={run_dir}/logs/grade_%A_%a.log
 #SBATCH --time={time_limit}
 #SBATCH --cpus-per-task={cpus}
-{_directives([('gres', gres), ('partition', options.partition), ('account', options.account)])}
+{_directives([("gres", gres), ("partition", options.partition), ("account", options.account)])}
 set -euo pipefail
 cd {_q(REPO_ROOT)}
 export PYTHONPATH={_q(REPO_ROOT)}${{PYTHONPATH:+:$PYTHONPATH}}
 mapfile -t IDS < {_q(run_dir)}/chunks/"$SLURM_ARRAY_TASK_ID".txt
 echo "kit: array element $SLURM_ARRAY_TASK_ID of job $SLURM_ARRAY_JOB_ID on $(hostname)" \\
      "(GPUs: ${{CUDA_VISIBLE_DEVICES:-none}}): ${{#IDS[@]}} submission(s): ${{IDS[*]}}"
-exec {' '.join(map(_q, batch))} --only "${{IDS[@]}}"
+exec {" ".join(map(_q, batch))} --only "${{IDS[@]}}"
 """
 
 
 def collect_script(*, submissions: Path, out: Path, run_dir: Path, options: SlurmOptions) -> str:
-    command = [options.python, "-m", BATCH_MODULE, str(submissions), "--out", str(out), "--collect-only",
-               *options.collect_args]
+    command = [
+        options.python,
+        "-m",
+        BATCH_MODULE,
+        str(submissions),
+        "--out",
+        str(out),
+        "--collect-only",
+        *options.collect_args,
+    ]
     return f"""#!/bin/bash
 # The collect step of the kit's class grading, written by grader/classroom/slurm.py: it runs after every element of
 # the grading array has ended (afterany: failed ones too) and merges the per-submission results into the
@@ -200,23 +230,26 @@ def collect_script(*, submissions: Path, out: Path, run_dir: Path, options: Slur
 #SBATCH --output={run_dir}/logs/collect_%j.log
 #SBATCH --time={COLLECT_TIME}
 #SBATCH --cpus-per-task=1
-{_directives([('partition', options.partition), ('account', options.account)])}
+{_directives([("partition", options.partition), ("account", options.account)])}
 set -euo pipefail
 cd {_q(REPO_ROOT)}
 export PYTHONPATH={_q(REPO_ROOT)}${{PYTHONPATH:+:$PYTHONPATH}}
-exec {' '.join(map(_q, command))}
+exec {" ".join(map(_q, command))}
 """
 
 
 # --------------------------------------------------------------------------------------------------
 # Talking to Slurm.
 
+
 def _require(program: str) -> str:
     path = shutil.which(program)
     if not path:
-        raise SlurmError(f"{program} is not on PATH: submit from a Slurm login node (or try the flow on this "
-                         "machine with a local Slurm: python -m grader.classroom.slurm_local start "
-                         "--dir /tmp/kit-slurm)")
+        raise SlurmError(
+            f"{program} is not on PATH: submit from a Slurm login node (or try the flow on this "
+            "machine with a local Slurm: python -m grader.classroom.slurm_local start "
+            "--dir /tmp/kit-slurm)"
+        )
     return path
 
 
@@ -227,8 +260,10 @@ def sbatch(argv: list[str], script: Path) -> str:
     lines = proc.stdout.strip().splitlines()
     job = lines[-1].split(";")[0] if lines and lines[-1].split(";")[0].isdigit() else None
     if proc.returncode != 0 or not job:
-        raise SlurmError(f"sbatch refused {script.name} (exit {proc.returncode}): "
-                         f"{(proc.stderr or proc.stdout).strip()}\n  command: {shlex.join(command)}")
+        raise SlurmError(
+            f"sbatch refused {script.name} (exit {proc.returncode}): "
+            f"{(proc.stderr or proc.stdout).strip()}\n  command: {shlex.join(command)}"
+        )
     return job
 
 
@@ -252,8 +287,11 @@ def queued(job_ids: list[str]) -> list[str]:
     job_ids = [j for j in job_ids if j]
     if not job_ids or not shutil.which("squeue"):
         return []
-    proc = subprocess.run(["squeue", "--noheader", "--array", f"--jobs={','.join(job_ids)}", "--format=%i %T"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["squeue", "--noheader", "--array", f"--jobs={','.join(job_ids)}", "--format=%i %T"],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         if "invalid job id" in proc.stderr.lower():  # purged from the controller's memory: long ended
             return []
@@ -295,6 +333,7 @@ def wait_for(job_ids: list[str], log=print, poll_s: float = 2.0, slow_after_s: f
 
 # --------------------------------------------------------------------------------------------------
 
+
 def _batch():
     from grader.classroom import (
         batch,  # imported when used: grader.classroom.batch imports this module for its --slurm options
@@ -310,9 +349,16 @@ def last_round(out: Path) -> dict | None:
         return None
 
 
-def submit(submissions: Path | str, out: Path | str, *, tasks: tuple[str, ...] | list[str] = (),
-           only: tuple[str, ...] | list[str] = (), options: SlurmOptions | None = None,
-           registry: Registry | None = None, log=print) -> SlurmRound:
+def submit(
+    submissions: Path | str,
+    out: Path | str,
+    *,
+    tasks: tuple[str, ...] | list[str] = (),
+    only: tuple[str, ...] | list[str] = (),
+    options: SlurmOptions | None = None,
+    registry: Registry | None = None,
+    log=print,
+) -> SlurmRound:
     """Submit the grading of what is still pending (of ``only``, when given) as a job array, and the collect
     job after it. Nothing pending: collect here and now (no job)."""
     options = options or SlurmOptions()
@@ -335,18 +381,25 @@ def submit(submissions: Path | str, out: Path | str, *, tasks: tuple[str, ...] |
     if previous and not options.force:
         still = queued([previous.get("array_job"), previous.get("collect_job")])
         if still:
-            raise SlurmError(f"the last round's jobs are still queued or running ({', '.join(still[:8])}"
-                             f"{' ...' if len(still) > 8 else ''}): wait for them (python -m "
-                             f"grader.classroom.slurm status {out}), cancel them (scancel "
-                             f"{previous.get('array_job')}), or pass --force")
+            raise SlurmError(
+                f"the last round's jobs are still queued or running ({', '.join(still[:8])}"
+                f"{' ...' if len(still) > 8 else ''}): wait for them (python -m "
+                f"grader.classroom.slurm status {out}), cancel them (scancel "
+                f"{previous.get('array_job')}), or pass --force"
+            )
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = out / "slurm" / stamp
     n = 1
     while run_dir.exists():
         n += 1
         run_dir = out / "slurm" / f"{stamp}-{n}"
-    result = SlurmRound(submissions=str(submissions), out=str(out), run_dir=str(run_dir), ids=todo,
-                        chunks=chunked(todo, options.chunk_size))
+    result = SlurmRound(
+        submissions=str(submissions),
+        out=str(out),
+        run_dir=str(run_dir),
+        ids=todo,
+        chunks=chunked(todo, options.chunk_size),
+    )
     if not todo:
         log(f"slurm: every submission of {submissions} is graded with this grader ({len(found)}): nothing to submit")
         if options.collect:
@@ -356,8 +409,10 @@ def submit(submissions: Path | str, out: Path | str, *, tasks: tuple[str, ...] |
         return result
     limit = max_array_size()
     if limit is not None and len(result.chunks) > limit - 1:
-        raise SlurmError(f"{len(result.chunks)} chunks exceed the cluster's MaxArraySize ({limit}): raise "
-                         f"--chunk-size to at least {math.ceil(len(todo) / (limit - 1))}")
+        raise SlurmError(
+            f"{len(result.chunks)} chunks exceed the cluster's MaxArraySize ({limit}): raise "
+            f"--chunk-size to at least {math.ceil(len(todo) / (limit - 1))}"
+        )
     (run_dir / "chunks").mkdir(parents=True)
     (run_dir / "logs").mkdir()
     for index, chunk in enumerate(result.chunks):
@@ -366,18 +421,32 @@ def submit(submissions: Path | str, out: Path | str, *, tasks: tuple[str, ...] |
     result.gres = result.gres or None
     result.time_limit = slurm_time(time_limit_s(graded, max(len(c) for c in result.chunks), options.timeout_scale))
     grade = run_dir / "grade.sbatch"
-    write_atomic(grade, grade_script(submissions=submissions, out=out, run_dir=run_dir, chunks=result.chunks,
-                                     tasks=graded, task_ids=task_ids, options=options,
-                                     time_limit=result.time_limit, gres=result.gres, keep_done=not only))
+    write_atomic(
+        grade,
+        grade_script(
+            submissions=submissions,
+            out=out,
+            run_dir=run_dir,
+            chunks=result.chunks,
+            tasks=graded,
+            task_ids=task_ids,
+            options=options,
+            time_limit=result.time_limit,
+            gres=result.gres,
+            keep_done=not only,
+        ),
+    )
     extra = list(options.sbatch_args)
     collect = run_dir / "collect.sbatch"
     if options.collect:
         write_atomic(collect, collect_script(submissions=submissions, out=out, run_dir=run_dir, options=options))
     _write_submit_sh(run_dir, extra, grade, extra if options.collect else None, collect)
-    log(f"slurm: {len(todo)} submission(s) to grade " + ("(named with --only), " if only else
-                                                          f"({len(found) - len(todo)} already graded), ") +
-        f"{len(result.chunks)} chunk(s) of up to {options.chunk_size}, time limit {result.time_limit}, "
-        f"{'gres ' + result.gres if result.gres else 'no GPU'}; script {grade}")
+    log(
+        f"slurm: {len(todo)} submission(s) to grade "
+        + ("(named with --only), " if only else f"({len(found) - len(todo)} already graded), ")
+        + f"{len(result.chunks)} chunk(s) of up to {options.chunk_size}, time limit {result.time_limit}, "
+        f"{'gres ' + result.gres if result.gres else 'no GPU'}; script {grade}"
+    )
     result.commands.append(["sbatch", "--parsable", *extra, str(grade)])
     try:
         result.array_job = sbatch(extra, grade)
@@ -394,26 +463,38 @@ def submit(submissions: Path | str, out: Path | str, *, tasks: tuple[str, ...] |
         log(f"slurm: collect job {result.collect_job} submitted (runs after {result.array_job}, ok or not)")
     if options.wait:
         wait_for([result.array_job, result.collect_job], log)
-        result.states = {**job_states(result.array_job),
-                         **(job_states(result.collect_job) if result.collect_job else {})}
+        result.states = {
+            **job_states(result.array_job),
+            **(job_states(result.collect_job) if result.collect_job else {}),
+        }
         _save(out, result)
         failed = {job: state for job, state in result.states.items() if state != "COMPLETED"}
         if failed:
-            raise SlurmError(f"the round has ended, and not every job completed: "
-                             f"{', '.join(f'{j} {s}' for j, s in failed.items())} (logs: {run_dir / 'logs'}); "
-                             "submitting again grades what is missing")
+            raise SlurmError(
+                f"the round has ended, and not every job completed: "
+                f"{', '.join(f'{j} {s}' for j, s in failed.items())} (logs: {run_dir / 'logs'}); "
+                "submitting again grades what is missing"
+            )
         log(f"slurm: the round has ended; {len(result.states)} job(s) completed")
     return result
 
 
-def _write_submit_sh(run_dir: Path, array_argv: list[str], grade: Path, collect_argv: list[str] | None,
-                     collect: Path) -> None:
+def _write_submit_sh(
+    run_dir: Path, array_argv: list[str], grade: Path, collect_argv: list[str] | None, collect: Path
+) -> None:
     """The round's sbatch commands as a script an instructor can read (or run again by hand)."""
-    lines = ["#!/bin/bash", "# The sbatch commands grader/classroom/slurm.py ran for this round.", "set -euo pipefail",
-             f"ARRAY=$({shlex.join(['sbatch', '--parsable', *array_argv, str(grade)])})", 'echo "array job $ARRAY"']
+    lines = [
+        "#!/bin/bash",
+        "# The sbatch commands grader/classroom/slurm.py ran for this round.",
+        "set -euo pipefail",
+        f"ARRAY=$({shlex.join(['sbatch', '--parsable', *array_argv, str(grade)])})",
+        'echo "array job $ARRAY"',
+    ]
     if collect_argv is not None:
-        lines.append(f"{shlex.join(['sbatch', '--parsable', *collect_argv])} --dependency=afterany:\"$ARRAY\" "
-                     f"{shlex.quote(str(collect))}")
+        lines.append(
+            f'{shlex.join(["sbatch", "--parsable", *collect_argv])} --dependency=afterany:"$ARRAY" '
+            f"{shlex.quote(str(collect))}"
+        )
     write_atomic(run_dir / "submit.sh", "\n".join(lines) + "\n")
 
 
@@ -426,22 +507,42 @@ def _save(out: Path, result: SlurmRound) -> None:
 # --------------------------------------------------------------------------------------------------
 # Command line: status and collect (submitting goes through python -m grader.classroom.batch --slurm).
 
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The Slurm options, for grader.classroom.batch's parser (with ``--slurm``) and this module's ``submit``."""
     group = parser.add_argument_group("Slurm (with --slurm)")
-    group.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE,
-                       help=f"submissions per array element (default {DEFAULT_CHUNK_SIZE})")
+    group.add_argument(
+        "--chunk-size",
+        type=int,
+        default=DEFAULT_CHUNK_SIZE,
+        help=f"submissions per array element (default {DEFAULT_CHUNK_SIZE})",
+    )
     group.add_argument("--partition", default=None, help="sbatch --partition")
     group.add_argument("--account", default=None, help="sbatch --account")
-    group.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
-                       help="an extra sbatch argument, e.g. --sbatch-arg=--qos=high (repeatable)")
-    group.add_argument("--gres", default=None,
-                       help="per element (default gpu:1 when a GPU task is graded, none otherwise; '' for none)")
-    group.add_argument("--cpus-per-task", type=int, default=None,
-                       help=f"per element (default {2 * CORES_PER_WORKER} with a GPU task, else {CORES_PER_WORKER})")
+    group.add_argument(
+        "--sbatch-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an extra sbatch argument, e.g. --sbatch-arg=--qos=high (repeatable)",
+    )
+    group.add_argument(
+        "--gres",
+        default=None,
+        help="per element (default gpu:1 when a GPU task is graded, none otherwise; '' for none)",
+    )
+    group.add_argument(
+        "--cpus-per-task",
+        type=int,
+        default=None,
+        help=f"per element (default {2 * CORES_PER_WORKER} with a GPU task, else {CORES_PER_WORKER})",
+    )
     group.add_argument("--max-running", type=int, default=None, help="at most this many elements at once")
-    group.add_argument("--no-collect-job", action="store_true",
-                       help="no dependent collect job (run python -m grader.classroom.slurm collect yourself)")
+    group.add_argument(
+        "--no-collect-job",
+        action="store_true",
+        help="no dependent collect job (run python -m grader.classroom.slurm collect yourself)",
+    )
     group.add_argument("--wait", action="store_true", help="return when the jobs have ended")
     group.add_argument("--force", action="store_true", help="submit although the last round still runs")
 
@@ -453,11 +554,21 @@ def options_from_args(args: argparse.Namespace, batch_args: tuple[str, ...] = ()
         collect_args += ["--due", args.due]
     if getattr(args, "roster", None):
         collect_args += ["--roster", str(Path(args.roster).resolve())]
-    return SlurmOptions(chunk_size=args.chunk_size, partition=args.partition, account=args.account,
-                        sbatch_args=extra, gres=args.gres, cpus_per_task=args.cpus_per_task,
-                        max_running=args.max_running, collect=not args.no_collect_job, wait=args.wait,
-                        batch_args=tuple(batch_args), collect_args=tuple(collect_args),
-                        timeout_scale=getattr(args, "timeout_scale", 1.0), force=args.force)
+    return SlurmOptions(
+        chunk_size=args.chunk_size,
+        partition=args.partition,
+        account=args.account,
+        sbatch_args=extra,
+        gres=args.gres,
+        cpus_per_task=args.cpus_per_task,
+        max_running=args.max_running,
+        collect=not args.no_collect_job,
+        wait=args.wait,
+        batch_args=tuple(batch_args),
+        collect_args=tuple(collect_args),
+        timeout_scale=getattr(args, "timeout_scale", 1.0),
+        force=args.force,
+    )
 
 
 def status(out: Path, log=print) -> int:
@@ -465,8 +576,10 @@ def status(out: Path, log=print) -> int:
     if not previous:
         log(f"no Slurm round was submitted for {out}")
         return 1
-    log(f"last round: {previous['run_dir']}: {len(previous['ids'])} submission(s) in {len(previous['chunks'])} "
-        f"chunk(s); array job {previous.get('array_job')}, collect job {previous.get('collect_job')}")
+    log(
+        f"last round: {previous['run_dir']}: {len(previous['ids'])} submission(s) in {len(previous['chunks'])} "
+        f"chunk(s); array job {previous.get('array_job')}, collect job {previous.get('collect_job')}"
+    )
     still = queued([previous.get("array_job"), previous.get("collect_job")])
     log(f"still queued or running: {', '.join(still)}" if still else "none of its jobs is queued or running")
     left = _batch().pending(Path(previous["submissions"]), out)
@@ -476,9 +589,11 @@ def status(out: Path, log=print) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="The kit's class grading on Slurm. Submit with python -m "
-                                                 "grader.classroom.batch SUBMISSIONS --out OUT --slurm "
-                                                 "(make grade-all ... SLURM=1).")
+    parser = argparse.ArgumentParser(
+        description="The kit's class grading on Slurm. Submit with python -m "
+        "grader.classroom.batch SUBMISSIONS --out OUT --slurm "
+        "(make grade-all ... SLURM=1)."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p_status = sub.add_parser("status", help="the last round's jobs, and what is still to grade")
     p_status.add_argument("out", type=Path)

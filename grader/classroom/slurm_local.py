@@ -81,9 +81,11 @@ def node_facts() -> NodeFacts:
     """This machine as slurmd sees it (``slurmd -C``), so the node's CPUs and memory are never more than it has."""
     out = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, timeout=30).stdout
     fields = dict(part.split("=", 1) for part in out.split() if "=" in part)
-    return NodeFacts(name=socket.gethostname().split(".")[0],
-                     cpus=int(fields.get("CPUs", os.cpu_count() or 1)),
-                     memory_mb=int(fields.get("RealMemory", 1024)))
+    return NodeFacts(
+        name=socket.gethostname().split(".")[0],
+        cpus=int(fields.get("CPUs", os.cpu_count() or 1)),
+        memory_mb=int(fields.get("RealMemory", 1024)),
+    )
 
 
 def slurm_conf(root: Path, node: NodeFacts, ctld_port: int, slurmd_port: int, partition: str = "kit") -> str:
@@ -91,7 +93,7 @@ def slurm_conf(root: Path, node: NodeFacts, ctld_port: int, slurmd_port: int, pa
     cgroups (proctrack/linuxproc, task/none: runs in containers and on CI machines alike)."""
     return f"""# Written by grader/classroom/slurm_local.py: a single-node Slurm for trying the kit's cluster grading.
 ClusterName=kitlocal
-{'GresTypes=gpu' if node.gpus else '# no GresTypes: no GPU offered (start --gpus offers them)'}
+{"GresTypes=gpu" if node.gpus else "# no GresTypes: no GPU offered (start --gpus offers them)"}
 SlurmctldHost={node.name}(127.0.0.1)
 SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
@@ -99,13 +101,13 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={root / 'munge' / 'munge.socket'}
-StateSaveLocation={root / 'state'}
-SlurmdSpoolDir={root / 'spool'}
-SlurmctldPidFile={root / 'slurmctld.pid'}
-SlurmdPidFile={root / 'slurmd.pid'}
-SlurmctldLogFile={root / 'log' / 'slurmctld.log'}
-SlurmdLogFile={root / 'log' / 'slurmd.log'}
+AuthInfo=socket={root / "munge" / "munge.socket"}
+StateSaveLocation={root / "state"}
+SlurmdSpoolDir={root / "spool"}
+SlurmctldPidFile={root / "slurmctld.pid"}
+SlurmdPidFile={root / "slurmd.pid"}
+SlurmctldLogFile={root / "log" / "slurmctld.log"}
+SlurmdLogFile={root / "log" / "slurmd.log"}
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -123,7 +125,7 @@ InactiveLimit=0
 KillWait=5
 MinJobAge=300
 NodeName={node.name} NodeHostname={node.name} NodeAddr=127.0.0.1 CPUs={node.cpus} RealMemory={node.memory_mb} \\
-  {f'Gres=gpu:{node.gpus} ' if node.gpus else ''}State=UNKNOWN
+  {f"Gres=gpu:{node.gpus} " if node.gpus else ""}State=UNKNOWN
 PartitionName={partition} Nodes={node.name} Default=YES MaxTime=INFINITE State=UP
 """
 
@@ -148,16 +150,23 @@ class LocalSlurm:
 
     def _spawn(self, daemon: str, argv: list[str]) -> int:
         console = open(self.root / "log" / f"{daemon}.console", "ab")
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
-                                start_new_session=True, env=self.env)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=self.env,
+        )
         console.close()
         pids = self._pids()
         pids[daemon] = proc.pid
         self.pids_file.write_text(json.dumps(pids))
         time.sleep(0.3)
         if proc.poll() is not None:
-            raise LocalSlurmError(f"starting {daemon}", f"exited with {proc.returncode} at once:\n"
-                                  + self._daemon_logs(daemon))
+            raise LocalSlurmError(
+                f"starting {daemon}", f"exited with {proc.returncode} at once:\n" + self._daemon_logs(daemon)
+            )
         return proc.pid
 
     def _daemon_logs(self, daemon: str) -> str:
@@ -178,13 +187,19 @@ class LocalSlurm:
         ``--gres=gpu:1`` jobs run, one GPU each; CUDA_VISIBLE_DEVICES set by Slurm)."""
         missing = missing_programs()
         if missing:
-            raise LocalSlurmError("finding the programs", f"{', '.join(missing)} not on PATH (install Debian's "
-                                  f"{PACKAGES}: apt-get install --no-install-recommends {PACKAGES})")
+            raise LocalSlurmError(
+                "finding the programs",
+                f"{', '.join(missing)} not on PATH (install Debian's "
+                f"{PACKAGES}: apt-get install --no-install-recommends {PACKAGES})",
+            )
         if os.geteuid() != 0:
             raise LocalSlurmError("checking the user", "a local Slurm needs root (slurmd runs jobs as their owner)")
         if self._alive():
-            raise LocalSlurmError("checking the folder", f"daemons from {self.root} still run ({self._alive()}): "
-                                  f"python -m grader.classroom.slurm_local stop --dir {self.root}")
+            raise LocalSlurmError(
+                "checking the folder",
+                f"daemons from {self.root} still run ({self._alive()}): "
+                f"python -m grader.classroom.slurm_local stop --dir {self.root}",
+            )
         for sub in ("munge", "munge-key", "state", "spool", "log"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         # Any user's sbatch reaches munged's socket; only root reads the key.
@@ -208,18 +223,35 @@ class LocalSlurm:
         self.pids_file.write_text("{}")
         try:
             munge = self.root / "munge"
-            self._spawn("munged", ["munged", "--foreground", "--force", f"--key-file={key}",
-                                   f"--socket={munge / 'munge.socket'}", f"--pid-file={munge / 'munged.pid'}",
-                                   f"--seed-file={self.root / 'munge-key' / 'munged.seed'}",
-                                   f"--log-file={self.log('munged')}"])
+            self._spawn(
+                "munged",
+                [
+                    "munged",
+                    "--foreground",
+                    "--force",
+                    f"--key-file={key}",
+                    f"--socket={munge / 'munge.socket'}",
+                    f"--pid-file={munge / 'munged.pid'}",
+                    f"--seed-file={self.root / 'munge-key' / 'munged.seed'}",
+                    f"--log-file={self.log('munged')}",
+                ],
+            )
             self._wait_for(lambda: (munge / "munge.socket").exists(), 10, "starting munged", "munged")
             # -c: a fresh state (no jobs from an earlier run of this folder); -i: ignore a state it cannot read.
             self._spawn("slurmctld", ["slurmctld", "-D", "-c", "-i", "-f", str(self.conf)])
-            self._wait_for(lambda: self._run(["scontrol", "ping"]).stdout.count("UP") > 0, timeout_s,
-                           "starting slurmctld", "slurmctld")
+            self._wait_for(
+                lambda: self._run(["scontrol", "ping"]).stdout.count("UP") > 0,
+                timeout_s,
+                "starting slurmctld",
+                "slurmctld",
+            )
             self._spawn("slurmd", ["slurmd", "-D", "-f", str(self.conf)])
-            self._wait_for(lambda: self.node_state() in ("idle", "mixed", "allocated"), timeout_s,
-                           "waiting for the node to be idle (sinfo)", "slurmd")
+            self._wait_for(
+                lambda: self.node_state() in ("idle", "mixed", "allocated"),
+                timeout_s,
+                "waiting for the node to be idle (sinfo)",
+                "slurmd",
+            )
         except BaseException:
             self.stop()
             raise
@@ -312,16 +344,21 @@ def main(argv: list[str] | None = None) -> int:
         except LocalSlurmError as exc:
             print(f"error: a local Slurm could not start: {exc}", file=sys.stderr)
             return 1
-        print(f"Slurm runs (node {cluster.node_state()}); for sbatch, squeue and the kit:\n"
-              f"  export SLURM_CONF={cluster.conf}\n"
-              f"stop it with: python -m grader.classroom.slurm_local stop --dir {args.dir}")
+        print(
+            f"Slurm runs (node {cluster.node_state()}); for sbatch, squeue and the kit:\n"
+            f"  export SLURM_CONF={cluster.conf}\n"
+            f"stop it with: python -m grader.classroom.slurm_local stop --dir {args.dir}"
+        )
     elif args.action == "stop":
         cluster.stop()
         print(f"stopped the daemons of {cluster.root}")
     else:
         alive = cluster._alive()
-        print(f"{cluster.root}: " + (", ".join(f"{k} {v}" for k, v in alive.items()) or "no daemon runs")
-              + (f"; node {cluster.node_state()}" if alive else ""))
+        print(
+            f"{cluster.root}: "
+            + (", ".join(f"{k} {v}" for k, v in alive.items()) or "no daemon runs")
+            + (f"; node {cluster.node_state()}" if alive else "")
+        )
     return 0
 
 

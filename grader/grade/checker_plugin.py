@@ -57,14 +57,18 @@ def classify(exc: BaseException) -> dict:
     raised here says its type, with its message only when the kit's own code raised it (numbers masked)."""
     from grader.isolation.client import WorkerFailure
 
-    detail = scrub(f"{type(exc).__name__}: {exc}" + (f" | {exc.detail}" if getattr(exc, "detail", "") else ""),
-                   DETAIL_CHARS)
+    detail = scrub(
+        f"{type(exc).__name__}: {exc}" + (f" | {exc.detail}" if getattr(exc, "detail", "") else ""), DETAIL_CHARS
+    )
     if isinstance(exc, CheckFailure):
         return {"kind": exc.kind, "summary": scrub(exc.summary), "detail": scrub(str(exc), DETAIL_CHARS)}
     if isinstance(exc, WorkerFailure):
         kind = {"killed": "crash", "missing": "import", "result": "shape", "protocol": "crash"}.get(exc.kind, exc.kind)
-        return {"kind": kind, "summary": scrub(exc.feedback, 1200 if kind == "import" else SUMMARY_CHARS),
-                "detail": detail}
+        return {
+            "kind": kind,
+            "summary": scrub(exc.feedback, 1200 if kind == "import" else SUMMARY_CHARS),
+            "detail": detail,
+        }
     if isinstance(exc, NotImplementedError):  # the kit's own CUDA wrappers, here: a TODO left in a kernel file
         return {"kind": "not_implemented", "summary": str(exc).splitlines()[0] if str(exc) else "not implemented"}
     name = type(exc).__name__
@@ -78,10 +82,16 @@ def classify(exc: BaseException) -> dict:
     from grader.isolation.served import masked_numbers, raised_by_kit
 
     if raised_by_kit(exc) and str(exc):  # the kit's own words; the numbers in them may be hidden inputs
-        return {"kind": "exception", "summary": scrub(f"{name}: {masked_numbers(str(exc).splitlines()[0])}"),
-                "detail": detail}
-    return {"kind": "exception", "summary": f"{name} while checking the result (the instructor has the details)",
-            "detail": detail}
+        return {
+            "kind": "exception",
+            "summary": scrub(f"{name}: {masked_numbers(str(exc).splitlines()[0])}"),
+            "detail": detail,
+        }
+    return {
+        "kind": "exception",
+        "summary": f"{name} while checking the result (the instructor has the details)",
+        "detail": detail,
+    }
 
 
 class _Watchdog:
@@ -153,7 +163,11 @@ def pytest_json_runtest_metadata(item: pytest.Item, call) -> dict:
         item.session.shouldstop = "a CUDA fault poisoned the context"
     elif type(exc).__name__ == "WorkerFailure" and exc.kind in ("timeout", "crash", "killed", "protocol"):
         # The student's process hung or died: the task ends here (scored zero, with this reason).
-        _event("hang" if exc.kind == "timeout" else "worker_crash", nodeid=item.nodeid, summary=check["summary"],
-               seconds=round(getattr(exc, "seconds", 0) or 0))
+        _event(
+            "hang" if exc.kind == "timeout" else "worker_crash",
+            nodeid=item.nodeid,
+            summary=check["summary"],
+            seconds=round(getattr(exc, "seconds", 0) or 0),
+        )
         item.session.shouldstop = "the student's code hung or crashed"
     return {**extra, "check": check}

@@ -93,8 +93,14 @@ def check_host(config: GradeConfig, registry: Registry) -> Preflight:
     return result
 
 
-def grade_submission(source: Path, out: Path, config: GradeConfig | None = None,
-                     registry: Registry | None = None, log=print, host: Preflight | None = None) -> SubmissionScore:
+def grade_submission(
+    source: Path,
+    out: Path,
+    config: GradeConfig | None = None,
+    registry: Registry | None = None,
+    log=print,
+    host: Preflight | None = None,
+) -> SubmissionScore:
     config = config or GradeConfig()
     registry = registry or load_registry()
     if config.seed is None:
@@ -123,8 +129,9 @@ def grade_submission(source: Path, out: Path, config: GradeConfig | None = None,
         # Check, splice and build every task first, the nvcc runs side by side; then run the checkers
         # one after the other (timed checks must not share the GPU).
         with ThreadPoolExecutor(max_workers=max(1, min(len(tasks), os.cpu_count() or 1))) as pool:
-            prepared_tasks = list(pool.map(lambda t: prepare(t, collected.student_dir, workdir, config,
-                                                             build=has_gpu), tasks))
+            prepared_tasks = list(
+                pool.map(lambda t: prepare(t, collected.student_dir, workdir, config, build=has_gpu), tasks)
+            )
         scores = []
         for task, prepared in zip(tasks, prepared_tasks):
             log(f"[grade] {collected.name}: {task.id} {task.title} ...", file=sys.stderr)
@@ -136,18 +143,29 @@ def grade_submission(source: Path, out: Path, config: GradeConfig | None = None,
                 worker = None
                 if prepared.python_files:
                     worker = WorkerConfig(
-                        student_dir=collected.student_dir, isolation=host.isolation, bwrap=config.bwrap,
+                        student_dir=collected.student_dir,
+                        isolation=host.isolation,
+                        bwrap=config.bwrap,
                         call_timeout_s=task.grading.test_deadline_s * config.timeout_scale,
-                        forbidden=task.rules.forbidden, deny=(str(REPO_ROOT), str(out.resolve()),
-                                                              str(config.cache_root)))
+                        forbidden=task.rules.forbidden,
+                        deny=(str(REPO_ROOT), str(out.resolve()), str(config.cache_root)),
+                    )
                 run = run_task(prepared, workdir, config, plan.seed(task.id), worker)
             scores.append(score_task(task, run))
-    theory = grade_theory(collected.extra.get(registry.theory.answers_file), registry, config.student_id) \
-        if graded_theory else None
+    theory = (
+        grade_theory(collected.extra.get(registry.theory.answers_file), registry, config.student_id)
+        if graded_theory
+        else None
+    )
     grading = {
-        "isolation": host.facts.get("isolation", host.isolation), "seeds": plan.seeds, "seeding": plan.record,
-        "host": platform.node(), "preflight": host.facts, "preflight_notes": host.notes,
-        "python": sys.version.split()[0], "submission_files": collected.found,
+        "isolation": host.facts.get("isolation", host.isolation),
+        "seeds": plan.seeds,
+        "seeding": plan.record,
+        "host": platform.node(),
+        "preflight": host.facts,
+        "preflight_notes": host.notes,
+        "python": sys.version.split()[0],
+        "submission_files": collected.found,
         "leaderboard": leaderboard_alias(collected.extra.get(OPT_IN_FILE)),
     }
     result = SubmissionScore(collected.name, scores, collected.notes, time.monotonic() - start, grading, theory)
@@ -163,12 +181,18 @@ def _seed_plan(config: GradeConfig, registry: Registry, tasks, extra: dict[str, 
         raise PreflightError(str(exc)) from None
 
 
-def _unreadable(source: Path, why: str, tasks, registry: Registry, out: Path, plan: seeds.SeedPlan,
-                host: Preflight, theory=None) -> SubmissionScore:
+def _unreadable(
+    source: Path, why: str, tasks, registry: Registry, out: Path, plan: seeds.SeedPlan, host: Preflight, theory=None
+) -> SubmissionScore:
     """A submission that cannot be read still gets results (zero, with the reason) in every format."""
     scores = [score_task(task, TaskRun(task.id, "unreadable", why)) for task in tasks]
-    grading = {"isolation": host.facts.get("isolation", host.isolation), "seeds": plan.seeds, "seeding": plan.record,
-               "host": platform.node(), "unreadable": why}
+    grading = {
+        "isolation": host.facts.get("isolation", host.isolation),
+        "seeds": plan.seeds,
+        "seeding": plan.record,
+        "host": platform.node(),
+        "unreadable": why,
+    }
     result = SubmissionScore(submission_name(source), scores, [why], 0.0, grading, theory)
     write_all(result, registry, out)
     return result
@@ -178,21 +202,47 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Grade one submission (a folder or a .zip).")
     parser.add_argument("submission", type=Path)
     parser.add_argument("--out", type=Path, default=Path("build/grade"))
-    parser.add_argument("--task", action="append", default=[],
-                        help=f"grade only these tasks (repeatable; '{THEORY}': the theory answers)")
-    parser.add_argument("--seed", type=int, default=None, help="one seed for every task's hidden tests (default: "
-                        "derived per task from the course's salt and the student id)")
-    parser.add_argument("--isolation", choices=ISOLATION_CHOICES, default="auto",
-                        help="how student Python is isolated (auto: bubblewrap where it runs)")
-    parser.add_argument("--allow-weak-isolation", action="store_true",
-                        help="grade even where bubblewrap cannot run (only for code you trust)")
-    parser.add_argument("--skip-preflight", action="store_true",
-                        help="grade even on a host that fails the preflight (checks that cannot run are reported not run)")
+    parser.add_argument(
+        "--task",
+        action="append",
+        default=[],
+        help=f"grade only these tasks (repeatable; '{THEORY}': the theory answers)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="one seed for every task's hidden tests (default: "
+        "derived per task from the course's salt and the student id)",
+    )
+    parser.add_argument(
+        "--isolation",
+        choices=ISOLATION_CHOICES,
+        default="auto",
+        help="how student Python is isolated (auto: bubblewrap where it runs)",
+    )
+    parser.add_argument(
+        "--allow-weak-isolation",
+        action="store_true",
+        help="grade even where bubblewrap cannot run (only for code you trust)",
+    )
+    parser.add_argument(
+        "--skip-preflight",
+        action="store_true",
+        help="grade even on a host that fails the preflight (checks that cannot run are reported not run)",
+    )
     parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every time limit (a slower host)")
-    parser.add_argument("--student-id", help="the submission's student id, which picks its theory questions and its "
-                        "hidden seeds (default: the student_id in its theory answers file, else its name)")
-    parser.add_argument("--theory", action=argparse.BooleanOptionalAction, default=None,
-                        help="grade the theory answers (default: when every task is graded, not with --task)")
+    parser.add_argument(
+        "--student-id",
+        help="the submission's student id, which picks its theory questions and its "
+        "hidden seeds (default: the student_id in its theory answers file, else its name)",
+    )
+    parser.add_argument(
+        "--theory",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="grade the theory answers (default: when every task is graded, not with --task)",
+    )
     args = parser.parse_args(argv)
     registry = load_registry()
     for task_id in args.task:
@@ -200,9 +250,17 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--task {THEORY}: the registry has no [theory] part")
         if task_id != THEORY:
             registry.task(task_id)  # unknown ids fail here, naming the registry
-    config = replace(GradeConfig(), tasks=tuple(args.task), seed=args.seed, isolation=args.isolation,
-                     allow_weak_isolation=args.allow_weak_isolation, preflight=not args.skip_preflight,
-                     timeout_scale=args.timeout_scale, theory=args.theory, student_id=args.student_id)
+    config = replace(
+        GradeConfig(),
+        tasks=tuple(args.task),
+        seed=args.seed,
+        isolation=args.isolation,
+        allow_weak_isolation=args.allow_weak_isolation,
+        preflight=not args.skip_preflight,
+        timeout_scale=args.timeout_scale,
+        theory=args.theory,
+        student_id=args.student_id,
+    )
     try:
         result = grade_submission(args.submission, args.out, config, registry)
     except PreflightError as exc:
@@ -212,8 +270,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"total {result.score:.2f} / {result.max_score(registry):g}")
     for line in result.review:
         print(f"REVIEW {line}")
-    print(f"wrote {args.out}/results.json, grades.csv, report.html and grading.json (isolation: "
-          f"{result.grading['isolation']})")
+    print(
+        f"wrote {args.out}/results.json, grades.csv, report.html and grading.json (isolation: "
+        f"{result.grading['isolation']})"
+    )
     if "unreadable" in result.grading:
         print(f"error: {result.grading['unreadable']}", file=sys.stderr)
         return 2

@@ -25,8 +25,12 @@ from grader.isolation import sandbox
 
 # The reference may run this much slower than the registry's figure before the host is refused.
 REFERENCE_SLOWDOWN_LIMIT = 1.25
-GPU_TOOLS = {"nvcc": "building the CUDA tasks", "g++": "the CUDA region rules (read with nvcc's host compiler)",
-             "compute-sanitizer": "the memory and race checks", "cuobjdump": "the local-memory check of the attention kernels"}
+GPU_TOOLS = {
+    "nvcc": "building the CUDA tasks",
+    "g++": "the CUDA region rules (read with nvcc's host compiler)",
+    "compute-sanitizer": "the memory and race checks",
+    "cuobjdump": "the local-memory check of the attention kernels",
+}
 # cudaDevAttrPageableMemoryAccess: the GPU can read and write ordinary host memory (HMM), the checker's included.
 PAGEABLE_MEMORY_ACCESS = 88
 
@@ -56,8 +60,14 @@ def decide_isolation(config: GradeConfig) -> tuple[str, str, str | None]:
     if config.isolation == "bwrap":
         return level, detail, f"bubblewrap was asked for and cannot run here: {detail}"
     if not config.allow_weak_isolation:
-        return level, detail, (f"student Python would run without a sandbox ({detail}); pass --allow-weak-isolation "
-                               "to grade anyway (trusted code only), or install bubblewrap")
+        return (
+            level,
+            detail,
+            (
+                f"student Python would run without a sandbox ({detail}); pass --allow-weak-isolation "
+                "to grade anyway (trusted code only), or install bubblewrap"
+            ),
+        )
     return level, detail, None
 
 
@@ -80,8 +90,10 @@ def run_preflight(tasks: list[Task], config: GradeConfig, *, time_reference: boo
         return result
     names = ", ".join(t.id for t in gpu_tasks)
     if not gpu_available():
-        result.problems.append(f"{names} need a CUDA GPU and this host has none (grade the others with --task, or "
-                               "pass --skip-preflight to report them as not run)")
+        result.problems.append(
+            f"{names} need a CUDA GPU and this host has none (grade the others with --task, or "
+            "pass --skip-preflight to report them as not run)"
+        )
         return result
     for tool, why in GPU_TOOLS.items():
         if shutil.which(tool) is None:
@@ -114,9 +126,11 @@ def _check_host_memory_reach(result: Preflight) -> None:
         return
     result.facts["pageable memory access"] = bool(value.value)
     if value.value:
-        result.notes.append("this GPU can access pageable host memory (HMM): a student kernel could address the "
-                            "checker's memory directly; on a grading host, load nvidia_uvm with uvm_disable_hmm=1 "
-                            "(grader/notes/isolation.md)")
+        result.notes.append(
+            "this GPU can access pageable host memory (HMM): a student kernel could address the "
+            "checker's memory directly; on a grading host, load nvidia_uvm with uvm_disable_hmm=1 "
+            "(grader/notes/isolation.md)"
+        )
 
 
 def _check_reference_speed(tasks: list[Task], gpu: str, result: Preflight) -> None:
@@ -128,22 +142,39 @@ def _check_reference_speed(tasks: list[Task], gpu: str, result: Preflight) -> No
         for rule in task.timing:
             recorded = rule.reference_ms.get(gpu)
             if recorded is None:
-                result.speeds.append({"task": task.id, "rule": rule.name, "gpu": gpu, "measured_ms": None,
-                                      "recorded_ms": None})
-                result.notes.append(f"{task.id} '{rule.name}': the rubric was not measured on {gpu} (it was on "
-                                    f"{', '.join(rule.reference_ms) or 'no GPU on record'}); ratios still apply")
+                result.speeds.append(
+                    {"task": task.id, "rule": rule.name, "gpu": gpu, "measured_ms": None, "recorded_ms": None}
+                )
+                result.notes.append(
+                    f"{task.id} '{rule.name}': the rubric was not measured on {gpu} (it was on "
+                    f"{', '.join(rule.reference_ms) or 'no GPU on record'}); ratios still apply"
+                )
                 continue
             work = workload(task.id, rule, Kernels("solutions"), task.tol("float32"))
-            timed = measure({"reference": work.reference}, work.make_inputs, min_reps=5, max_reps=15, time_cap_s=5.0,
-                            enforce_floor=False)["reference"]
+            timed = measure(
+                {"reference": work.reference},
+                work.make_inputs,
+                min_reps=5,
+                max_reps=15,
+                time_cap_s=5.0,
+                enforce_floor=False,
+            )["reference"]
             slowdown = timed.median_ms / recorded
-            result.speeds.append({"task": task.id, "rule": rule.name, "gpu": gpu, "measured_ms": timed.median_ms,
-                                  "recorded_ms": recorded})
+            result.speeds.append(
+                {
+                    "task": task.id,
+                    "rule": rule.name,
+                    "gpu": gpu,
+                    "measured_ms": timed.median_ms,
+                    "recorded_ms": recorded,
+                }
+            )
             result.facts[f"{task.id} {rule.name}"] = f"reference {timed.median_ms:.3f} ms (registry {recorded} ms)"
             if slowdown > REFERENCE_SLOWDOWN_LIMIT:
                 result.problems.append(
                     f"{task.id} '{rule.name}': the reference takes {timed.median_ms:.3f} ms here, {slowdown:.2f}x the "
-                    f"{recorded} ms the rubric was measured with on {gpu}: the GPU is busy, throttled or not the same")
+                    f"{recorded} ms the rubric was measured with on {gpu}: the GPU is busy, throttled or not the same"
+                )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,10 +31,10 @@ KIT_SOURCES = REPO_ROOT / "solutions"  # the kit's own files: host code, and eve
 @dataclass
 class PreparedTask:
     task: Task
-    impl_dir: Path | None = None        # IMPL for the checker process (CUDA: the spliced files)
+    impl_dir: Path | None = None  # IMPL for the checker process (CUDA: the spliced files)
     python_files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    status: str = "ready"               # ready | rejected | compile_error | missing_files
+    status: str = "ready"  # ready | rejected | compile_error | missing_files
     reason: str = ""
 
     def fail(self, status: str, reason: str) -> PreparedTask:
@@ -54,8 +54,10 @@ def prepare(task: Task, student_dir: Path, workdir: Path, config: GradeConfig, *
         if name.endswith(".py"):
             found = policy.check_file(source, rules) if config.python_rules else []
             if found:
-                return prepared.fail("rejected", "the file breaks the task's rules, so none of it was run:\n"
-                                     + policy.describe(found, name))
+                return prepared.fail(
+                    "rejected",
+                    "the file breaks the task's rules, so none of it was run:\n" + policy.describe(found, name),
+                )
             prepared.python_files.append(name)
         elif name.endswith(".cu"):
             failure = _prepare_cuda(prepared, name, source, workdir, config, build)
@@ -97,15 +99,24 @@ def _build(source: Path, config: GradeConfig, tasks: tuple[str, ...] | None = No
     """The device module of ``source`` (its regions of ``tasks``, all by default, in the kit's file) in the
     submissions' cache (the kit's own build in the reference cache), and the kit's host library for it, with
     nvcc confined as ``compile_isolation`` says. The checker's build of the spliced file is then a cache hit."""
-    built = compiler.build_module(source, cache=config.submission_cache, kit_cache=config.reference_cache,
-                                  quiet=True, limits=_limits(config), source_rules=config.cuda_rules, tasks=tasks,
-                                  device_printf=GRADING_DEVICE_PRINTF, reuse_kit_build=True)
+    built = compiler.build_module(
+        source,
+        cache=config.submission_cache,
+        kit_cache=config.reference_cache,
+        quiet=True,
+        limits=_limits(config),
+        source_rules=config.cuda_rules,
+        tasks=tasks,
+        device_printf=GRADING_DEVICE_PRINTF,
+        reuse_kit_build=True,
+    )
     compiler.build_library(built.kit, built.arch, cache=config.reference_cache, quiet=True)
     return built
 
 
-def _add_companion(prepared: PreparedTask, name: str, workdir: Path, config: GradeConfig,
-                   build: bool) -> PreparedTask | None:
+def _add_companion(
+    prepared: PreparedTask, name: str, workdir: Path, config: GradeConfig, build: bool
+) -> PreparedTask | None:
     """The kit's own ``name`` beside the task's spliced files (built into the submissions' cache, where the
     checker looks for the files of its IMPL)."""
     impl = workdir / "impl" / prepared.task.id
@@ -116,13 +127,16 @@ def _add_companion(prepared: PreparedTask, name: str, workdir: Path, config: Gra
         try:
             _build(impl / name, config)
         except (compiler.CudaCompileError, regions.RegionError, confine.IsolationUnavailable) as exc:
-            return prepared.fail("compile_error", f"the kit's {name} did not build (an instructor error): "
-                                                  f"{str(exc).splitlines()[0][-300:]}")
+            return prepared.fail(
+                "compile_error",
+                f"the kit's {name} did not build (an instructor error): {str(exc).splitlines()[0][-300:]}",
+            )
     return None
 
 
-def _prepare_cuda(prepared: PreparedTask, name: str, source: Path, workdir: Path, config: GradeConfig,
-                  build: bool) -> PreparedTask | None:
+def _prepare_cuda(
+    prepared: PreparedTask, name: str, source: Path, workdir: Path, config: GradeConfig, build: bool
+) -> PreparedTask | None:
     task = prepared.task
     kit_file = KIT_SOURCES / name
     student_text = compiler.read_student_text(source)
@@ -131,9 +145,11 @@ def _prepare_cuda(prepared: PreparedTask, name: str, source: Path, workdir: Path
     except regions.RegionError as exc:
         return prepared.fail("rejected", str(exc))
     if spliced.ignored_outside:
-        prepared.notes.append(f"{name}: lines {regions.line_ranges(spliced.ignored_outside)} are outside the TODO "
-                              "regions and differ from the starter; only the regions are graded (the kit's own "
-                              "code ran instead)")
+        prepared.notes.append(
+            f"{name}: lines {regions.line_ranges(spliced.ignored_outside)} are outside the TODO "
+            "regions and differ from the starter; only the regions are graded (the kit's own "
+            "code ran instead)"
+        )
     impl = workdir / "impl" / task.id
     impl.mkdir(parents=True, exist_ok=True)
     target = impl / name
@@ -154,12 +170,14 @@ def _prepare_cuda(prepared: PreparedTask, name: str, source: Path, workdir: Path
     return None
 
 
-def _check_rules(prepared: PreparedTask, spliced: regions.Spliced, name: str,
-                 config: GradeConfig) -> PreparedTask | None:
+def _check_rules(
+    prepared: PreparedTask, spliced: regions.Spliced, name: str, config: GradeConfig
+) -> PreparedTask | None:
     arch = compiler.preprocess_arch() if compiler.nvcc_path() else None
     try:
-        problems = rules.check(spliced.regions, spliced.text, spliced.spans, name, arch, spliced.origin,
-                               limits=_limits(config))
+        problems = rules.check(
+            spliced.regions, spliced.text, spliced.spans, name, arch, spliced.origin, limits=_limits(config)
+        )
     except (reading.ReadingError, confine.IsolationUnavailable) as exc:
         return prepared.fail("rejected", f"{name}: {exc}")
     return prepared.fail("rejected", str(regions.problems_error(name, problems))) if problems else None

@@ -58,9 +58,10 @@ OPT_OUT = {"no", "false", "0", "opt out", "opt-out", "none"}
 @dataclass(frozen=True)
 class Metric:
     """A leaderboard figure: a field of one timing rule's record (grading.json, tasks.<id>.timing)."""
+
     task: str
-    rule: int            # the rule's index in the task's [[task.timing]] list
-    field: str           # student_tflops (t3-t5 rules that know their FLOPs), student_ms, value
+    rule: int  # the rule's index in the task's [[task.timing]] list
+    field: str  # student_tflops (t3-t5 rules that know their FLOPs), student_ms, value
     label: str
     unit: str
     higher_is_better: bool
@@ -71,8 +72,11 @@ def _leaderboard() -> tuple[Metric, ...]:
     first."""
     from assignment import tasks
 
-    return tuple(Metric(c.id, b.rule, b.field, f"{c.id} {b.label}", b.unit, b.higher_is_better)
-                 for c in tasks.available() if (b := c.leaderboard) is not None)
+    return tuple(
+        Metric(c.id, b.rule, b.field, f"{c.id} {b.label}", b.unit, b.higher_is_better)
+        for c in tasks.available()
+        if (b := c.leaderboard) is not None
+    )
 
 
 LEADERBOARD = _leaderboard()
@@ -111,8 +115,13 @@ def leaderboard_entries(result: SubmissionScore) -> list[dict]:
             continue
         value = (_timing(ts, ts.task.timing[metric.rule].name) or {}).get(metric.field)
         if isinstance(value, (int, float)) and math.isfinite(value):
-            entries.append({"name": f"{metric.label} ({metric.unit})", "value": round(float(value), 4),
-                            "order": "desc" if metric.higher_is_better else "asc"})
+            entries.append(
+                {
+                    "name": f"{metric.label} ({metric.unit})",
+                    "value": round(float(value), 4),
+                    "order": "desc" if metric.higher_is_better else "asc",
+                }
+            )
     return entries
 
 
@@ -148,9 +157,11 @@ def summary_lines(result: SubmissionScore) -> list[str]:
     theory = result.theory
     if theory:
         correct = sum(t.passed for t in theory.numeric)
-        lines.append(f"{'Theory questions':<37} {theory.score:6.2f} / {theory.max_score:<5g} {correct}/"
-                     f"{len(theory.numeric)} answers correct; the proof ({sum(m.max_score for m in theory.manual):g} "
-                     "points) is graded by hand")
+        lines.append(
+            f"{'Theory questions':<37} {theory.score:6.2f} / {theory.max_score:<5g} {correct}/"
+            f"{len(theory.numeric)} answers correct; the proof ({sum(m.max_score for m in theory.manual):g} "
+            "points) is graded by hand"
+        )
     return lines
 
 
@@ -158,12 +169,12 @@ def rounded_parts(values: list[float], places: int = 4) -> list[float]:
     """``values`` rounded so that they still add up to their rounded sum (largest remainders first):
     54 checks of 10/54 points each must show 10 points, not 10.0008. A check at full marks shows its
     rounded maximum, so a task at full marks adds up exactly."""
-    unit = 10 ** places
+    unit = 10**places
     scaled = [v * unit for v in values]
     floors = [int(x // 1) for x in scaled]
     short = round(sum(scaled)) - sum(floors)
     order = sorted(range(len(values)), key=lambda i: scaled[i] - floors[i], reverse=True)
-    for i in order[:max(0, short)]:
+    for i in order[: max(0, short)]:
         floors[i] += 1
     return [f / unit for f in floors]
 
@@ -173,8 +184,13 @@ def _gradescope_tests(tests: list[ScoredTest], number: int) -> list[dict]:
     maxima = dict(zip(map(id, ran), rounded_parts([t.max_score for t in ran])))
     entries = []
     for test_index, test in enumerate(tests, start=1):
-        entry = {"name": test.name, "number": f"{number}.{test_index}", "visibility": "visible", "output": test.output,
-                 "tags": test.tags}
+        entry = {
+            "name": test.name,
+            "number": f"{number}.{test_index}",
+            "visibility": "visible",
+            "output": test.output,
+            "tags": test.tags,
+        }
         if not test.ran:
             # No score, no maximum, no status: Gradescope shows it as text, neither passed nor failed nor 0.
             entry["name"] += f" ({NOT_RUN_TAG})"
@@ -205,8 +221,10 @@ def gradescope_results(result: SubmissionScore) -> dict:
         theory_number = 1 + max((ts.task.number for ts in result.tasks), default=0)
         tests += _gradescope_tests(result.theory.tests, theory_number)
         notes += [f"theory: {note}" for note in result.theory.notes]
-        manual = [{"name": item.name, "key": item.key, "max_score": item.max_score, "status": "pending"}
-                  for item in result.theory.manual]
+        manual = [
+            {"name": item.name, "key": item.key, "max_score": item.max_score, "status": "pending"}
+            for item in result.theory.manual
+        ]
     output = "\n".join(["Score by task:"] + summary_lines(result) + notes)
     results = {
         "score": round(result.score, 4),
@@ -224,13 +242,14 @@ def gradescope_results(result: SubmissionScore) -> dict:
     return results
 
 
-
-
 def csv_row(result: SubmissionScore, registry: Registry) -> tuple[list[str], list[str]]:
     """One row: the total (what was earned), each task's cell (points_cell; empty: not graded this time), the theory,
     the tasks that did not end "ran", the points that did not run here (``not_run``), the isolation, review flags."""
-    header = ["submission", "total"] + [f"{t.id}" for t in registry.tasks] + ["theory", "status", "isolation",
-                                                                              "review", "not_run"]
+    header = (
+        ["submission", "total"]
+        + [f"{t.id}" for t in registry.tasks]
+        + ["theory", "status", "isolation", "review", "not_run"]
+    )
     by_id = {ts.task.id: ts for ts in result.tasks}
     row = [csv_cell(result.name), f"{result.score:.2f}"]
     statuses = []
@@ -253,19 +272,34 @@ def instructor_record(result: SubmissionScore) -> dict:
     for ts in result.tasks:
         run = ts.run
         tasks[ts.task.id] = {
-            "status": ts.status, "reason": ts.reason, "score": round(ts.score, 4), "max_score": ts.max_score,
-            "not_run_points": round(ts.not_run, 4), "seed": (result.grading.get("seeds") or {}).get(ts.task.id),
-            "notes": ts.notes, "instructor": ts.instructor,
+            "status": ts.status,
+            "reason": ts.reason,
+            "score": round(ts.score, 4),
+            "max_score": ts.max_score,
+            "not_run_points": round(ts.not_run, 4),
+            "seed": (result.grading.get("seeds") or {}).get(ts.task.id),
+            "notes": ts.notes,
+            "instructor": ts.instructor,
             "duration_s": round(run.duration_s, 2) if run else None,
             # What each timing rule measured (the class outputs' ratio plots and leaderboard read it).
             "timing": [t.timing for t in (run.tests if run else []) if t.is_perf and t.timing],
             "log_tail": (run.log[-LOG_CHARS:] if run and run.log else ""),
-            "failed": [{"check": t.display_name, **t.check} for t in (run.tests if run else []) if t.outcome == "failed"],
-            "slowest": [[t.display_name, round(t.duration_s, 2)] for t in
-                        sorted(run.tests if run else [], key=lambda t: -t.duration_s)[:5]],
+            "failed": [
+                {"check": t.display_name, **t.check} for t in (run.tests if run else []) if t.outcome == "failed"
+            ],
+            "slowest": [
+                [t.display_name, round(t.duration_s, 2)]
+                for t in sorted(run.tests if run else [], key=lambda t: -t.duration_s)[:5]
+            ],
         }
-    record = {"submission": result.name, "score": round(result.score, 4), "duration_s": round(result.duration_s, 2),
-              "review": result.review, **result.grading, "tasks": tasks}
+    record = {
+        "submission": result.name,
+        "score": round(result.score, 4),
+        "duration_s": round(result.duration_s, 2),
+        "review": result.review,
+        **result.grading,
+        "tasks": tasks,
+    }
     if result.theory:
         record["theory"] = theory_record(result.theory)
     return record
@@ -274,20 +308,36 @@ def instructor_record(result: SubmissionScore) -> dict:
 def theory_record(theory: TheoryScore) -> dict:
     """The theory part for the instructor: each answer's outcome, and the written answers with their rubric."""
     return {
-        "student_id": theory.student_id, "score": round(theory.score, 4), "max_score": theory.max_score,
-        "notes": theory.notes, "review": theory.review,
-        "answers": [{"name": t.name, "score": round(t.score, 4), "max_score": t.max_score, "output": t.output}
-                    for t in theory.numeric],
-        "manual": [{"name": m.name, "key": m.key, "max_score": m.max_score, "answer": m.answer,
-                    "rubric": [{"points": r.points, "criterion": r.criterion} for r in m.rubric]}
-                   for m in theory.manual],
+        "student_id": theory.student_id,
+        "score": round(theory.score, 4),
+        "max_score": theory.max_score,
+        "notes": theory.notes,
+        "review": theory.review,
+        "answers": [
+            {"name": t.name, "score": round(t.score, 4), "max_score": t.max_score, "output": t.output}
+            for t in theory.numeric
+        ],
+        "manual": [
+            {
+                "name": m.name,
+                "key": m.key,
+                "max_score": m.max_score,
+                "answer": m.answer,
+                "rubric": [{"points": r.points, "criterion": r.criterion} for r in m.rubric],
+            }
+            for m in theory.manual
+        ],
     }
 
 
 def write_all(result: SubmissionScore, registry: Registry, out: Path) -> dict[str, Path]:
     out = Path(out)
-    paths = {"results": out / "results.json", "csv": out / "grades.csv", "html": out / "report.html",
-             "grading": out / "grading.json"}
+    paths = {
+        "results": out / "results.json",
+        "csv": out / "grades.csv",
+        "html": out / "report.html",
+        "grading": out / "grading.json",
+    }
     write_atomic(paths["results"], json.dumps(gradescope_results(result), indent=2))
     header, row = csv_row(result, registry)
     buffer = io.StringIO()

@@ -61,7 +61,7 @@ class TaskRun:
     tests: list[TestOutcome] = field(default_factory=list)
     seed: int | None = None
     duration_s: float = 0.0
-    notes: list[str] = field(default_factory=list)       # shown to the student
+    notes: list[str] = field(default_factory=list)  # shown to the student
     instructor: list[str] = field(default_factory=list)  # grading.json only
     log: str = ""
 
@@ -95,12 +95,19 @@ def _read_report(path: Path) -> list[TestOutcome]:
             message = longrepr if isinstance(longrepr, str) else str(longrepr)
         metadata = test.get("metadata") or {}
         keywords = test.get("keywords", [])
-        outcomes.append(TestOutcome(
-            nodeid=test["nodeid"], outcome=test["outcome"], message=message, is_perf="perf" in keywords,
-            is_structure="structure" in keywords, timing=metadata.get("timing", {}), check=metadata.get("check", {}),
-            reproduce=metadata.get("reproduce", ""),
-            duration_s=sum((test.get(p) or {}).get("duration", 0.0) for p in ("setup", "call", "teardown")),
-        ))
+        outcomes.append(
+            TestOutcome(
+                nodeid=test["nodeid"],
+                outcome=test["outcome"],
+                message=message,
+                is_perf="perf" in keywords,
+                is_structure="structure" in keywords,
+                timing=metadata.get("timing", {}),
+                check=metadata.get("check", {}),
+                reproduce=metadata.get("reproduce", ""),
+                duration_s=sum((test.get(p) or {}).get("duration", 0.0) for p in ("setup", "call", "teardown")),
+            )
+        )
     return outcomes
 
 
@@ -116,15 +123,19 @@ def _events(path: Path) -> list[dict]:
     return events
 
 
-def checker_environment(prepared: PreparedTask, workdir: Path, config: GradeConfig, seed: int,
-                        worker: WorkerConfig | None) -> dict[str, str]:
+def checker_environment(
+    prepared: PreparedTask, workdir: Path, config: GradeConfig, seed: int, worker: WorkerConfig | None
+) -> dict[str, str]:
     task = prepared.task
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "KIT_", "IMPL"))}
     # Keep what the host's PYTHONPATH provides (pytest plugins carried as wheels, say).
     python_path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env.update(
-        KIT_SEED=str(seed), PYTHONPATH=python_path, PYTHONDONTWRITEBYTECODE="1",
-        KIT_CACHE_DIR=str(config.submission_cache_root), KIT_REFERENCE_CACHE_DIR=str(config.reference_cache),
+        KIT_SEED=str(seed),
+        PYTHONPATH=python_path,
+        PYTHONDONTWRITEBYTECODE="1",
+        KIT_CACHE_DIR=str(config.submission_cache_root),
+        KIT_REFERENCE_CACHE_DIR=str(config.reference_cache),
         KIT_COLLECTED_FILE=str(workdir / f"collected_{task.id}.json"),
         KIT_EVENTS_FILE=str(workdir / f"events_{task.id}.jsonl"),
         KIT_TEST_DEADLINE_S=str(task.grading.test_deadline_s * config.timeout_scale),
@@ -146,8 +157,9 @@ def checker_environment(prepared: PreparedTask, workdir: Path, config: GradeConf
     return env
 
 
-def run_task(prepared: PreparedTask, workdir: Path, config: GradeConfig, seed: int,
-             worker: WorkerConfig | None = None) -> TaskRun:
+def run_task(
+    prepared: PreparedTask, workdir: Path, config: GradeConfig, seed: int, worker: WorkerConfig | None = None
+) -> TaskRun:
     task = prepared.task
     suite = hidden_suite(task)
     if not suite:
@@ -156,16 +168,34 @@ def run_task(prepared: PreparedTask, workdir: Path, config: GradeConfig, seed: i
     log = workdir / f"pytest_{task.id}.log"
     env = checker_environment(prepared, workdir, config, seed, worker)
     command = [
-        sys.executable, "-m", "pytest", *map(str, suite), "-m", task.id, "-q", "-p", "no:cacheprovider",
-        "-p", "grader.grade.checker_plugin", "--rootdir", str(REPO_ROOT), "-c", str(REPO_ROOT / "pyproject.toml"),
-        "--json-report", f"--json-report-file={report}", "--json-report-omit", "log", "streams",
+        sys.executable,
+        "-m",
+        "pytest",
+        *map(str, suite),
+        "-m",
+        task.id,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "grader.grade.checker_plugin",
+        "--rootdir",
+        str(REPO_ROOT),
+        "-c",
+        str(REPO_ROOT / "pyproject.toml"),
+        "--json-report",
+        f"--json-report-file={report}",
+        "--json-report-omit",
+        "log",
+        "streams",
         *(["-k", config.select] if config.select else []),
     ]
     timeout = task.grading.timeout_s * config.timeout_scale
     start = time.monotonic()
     with open(log, "wb") as log_file:
-        child = subprocess.Popen(command, cwd=workdir, env=env, stdout=log_file, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
+        child = subprocess.Popen(
+            command, cwd=workdir, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             code = child.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -178,24 +208,37 @@ def run_task(prepared: PreparedTask, workdir: Path, config: GradeConfig, seed: i
     events = _events(Path(env["KIT_EVENTS_FILE"]))
     hang = next((e for e in events if e.get("event") == "hang"), None)
     if hang or code == HANG_EXIT_CODE:
-        what = f"the check '{display_name(hang['nodeid'])}' ran past its time limit" if hang else \
-            "a check ran past its time limit"
+        what = (
+            f"the check '{display_name(hang['nodeid'])}' ran past its time limit"
+            if hang
+            else "a check ran past its time limit"
+        )
         return TaskRun(task.id, "timeout", f"{what} (an infinite loop, a deadlock or a hang?)", **base)
     died = next((e for e in events if e.get("event") == "worker_crash"), None)
     if died:
-        return TaskRun(task.id, "crashed", f"during the check '{display_name(died['nodeid'])}': "
-                                           f"{died.get('summary', 'the code crashed')}", **base)
+        return TaskRun(
+            task.id,
+            "crashed",
+            f"during the check '{display_name(died['nodeid'])}': {died.get('summary', 'the code crashed')}",
+            **base,
+        )
     if code is None:
         return TaskRun(task.id, "timeout", f"the hidden suite took longer than {timeout:.0f} s", **base)
     fault = next((e for e in events if e.get("event") == "cuda_fault"), None)
     if fault:
-        return TaskRun(task.id, "crashed", f"a CUDA fault in the check '{display_name(fault['nodeid'])}' "
-                                           f"({fault.get('summary', '')}); the remaining checks could not run "
-                                           "(try compute-sanitizer: make sanitize T=" + task.id + ")", **base)
+        return TaskRun(
+            task.id,
+            "crashed",
+            f"a CUDA fault in the check '{display_name(fault['nodeid'])}' "
+            f"({fault.get('summary', '')}); the remaining checks could not run "
+            "(try compute-sanitizer: make sanitize T=" + task.id + ")",
+            **base,
+        )
     collected_file = Path(env["KIT_COLLECTED_FILE"])
     if not collected_file.is_file():
-        return TaskRun(task.id, "crashed", "the hidden suite could not be collected (instructor error: see the log)",
-                       **base)
+        return TaskRun(
+            task.id, "crashed", "the hidden suite could not be collected (instructor error: see the log)", **base
+        )
     collected = json.loads(collected_file.read_text())
     tests = _read_report(report) if report.is_file() else []
     missing = [n for n in collected if n not in {t.nodeid for t in tests}]
@@ -216,7 +259,14 @@ def reconcile(collected: list[str], tests: list[TestOutcome]) -> tuple[list[Test
     """One outcome per collected check, in collection order: a check with no result fails, a result for
     a check that was never collected is dropped (returned second)."""
     by_id = {t.nodeid: t for t in tests}
-    outcomes = [by_id.get(n) or TestOutcome(n, "failed", "this check reported no result",
-                                            check={"kind": "crash", "summary": "this check reported no result"})
-                for n in collected]
+    outcomes = [
+        by_id.get(n)
+        or TestOutcome(
+            n,
+            "failed",
+            "this check reported no result",
+            check={"kind": "crash", "summary": "this check reported no result"},
+        )
+        for n in collected
+    ]
     return outcomes, sorted(set(by_id) - set(collected))

@@ -130,15 +130,41 @@ def rule_of(task: Task, nodeid: str):
 
 def score_task(task: Task, run: TaskRun) -> TaskScore:
     if run.status == "not_run":
-        return TaskScore(task, run.status, run.reason, 0.0, 0.0, [
-            ScoredTest(f"{task.id} {task.title}", 0.0, task.points.total, False, _cap(f"not run: {run.reason}", 4000),
-                       [task.id, NOT_RUN_TAG], ran=False)
-        ], notes=run.notes, instructor=run.instructor, run=run, not_run=task.points.total)
+        return TaskScore(
+            task,
+            run.status,
+            run.reason,
+            0.0,
+            0.0,
+            [
+                ScoredTest(
+                    f"{task.id} {task.title}",
+                    0.0,
+                    task.points.total,
+                    False,
+                    _cap(f"not run: {run.reason}", 4000),
+                    [task.id, NOT_RUN_TAG],
+                    ran=False,
+                )
+            ],
+            notes=run.notes,
+            instructor=run.instructor,
+            run=run,
+            not_run=task.points.total,
+        )
     if run.status != "ran":
         output = f"{run.status.replace('_', ' ')}: {run.reason}"
-        return TaskScore(task, run.status, run.reason, 0.0, 0.0, [
-            ScoredTest(f"{task.id} {task.title}", 0.0, task.points.total, False, _cap(output, 4000), [task.id])
-        ], notes=run.notes, instructor=run.instructor, run=run)
+        return TaskScore(
+            task,
+            run.status,
+            run.reason,
+            0.0,
+            0.0,
+            [ScoredTest(f"{task.id} {task.title}", 0.0, task.points.total, False, _cap(output, 4000), [task.id])],
+            notes=run.notes,
+            instructor=run.instructor,
+            run=run,
+        )
     checks = [t for t in run.tests if not t.is_perf]
     counted = [t for t in checks if t.outcome != "skipped"]
     skipped = [t for t in checks if t.outcome == "skipped"]
@@ -152,8 +178,17 @@ def score_task(task: Task, run: TaskRun) -> TaskScore:
         ok = ran and test.outcome == "passed"
         passed += ok
         tags = [task.id, "structure" if test.is_structure else "correctness"] + ([] if ran else [NOT_RUN_TAG])
-        scored.append(ScoredTest(f"{task.id} {test.display_name}", share if ok else 0.0, share, ok,
-                                 student_output(task, test), tags, ran=ran))
+        scored.append(
+            ScoredTest(
+                f"{task.id} {test.display_name}",
+                share if ok else 0.0,
+                share,
+                ok,
+                student_output(task, test),
+                tags,
+                ran=ran,
+            )
+        )
     correctness = share * passed
     not_run = share * len(skipped)
     values_correct = all(t.outcome == "passed" for t in counted if not t.is_structure)
@@ -161,8 +196,10 @@ def score_task(task: Task, run: TaskRun) -> TaskScore:
     rules = {rule.name: rule for rule in task.timing}
     instructor = list(run.instructor)
     if skipped:
-        instructor.append(f"{len(skipped)} check(s) skipped on this host: "
-                          + "; ".join(f"{t.display_name}: {scrub(t.message, 200)}" for t in skipped[:5]))
+        instructor.append(
+            f"{len(skipped)} check(s) skipped on this host: "
+            + "; ".join(f"{t.display_name}: {scrub(t.message, 200)}" for t in skipped[:5])
+        )
     for test in perf_tests:
         rule = rules.get(test.timing.get("rule", "")) or rule_of(task, test.nodeid)
         max_points = rule.max_points if rule else 0.0
@@ -181,11 +218,20 @@ def score_task(task: Task, run: TaskRun) -> TaskScore:
             not_run += max_points
         performance += earned
         ran = test.outcome != "skipped"
-        scored.append(ScoredTest(f"{task.id} performance: {rule.name if rule else test.display_name}", earned,
-                                 max_points, earned > 0, output, [task.id, "performance"] + ([] if ran else
-                                                                                              [NOT_RUN_TAG]), ran=ran))
-    return TaskScore(task, "ran", "", correctness, performance, scored, passed, len(counted), run.notes, instructor,
-                     run, not_run)
+        scored.append(
+            ScoredTest(
+                f"{task.id} performance: {rule.name if rule else test.display_name}",
+                earned,
+                max_points,
+                earned > 0,
+                output,
+                [task.id, "performance"] + ([] if ran else [NOT_RUN_TAG]),
+                ran=ran,
+            )
+        )
+    return TaskScore(
+        task, "ran", "", correctness, performance, scored, passed, len(counted), run.notes, instructor, run, not_run
+    )
 
 
 @dataclass

@@ -35,7 +35,7 @@ from assignment.registry import MIN_SALT_CHARS, Registry
 
 SALT_ENV = "KIT_GRADING_SALT"
 DERIVATION = "kit-hidden-seed-v1"  # in every derived seed's message: a new derivation, new seeds
-SEED_BITS = 31                     # seeds stay below 2**31, as torch.Generator and random.Random take any of them
+SEED_BITS = 31  # seeds stay below 2**31, as torch.Generator and random.Random take any of them
 UNNAMED = "unnamed"
 
 
@@ -59,15 +59,19 @@ def resolve_salt(registry: Registry) -> Salt:
     from_env = os.environ.get(SALT_ENV)
     if from_env is not None:
         if len(from_env.strip()) < MIN_SALT_CHARS:
-            raise SaltError(f"{SALT_ENV} is set but shorter than {MIN_SALT_CHARS} characters: a salt that short can "
-                            "be guessed, and with it every student's hidden inputs")
+            raise SaltError(
+                f"{SALT_ENV} is set but shorter than {MIN_SALT_CHARS} characters: a salt that short can "
+                "be guessed, and with it every student's hidden inputs"
+            )
         if registry.theory is not None and from_env.strip() == registry.theory.salt.strip():
             raise SaltError(f"{SALT_ENV} is the registry's theory salt, which ships to students: choose another")
         return Salt(from_env.strip(), SALT_ENV)
     if registry.hidden_seed_salt:
         return Salt(registry.hidden_seed_salt.strip(), f"{registry.path.name} [hidden_seed]")
-    raise SaltError(f"no salt for the hidden tests' seeds: set {SALT_ENV} (at least {MIN_SALT_CHARS} characters), or "
-                    f"[hidden_seed] salt in {registry.path}, or pass --seed to give every task one seed")
+    raise SaltError(
+        f"no salt for the hidden tests' seeds: set {SALT_ENV} (at least {MIN_SALT_CHARS} characters), or "
+        f"[hidden_seed] salt in {registry.path}, or pass --seed to give every task one seed"
+    )
 
 
 def normalise(grading_id: str | None) -> str:
@@ -84,6 +88,7 @@ def derive(salt: Salt, grading_id: str, task_id: str) -> int:
 @dataclass(frozen=True)
 class SeedPlan:
     """The seed of each task of one grading, and how they were made (grading.json's ``seeds`` and ``seeding``)."""
+
     seeds: dict[str, int]
     record: dict
 
@@ -96,10 +101,16 @@ def plan(task_ids: list[str], registry: Registry, *, fixed: int | None, grading_
     if fixed is not None:
         return SeedPlan({t: fixed for t in task_ids}, {"how": "--seed (the instructor's, for every task)"})
     salt = resolve_salt(registry)
-    return SeedPlan({t: derive(salt, grading_id, t) for t in task_ids}, {
-        "how": f"derived: HMAC-SHA256 of the salt, the grading id and the task ({DERIVATION})",
-        "grading_id": normalise(grading_id), "grading_id_from": id_from, "salt_from": salt.source,
-        "salt_fingerprint": salt.fingerprint})
+    return SeedPlan(
+        {t: derive(salt, grading_id, t) for t in task_ids},
+        {
+            "how": f"derived: HMAC-SHA256 of the salt, the grading id and the task ({DERIVATION})",
+            "grading_id": normalise(grading_id),
+            "grading_id_from": id_from,
+            "salt_from": salt.source,
+            "salt_fingerprint": salt.fingerprint,
+        },
+    )
 
 
 def settings_key(registry: Registry, fixed: int | None) -> str:

@@ -147,5 +147,6 @@ def collect(source: Path, workdir: Path, registry: Registry, extra_files: tuple[
         if taken:
             extra[filename] = taken[1]
     missing = [f for f in registry.student_files if f not in found]
-    return CollectedSubmission(source.stem if source.is_file() else source.name, student_dir, found, missing, notes,
-                               extra)
+    return CollectedSubmission(
+        source.stem if source.is_file() else source.name, student_dir, found, missing, notes, extra
+    )

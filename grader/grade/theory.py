@@ -74,8 +74,9 @@ def smem_key(p: dict) -> list[float]:
 
 def roofline_key(p: dict) -> list[float]:
     h, layers, head_dim = p["hidden"], p["layers"], p["head_dim"]
-    weights = layers * (h * head_dim * (2 * p["heads"] + 2 * p["kv_heads"]) + 3 * h * p["intermediate"]) \
-        + h * p["vocab"]
+    weights = (
+        layers * (h * head_dim * (2 * p["heads"] + 2 * p["kv_heads"]) + 3 * h * p["intermediate"]) + h * p["vocab"]
+    )
     kv_per_token = 2 * layers * p["kv_heads"] * head_dim
 
     def attention_flops(queries: int, keys: int) -> int:
@@ -87,8 +88,13 @@ def roofline_key(p: dict) -> list[float]:
     decode_bytes = p["bytes_per_value"] * (weights + kv_per_token * p["C"])
     prefill_ai, decode_ai = prefill_flops / prefill_bytes, decode_flops / decode_bytes
     peak, bandwidth = p["peak"], p["bandwidth"]
-    return [prefill_ai, min(peak, prefill_ai * bandwidth) / 1e12, decode_ai, min(peak, decode_ai * bandwidth) / 1e12,
-            max(decode_flops / peak, decode_bytes / bandwidth) * 1e3]
+    return [
+        prefill_ai,
+        min(peak, prefill_ai * bandwidth) / 1e12,
+        decode_ai,
+        min(peak, decode_ai * bandwidth) / 1e12,
+        max(decode_flops / peak, decode_bytes / bandwidth) * 1e3,
+    ]
 
 
 def online_softmax_key(p: dict) -> list[float]:
@@ -109,8 +115,13 @@ def split_kv_key(p: dict) -> list[float]:
     return [lse] + [sum(w * o[i] for w, o in zip(weights, p["outputs"])) for i in range(len(p["outputs"][0]))]
 
 
-KEYS = {"hbm": hbm_key, "smem": smem_key, "roofline": roofline_key, "online_softmax": online_softmax_key,
-        "split_kv": split_kv_key}
+KEYS = {
+    "hbm": hbm_key,
+    "smem": smem_key,
+    "roofline": roofline_key,
+    "online_softmax": online_softmax_key,
+    "split_kv": split_kv_key,
+}
 
 
 def answer_key(question: Question) -> dict[str, float]:
@@ -132,8 +143,9 @@ def within(answer: float, key: float, rtol: float) -> bool:
 @dataclass
 class ManualItem:
     """A written answer for a person to grade."""
+
     name: str
-    key: str            # the answers file's key: "q6"
+    key: str  # the answers file's key: "q6"
     max_score: float
     answer: str
     rubric: tuple[RubricItem, ...]
@@ -145,8 +157,8 @@ class TheoryScore:
     max_score: float
     tests: list[ScoredTest] = field(default_factory=list)
     manual: list[ManualItem] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)      # the student sees these
-    review: list[str] = field(default_factory=list)     # the instructor's flags
+    notes: list[str] = field(default_factory=list)  # the student sees these
+    review: list[str] = field(default_factory=list)  # the instructor's flags
 
     @property
     def score(self) -> float:
@@ -161,8 +173,9 @@ class TheoryScore:
         return sum(test.max_score for test in self.numeric)
 
 
-def grade_theory(data: bytes | None, registry: Registry, student_id: str | None = None,
-                 absent: str | None = None) -> TheoryScore | None:
+def grade_theory(
+    data: bytes | None, registry: Registry, student_id: str | None = None, absent: str | None = None
+) -> TheoryScore | None:
     """Score a submission's answers file (its bytes; None when the submission has none). None: no theory part."""
     theory = registry.theory
     if theory is None:
@@ -171,8 +184,11 @@ def grade_theory(data: bytes | None, registry: Registry, student_id: str | None 
     given = _usable_id(student_id)
     result = TheoryScore(given, theory.points)
     if data is None:
-        return _all_zero(result, registry, absent or f"no {name} in the submission (`make theory ID=<your id>` "
-                                                     "writes it; `make submit` packs it)")
+        return _all_zero(
+            result,
+            registry,
+            absent or f"no {name} in the submission (`make theory ID=<your id>` writes it; `make submit` packs it)",
+        )
     try:
         found = answers_file.parse(data.decode("utf-8"), name)
     except UnicodeDecodeError:
@@ -181,14 +197,19 @@ def grade_theory(data: bytes | None, registry: Registry, student_id: str | None 
         return _all_zero(result, registry, f"{name} could not be read, so no answer was graded: {exc}")
     recorded = _usable_id(found.student_id)
     if given and found.student_id and recorded != given:
-        result.review.append(f"review: {name} names student {found.student_id!r} but the submission is {given!r}; "
-                             f"graded against {given!r}'s questions")
+        result.review.append(
+            f"review: {name} names student {found.student_id!r} but the submission is {given!r}; "
+            f"graded against {given!r}'s questions"
+        )
         result.notes.append(f"{name} names student {found.student_id!r}: graded against the questions of {given!r}")
     result.student_id = given or recorded
     if result.student_id is None:
         why = "names no student_id" if not found.student_id else f"names student {found.student_id!r}, not a valid id"
-        return _all_zero(result, registry, f"{name} {why}, so its questions are unknown: keep the student_id line "
-                                           "that `make theory` wrote")
+        return _all_zero(
+            result,
+            registry,
+            f"{name} {why}, so its questions are unknown: keep the student_id line that `make theory` wrote",
+        )
     for question in questions_for(result.student_id, theory):
         if question.written:
             result.tests.append(_manual(question, found.written.get(question.key), theory.rubric, result))
@@ -222,11 +243,23 @@ def _scored(question: Question, part, given: dict, key: float, name: str) -> Sco
     if value is None:
         return _zero(question, part, f"no answer: {part.key} is empty in {name}")
     if within(value, key, question.rtol):
-        return ScoredTest(_test_name(question, part.label), points, points, True,
-                          f"correct: {value:.10g} [{part.unit}] ({tolerance})", [TAG, question.kind])
-    return ScoredTest(_test_name(question, part.label), 0.0, points, False,
-                      f"incorrect: {value:.10g} [{part.unit}] is not {tolerance}. Check the unit and the counting "
-                      "convention the question states.", [TAG, question.kind])
+        return ScoredTest(
+            _test_name(question, part.label),
+            points,
+            points,
+            True,
+            f"correct: {value:.10g} [{part.unit}] ({tolerance})",
+            [TAG, question.kind],
+        )
+    return ScoredTest(
+        _test_name(question, part.label),
+        0.0,
+        points,
+        False,
+        f"incorrect: {value:.10g} [{part.unit}] is not {tolerance}. Check the unit and the counting "
+        "convention the question states.",
+        [TAG, question.kind],
+    )
 
 
 def _zero(question: Question, part, why: str) -> ScoredTest:
@@ -237,9 +270,13 @@ def _manual(question: Question, text, rubric: tuple[RubricItem, ...], result: Th
     text = text if isinstance(text, str) else ""
     result.manual.append(ManualItem(_test_name(question), question.key, question.points, text.strip(), rubric))
     words = len(text.split())
-    output = (f"graded by hand after the deadline ({number_text(question.points)} points, pending): your proof "
-              f"has {words} words" if words else f"no proof written ([written] {question.key} is empty): 0 of "
-              f"{number_text(question.points)} points when it is graded by hand")
+    output = (
+        f"graded by hand after the deadline ({number_text(question.points)} points, pending): your proof "
+        f"has {words} words"
+        if words
+        else f"no proof written ([written] {question.key} is empty): 0 of "
+        f"{number_text(question.points)} points when it is graded by hand"
+    )
     return ScoredTest(_test_name(question), 0.0, question.points, False, output, [TAG, MANUAL_TAG])
 
 
@@ -248,10 +285,10 @@ def _all_zero(result: TheoryScore, registry: Registry, why: str) -> TheoryScore:
     result.notes.append(why)
     for question in questions_for(result.student_id or PLACEHOLDER_ID, registry.theory):
         if question.written:
-            result.manual.append(ManualItem(_test_name(question), question.key, question.points, "",
-                                            registry.theory.rubric))
-            result.tests.append(ScoredTest(_test_name(question), 0.0, question.points, False, why,
-                                           [TAG, MANUAL_TAG]))
+            result.manual.append(
+                ManualItem(_test_name(question), question.key, question.points, "", registry.theory.rubric)
+            )
+            result.tests.append(ScoredTest(_test_name(question), 0.0, question.points, False, why, [TAG, MANUAL_TAG]))
         else:
             result.tests += [_zero(question, part, why) for part in question.parts]
     return result
@@ -272,12 +309,16 @@ def reference_answers(student_id: str, registry: Registry) -> str:
 def key_text(student_id: str, registry: Registry) -> str:
     student_id = normalise_id(student_id)
     questions = questions_for(student_id, registry.theory)
-    header = (f"Theory answer key of student {student_id!r} (instructor-only): {registry.title}, "
-              f"{number_text(registry.theory.points)} points")
+    header = (
+        f"Theory answer key of student {student_id!r} (instructor-only): {registry.title}, "
+        f"{number_text(registry.theory.points)} points"
+    )
     lines = [header, ""]
     for question in questions:
-        lines.append(f"Q{question.number}. {question.title} ({number_text(question.points)} points, "
-                     f"{tolerance_text(question.rtol)})")
+        lines.append(
+            f"Q{question.number}. {question.title} ({number_text(question.points)} points, "
+            f"{tolerance_text(question.rtol)})"
+        )
         if question.written:
             lines += [f"  [{number_text(item.points)}] {item.criterion}" for item in registry.theory.rubric]
         else:

@@ -21,8 +21,11 @@ def qkv_on_gpu(B, H, Lq, Lk, d, seed, magnitude=1.0, H_kv=None):
     H_kv = H if H_kv is None else H_kv
     gen = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randn(B, H, Lq, d, generator=gen, device="cuda") * magnitude
-    return q, torch.randn(B, H_kv, Lk, d, generator=gen, device="cuda"), torch.randn(B, H_kv, Lk, d, generator=gen,
-                                                                                        device="cuda")
+    return (
+        q,
+        torch.randn(B, H_kv, Lk, d, generator=gen, device="cuda"),
+        torch.randn(B, H_kv, Lk, d, generator=gen, device="cuda"),
+    )
 
 
 def run_flash(q, k, v, causal, scale=None):
@@ -33,8 +36,11 @@ def run_flash(q, k, v, causal, scale=None):
     lse = torch.full(q.shape[:3], SENTINEL, device=q.device)
     kernels.flash_attention(q, k, v, causal=causal, scale=scale, out=out, lse=lse)
     torch.cuda.synchronize()
-    require(all(same_bits(d, h) for d, h in zip((q, k, v), hosts)), "inputs_modified",
-            "an input (q, k or v) was modified; write only to O and LSE")
+    require(
+        all(same_bits(d, h) for d, h in zip((q, k, v), hosts)),
+        "inputs_modified",
+        "an input (q, k or v) was modified; write only to O and LSE",
+    )
     return out, lse, hosts
 
 
@@ -47,7 +53,7 @@ def check_values(shape, d, causal, seed, tol, magnitude=1.0, scale=None, strongl
     ``tol`` (the LSE within ``lse_tol`` when given)."""
     q, k, v = qkv_on_gpu(shape["B"], shape["H"], shape["Lq"], shape["Lk"], d, seed, magnitude, shape.get("H_kv"))
     if strongly_negative:  # q near +c, k near -c: every score near -120, whose exp underflows to 0
-        shift = (120.0 / d ** 0.5) ** 0.5
+        shift = (120.0 / d**0.5) ** 0.5
         q, k = q * 0.3 + shift, k * 0.3 - shift
     out, lse, hosts = run_flash(q, k, v, causal, scale)
     expected, expected_lse = expected_on_gpu(*hosts, causal, scale)
@@ -59,15 +65,22 @@ def check_group_sharing(causal, seed):
     """Query heads that share a KV head give bitwise what they give with that head repeated for each."""
     q, k, v = qkv_on_gpu(3, 8, 150, 97, 64, seed, H_kv=2)
     grouped = run_flash(q, k, v, causal)[:2]
-    repeated = run_flash(q, k.repeat_interleave(4, dim=1).contiguous(), v.repeat_interleave(4, dim=1).contiguous(),
-                         causal)[:2]
-    require(all(torch.equal(a, b) for a, b in zip(grouped, repeated)), "mismatch",
-            "O or LSE with 8 query heads over 2 KV heads differs from the same attention with the KV heads repeated: "
-            "query head h must read KV head h / (H / H_kv) of its own batch",
-            "grouped-query attention reads the wrong K/V head")
+    repeated = run_flash(
+        q, k.repeat_interleave(4, dim=1).contiguous(), v.repeat_interleave(4, dim=1).contiguous(), causal
+    )[:2]
+    require(
+        all(torch.equal(a, b) for a, b in zip(grouped, repeated)),
+        "mismatch",
+        "O or LSE with 8 query heads over 2 KV heads differs from the same attention with the KV heads repeated: "
+        "query head h must read KV head h / (H / H_kv) of its own batch",
+        "grouped-query attention reads the wrong K/V head",
+    )
 
 
 def check_repeatable(causal, seed, repeats=20):
     q, k, v = qkv_on_gpu(2, 3, 333, 517, 64, seed)
-    assert_repeatable(lambda: kernels.flash_attention(q, k, v, causal=causal), repeats,
-                      "O or LSE changed between identical runs: a race (a missing __syncthreads?)")
+    assert_repeatable(
+        lambda: kernels.flash_attention(q, k, v, causal=causal),
+        repeats,
+        "O or LSE changed between identical runs: a race (a missing __syncthreads?)",
+    )

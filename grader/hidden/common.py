@@ -29,16 +29,23 @@ def check_sanitizer(task_id: str, tool: str) -> None:
     if shutil.which("compute-sanitizer") is None:
         pytest.skip("compute-sanitizer is not on PATH on this host")
     result = sanitize.run(task_id, tool, source)
-    require(result.ok, "memory_error", f"compute-sanitizer --tool {tool} reported errors:\n{result.output[-2500:]}",
-            f"compute-sanitizer --tool {tool} found {'races' if tool == 'racecheck' else 'memory errors'}")
+    require(
+        result.ok,
+        "memory_error",
+        f"compute-sanitizer --tool {tool} reported errors:\n{result.output[-2500:]}",
+        f"compute-sanitizer --tool {tool} found {'races' if tool == 'racecheck' else 'memory errors'}",
+    )
 
 
 def check_local_memory(filename: str, tasks: tuple[str, ...]) -> None:
     used, limit = local_memory_of(filename, tasks)
-    require(used <= limit, "structure",
-            f"a kernel uses {used} bytes of local memory per thread (limit {limit}): scores or rows kept per "
-            "thread in local memory are the matrix the task must not build",
-            f"a kernel keeps {used} bytes per thread in local memory (limit {limit})")
+    require(
+        used <= limit,
+        "structure",
+        f"a kernel uses {used} bytes of local memory per thread (limit {limit}): scores or rows kept per "
+        "thread in local memory are the matrix the task must not build",
+        f"a kernel keeps {used} bytes per thread in local memory (limit {limit})",
+    )
 
 
 def time_rule(task: Task, rule, record: dict, student_model=None, **measure_kwargs) -> None:
@@ -47,6 +54,14 @@ def time_rule(task: Task, rule, record: dict, student_model=None, **measure_kwar
     record["timing"] = {"rule": rule.name, "metric": rule.metric}  # named even when the timing fails
     work = workload(task.id, rule, Kernels(), task.tol("float32"), student_model=student_model)
     record["timing"].update(work.notes)
-    run_timing_rule(rule, work.candidates(), work.make_inputs, check=work.check, flops=work.flops,
-                    bytes_moved=work.bytes_moved, record=record, **measure_kwargs)
+    run_timing_rule(
+        rule,
+        work.candidates(),
+        work.make_inputs,
+        check=work.check,
+        flops=work.flops,
+        bytes_moved=work.bytes_moved,
+        record=record,
+        **measure_kwargs,
+    )
     record["timing"].update(work.notes)

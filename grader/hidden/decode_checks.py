@@ -17,14 +17,28 @@ from assignment.testing import SENTINEL, assert_close
 
 TAIL = 37  # the cache holds L + TAIL positions; every position at or past a row's length is NaN
 LAYOUT_O, LAYOUT_LSE = "batch, head, dim", "batch, head"
-SPLIT_HINT = ("Each split covers whole 32-key tiles of the length read from `lengths`; a split that starts past it "
-              "is empty (O = 0, LSE = -inf, weight 0 in the combine).")
-GRAPH_HINT = ("A graph replays the launch as captured: the length must be read on the GPU at every launch, and "
-              "the split sizes follow it.")
+SPLIT_HINT = (
+    "Each split covers whole 32-key tiles of the length read from `lengths`; a split that starts past it "
+    "is empty (O = 0, LSE = -inf, weight 0 in the combine)."
+)
+GRAPH_HINT = (
+    "A graph replays the launch as captured: the length must be read on the GPU at every launch, and "
+    "the split sizes follow it."
+)
 
 
-def decode_inputs(B: int, H: int, H_kv: int, L_max: int, d: int, lengths: list[int], seed: int, *,
-                  magnitude: float = 1.0, lengths_dtype: torch.dtype = torch.int32):
+def decode_inputs(
+    B: int,
+    H: int,
+    H_kv: int,
+    L_max: int,
+    d: int,
+    lengths: list[int],
+    seed: int,
+    *,
+    magnitude: float = 1.0,
+    lengths_dtype: torch.dtype = torch.int32,
+):
     """q (B, H, d) and a cache (B, H_kv, L_max, d) of random values below each row's length and NaN from it on;
     ``lengths`` holds one length per row, or one for every row."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
@@ -46,8 +60,11 @@ def run_decode(q, k, v, lengths, **kwargs):
     lse = torch.full(q.shape[:-1], SENTINEL, device=q.device)
     kernels.decode_attention(q, k, v, lengths, out=out, lse=lse, **kwargs)
     torch.cuda.synchronize()
-    require(all(same_bits(t, h) for t, h in zip((q, k, v, lengths), hosts)), "inputs_modified",
-            "an input (q, the cache or lengths) was modified; write only to O, LSE and the workspace")
+    require(
+        all(same_bits(t, h) for t, h in zip((q, k, v, lengths), hosts)),
+        "inputs_modified",
+        "an input (q, the cache or lengths) was modified; write only to O, LSE and the workspace",
+    )
     return out, lse, hosts
 
 
@@ -68,31 +85,53 @@ def reference_decode(q, k, v, lengths, scale: float | None = None) -> tuple[torc
             outs.append(torch.zeros(H, d, dtype=torch.float64, device=q.device))
             lses.append(torch.full((H,), float("-inf"), dtype=torch.float64, device=q.device))
             continue
-        scores = (qb @ k[b, :, :n].double().transpose(-1, -2)) * scale          # (H_kv, G, n)
-        lse = torch.logsumexp(scores, dim=-1)                                    # (H_kv, G)
+        scores = (qb @ k[b, :, :n].double().transpose(-1, -2)) * scale  # (H_kv, G, n)
+        lse = torch.logsumexp(scores, dim=-1)  # (H_kv, G)
         outs.append((torch.exp(scores - lse[..., None]) @ v[b, :, :n].double()).reshape(H, d))
         lses.append(lse.reshape(H))
     return torch.stack(outs).reshape(q.shape), torch.stack(lses).reshape(q.shape[:-1])
 
 
-def check_against_reference(out, lse, hosts, what: str, tol: dict, *, lse_tol: dict | None = None,
-                            hint: str = "") -> None:
+def check_against_reference(
+    out, lse, hosts, what: str, tol: dict, *, lse_tol: dict | None = None, hint: str = ""
+) -> None:
     expected, expected_lse = reference_decode(*hosts)
     assert_close(out, expected, **tol, name=f"O ({what})", layout=LAYOUT_O, hint=hint)
-    assert_close(lse, expected_lse, **(lse_tol or tol), name=f"LSE ({what})", layout=LAYOUT_LSE,
-                 hint="LSE = M + log2(sum of the splits' weights), in natural log.")
+    assert_close(
+        lse,
+        expected_lse,
+        **(lse_tol or tol),
+        name=f"LSE ({what})",
+        layout=LAYOUT_LSE,
+        hint="LSE = M + log2(sum of the splits' weights), in natural log.",
+    )
 
 
-def check_values(B: int, H: int, H_kv: int, L_max: int, d: int, lengths: list[int], seed: int, tol: dict, what: str,
-                 *, magnitude: float = 1.0, lse_tol: dict | None = None, hint: str = "", **kwargs) -> None:
+def check_values(
+    B: int,
+    H: int,
+    H_kv: int,
+    L_max: int,
+    d: int,
+    lengths: list[int],
+    seed: int,
+    tol: dict,
+    what: str,
+    *,
+    magnitude: float = 1.0,
+    lse_tol: dict | None = None,
+    hint: str = "",
+    **kwargs,
+) -> None:
     """O and LSE against float64 (``what`` names the case in messages; never a hidden shape)."""
     q, k, v, lens = decode_inputs(B, H, H_kv, L_max, d, lengths, seed, magnitude=magnitude)
     out, lse, hosts = run_decode(q, k, v, lens, **kwargs)
     check_against_reference(out, lse, hosts, what, tol, lse_tol=lse_tol, hint=hint)
 
 
-def check_graph_replays(B: int, H: int, H_kv: int, L_max: int, d: int, steps: list[list[int]], seed: int,
-                        tol: dict) -> None:
+def check_graph_replays(
+    B: int, H: int, H_kv: int, L_max: int, d: int, steps: list[list[int]], seed: int, tol: dict
+) -> None:
     """Capture one call at length 1, then grow the cache and the lengths in place and replay: every replay must
     match float64 at its lengths and read nothing past them (the cache is NaN there)."""
     gen = torch.Generator(device="cuda").manual_seed(seed)

@@ -19,8 +19,9 @@ from grader.hidden.sampling_reference import NEG_INF, penalised, top_k_set
 REPLACEMENT = "\ufffd"
 
 
-def next_token_distribution(z: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None
-                            ) -> torch.Tensor:
+def next_token_distribution(
+    z: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None
+) -> torch.Tensor:
     """(V,) float64: temperature, top-k (ties kept), top-p on what top-k left (keep a token while the mass
     before it is below p), renormalised. For continuous logits (no ties), as the scripted model gives."""
     z = z.double() / temperature
@@ -52,8 +53,19 @@ def greedy(model, prompt: list[int], count: int, penalty: float = 1.0, stops=())
     return out
 
 
-def sampled(model, prompt: list[int], count: int, seed: int, device: str, *, temperature: float,
-            top_k: int | None = None, top_p: float | None = None, penalty: float = 1.0, stops=()) -> list[int]:
+def sampled(
+    model,
+    prompt: list[int],
+    count: int,
+    seed: int,
+    device: str,
+    *,
+    temperature: float,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    penalty: float = 1.0,
+    stops=(),
+) -> list[int]:
     """The seeded sampled continuation: one torch.multinomial draw per token from the exact distribution, with
     a generator on ``device`` seeded with ``seed`` (what the handout's loop does, draw for draw)."""
     generator = torch.Generator(device=device).manual_seed(seed)
@@ -72,15 +84,20 @@ def expected_calls(prompt: list[int], tokens: list[int], count: int) -> list[dic
     """The call log of a right loop: one prefill of the prompt at 0..T-1, then one decode per token that another
     token follows (every token when a stop token ended the loop, all but the last when ``count`` did)."""
     fed = tokens if len(tokens) < count else tokens[:-1]
-    return ([{"op": "prefill", "positions": list(range(len(prompt))), "tokens": list(prompt)}]
-            + [{"op": "decode", "positions": [len(prompt) + k], "tokens": [t]} for k, t in enumerate(fed)])
+    return [{"op": "prefill", "positions": list(range(len(prompt))), "tokens": list(prompt)}] + [
+        {"op": "decode", "positions": [len(prompt) + k], "tokens": [t]} for k, t in enumerate(fed)
+    ]
 
 
 def check_calls(calls: list | None, prompt: list[int], tokens: list[int], count: int, what: str) -> None:
     """The model's call log (the checker's own record of the steps it served the student's loop: op, positions and
     tokens of each, in order) must show one prefill and then one decode per fed token at the next position."""
-    require(calls is not None, "structure", f"{what}: the checker served no model call",
-            f"{what}: the model was never called")
+    require(
+        calls is not None,
+        "structure",
+        f"{what}: the checker served no model call",
+        f"{what}: the model was never called",
+    )
     calls = [{key: c[key] for key in ("op", "positions", "tokens")} for c in calls]
     expected = expected_calls(prompt, tokens, count)
     if calls == expected:
@@ -92,10 +109,12 @@ def check_calls(calls: list | None, prompt: list[int], tokens: list[int], count:
         why = f"{len(calls)} model calls, a right loop makes {len(expected)} (one per token fed, none after the last)"
     else:
         k = next(i for i, (a, b) in enumerate(zip(calls, expected)) if a != b)
-        why = "the prefill did not feed the prompt at positions 0..T-1" if k == 0 else \
-            f"decode call {k} did not feed generated token {k - 1} at position T + {k - 1}"
-    require(False, "structure", f"{what}: {why}; calls {calls[:6]} ...; expected {expected[:6]} ...",
-            f"{what}: {why}")
+        why = (
+            "the prefill did not feed the prompt at positions 0..T-1"
+            if k == 0
+            else f"decode call {k} did not feed generated token {k - 1} at position T + {k - 1}"
+        )
+    require(False, "structure", f"{what}: {why}; calls {calls[:6]} ...; expected {expected[:6]} ...", f"{what}: {why}")
 
 
 def check_stream(pieces, steps, tokens: list[int], decode, what: str) -> None:
@@ -110,29 +129,48 @@ def check_stream(pieces, steps, tokens: list[int], decode, what: str) -> None:
     in advance: replayed from an earlier call). Timing a piece by its first character is what catches a stream
     that collects the text and yields it late: a piece holding text that was ready steps ago arrived late,
     however much text it adds."""
-    require(isinstance(pieces, list) and all(isinstance(p, str) for p in pieces), "shape",
-            f"{what}: stream must yield strings", f"{what}: stream yielded something other than strings")
+    require(
+        isinstance(pieces, list) and all(isinstance(p, str) for p in pieces),
+        "shape",
+        f"{what}: stream must yield strings",
+        f"{what}: stream yielded something other than strings",
+    )
     text = decode(tokens)
     joined = "".join(pieces)
-    require(joined == text, "mismatch", f"{what}: the pieces join to {joined!r}, expected {text!r}",
-            f"{what}: the streamed pieces do not join to the decoded text"
-            + (" (a piece holds U+FFFD: hold back a half character)" if REPLACEMENT in joined else ""))
-    require(isinstance(steps, list) and len(steps) == len(pieces) and all(isinstance(s, int) for s in steps),
-            "structure", f"{what}: no step count per piece", f"{what}: the checker could not time the pieces")
+    require(
+        joined == text,
+        "mismatch",
+        f"{what}: the pieces join to {joined!r}, expected {text!r}",
+        f"{what}: the streamed pieces do not join to the decoded text"
+        + (" (a piece holds U+FFFD: hold back a half character)" if REPLACEMENT in joined else ""),
+    )
+    require(
+        isinstance(steps, list) and len(steps) == len(pieces) and all(isinstance(s, int) for s in steps),
+        "structure",
+        f"{what}: no step count per piece",
+        f"{what}: the checker could not time the pieces",
+    )
     complete, showable = character_times(decode, tokens)
     shown = 0
     for index, (piece, step) in enumerate(zip(pieces, steps)):
         if piece:
             first, last = shown, shown + len(piece) - 1
-            require(step <= showable[first] + 1, "structure",
-                    f"{what}: piece {index} arrived after {step} model steps; its first character could be shown "
-                    f"after step {showable[first]}",
-                    f"{what}: pieces come out after the text is generated, not while it is (yield each piece as "
-                    "soon as its characters are complete)")
-            require(step >= complete[last], "structure",
-                    f"{what}: piece {index} arrived after {step} model steps, before step {complete[last]} drew the "
-                    "token that completes it", f"{what}: a piece came out before the model had generated its text "
-                    "(text known in advance is not streamed)")
+            require(
+                step <= showable[first] + 1,
+                "structure",
+                f"{what}: piece {index} arrived after {step} model steps; its first character could be shown "
+                f"after step {showable[first]}",
+                f"{what}: pieces come out after the text is generated, not while it is (yield each piece as "
+                "soon as its characters are complete)",
+            )
+            require(
+                step >= complete[last],
+                "structure",
+                f"{what}: piece {index} arrived after {step} model steps, before step {complete[last]} drew the "
+                "token that completes it",
+                f"{what}: a piece came out before the model had generated its text "
+                "(text known in advance is not streamed)",
+            )
         shown += len(piece)
 
 
@@ -170,4 +208,4 @@ def logits_along(loaded, prompt: list[int], tokens: list[int]) -> torch.Tensor:
     same numbers within 2e-5)."""
     model = loaded.model
     sequence = torch.tensor([prompt + tokens], device=model.device)
-    return model(sequence)[0, len(prompt) - 1:]
+    return model(sequence)[0, len(prompt) - 1 :]

@@ -54,7 +54,7 @@ def top_k_set(z: torch.Tensor, k: int | None) -> torch.Tensor:
     finite = torch.isfinite(z)
     if k is None or k >= z.shape[-1]:
         return finite
-    kth = torch.sort(z, dim=-1, descending=True).values[:, k - 1:k]
+    kth = torch.sort(z, dim=-1, descending=True).values[:, k - 1 : k]
     return finite & (z >= kth)
 
 
@@ -71,8 +71,9 @@ def nucleus_size(partial_sums: torch.Tensor, p: float) -> int:
     """How many tokens the nucleus keeps: the fewest whose probabilities add up to at least p."""
     if p >= 1:
         return len(partial_sums)
-    return min(int(torch.searchsorted(partial_sums, torch.tensor([p], dtype=partial_sums.dtype))[0]) + 1,
-               len(partial_sums))
+    return min(
+        int(torch.searchsorted(partial_sums, torch.tensor([p], dtype=partial_sums.dtype))[0]) + 1, len(partial_sums)
+    )
 
 
 def draw_top_p(rng: random.Random, z: torch.Tensor, within: torch.Tensor) -> float:
@@ -95,8 +96,10 @@ def nucleus_problem(kept: torch.Tensor, z: torch.Tensor, within: torch.Tensor, p
             return "kept a token that top-k (or a -inf logit) had already removed"
         wanted, got = nucleus_size(sums, p), int(mine.sum())
         if got != wanted:
-            return (f"kept {got} tokens where the nucleus has {wanted} (the fewest most probable tokens whose "
-                    f"probabilities add up to at least p; the token that crosses p is kept)")
+            return (
+                f"kept {got} tokens where the nucleus has {wanted} (the fewest most probable tokens whose "
+                f"probabilities add up to at least p; the token that crosses p is kept)"
+            )
         dropped = allowed & ~mine
         if bool(dropped.any()) and float(z[row][dropped].max()) > float(z[row][mine].min()):
             return "kept a token less probable than one it dropped (keep the most probable tokens)"
@@ -125,12 +128,16 @@ def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
     if dof < 1:
         return 1.0
     statistic = float(((observed - expected) ** 2 / expected).sum())
-    return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64),
-                                         torch.tensor(statistic / 2, dtype=torch.float64)))
+    return float(
+        torch.special.gammaincc(
+            torch.tensor(dof / 2, dtype=torch.float64), torch.tensor(statistic / 2, dtype=torch.float64)
+        )
+    )
 
 
-def allowed_tokens(z: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
-                   slack: float = 1e-4) -> torch.Tensor:
+def allowed_tokens(
+    z: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None, slack: float = 1e-4
+) -> torch.Tensor:
     """(V,) bool: the tokens a correct sampler may draw from the logits z (one row, float64), with ``slack`` on
     every decision (logits computed in another order, or in float32, may move a boundary token either way)."""
     z = z.double() / temperature

@@ -65,9 +65,13 @@ def qkv(shape, seed, device, **kwargs):
 
 
 def check_output(out, q, name):
-    require(isinstance(out, torch.Tensor) and out.shape == q.shape and out.dtype == q.dtype, "shape",
-            f"{name}: O must have q's shape {tuple(q.shape)} and dtype {q.dtype}, got "
-            f"{getattr(out, 'shape', type(out).__name__)} {getattr(out, 'dtype', '')}", f"{name}: wrong shape or dtype")
+    require(
+        isinstance(out, torch.Tensor) and out.shape == q.shape and out.dtype == q.dtype,
+        "shape",
+        f"{name}: O must have q's shape {tuple(q.shape)} and dtype {q.dtype}, got "
+        f"{getattr(out, 'shape', type(out).__name__)} {getattr(out, 'dtype', '')}",
+        f"{name}: wrong shape or dtype",
+    )
 
 
 # --------------------------------------------------------------------------- tiling, on long inputs
@@ -96,8 +100,9 @@ def _measure_tiling(case: str, seed: int) -> str:
     blocks = {"causal": causal, "block_q": block_q, "block_k": block_k}
     worker = student(gpu=False)
     # A small call of the same function first pays for the libraries' one-time set-up.
-    worker.call("flash_attention_forward", *random_qkv(1, 1, min(lq, 512), min(lk, 512), 4, seed=seed), track=True,
-                **blocks)
+    worker.call(
+        "flash_attention_forward", *random_qkv(1, 1, min(lq, 512), min(lk, 512), 4, seed=seed), track=True, **blocks
+    )
     result = worker.call("flash_attention_forward", q, k, v, track=True, measure_memory=True, **blocks)
     out, lse = result.value
     check_output(out, q, "flash O")
@@ -107,13 +112,17 @@ def _measure_tiling(case: str, seed: int) -> str:
     tile = block_q * block_k
     largest = (result.largest or {}).get("numel", 0)
     if largest > 4 * tile + lq * 4:
-        return (f"its largest intermediate has {largest} elements (shape {result.largest.get('shape')}) where a "
-                f"tile has {tile}: a row, a column or all of the Lq x Lk scores, mask or probabilities")
+        return (
+            f"its largest intermediate has {largest} elements (shape {result.largest.get('shape')}) where a "
+            f"tile has {tile}: a row, a column or all of the Lq x Lk scores, mask or probabilities"
+        )
     moved = 2 * sum(t.numel() * t.element_size() for t in (q, k, v)) + 2 * (out.numel() * 4 + lse.numel() * 4)
     if result.peak_bytes is not None and result.peak_bytes > moved + MEMORY_SLACK_BYTES:
-        return (f"the call used {result.peak_bytes / 2**20:.0f} MB beyond its inputs and outputs' "
-                f"{moved / 2**20:.0f} MB (limit {MEMORY_SLACK_BYTES / 2**20:.0f} MB more): it holds far more than "
-                "a tile, such as the Lq x Lk scores, mask or probabilities")
+        return (
+            f"the call used {result.peak_bytes / 2**20:.0f} MB beyond its inputs and outputs' "
+            f"{moved / 2**20:.0f} MB (limit {MEMORY_SLACK_BYTES / 2**20:.0f} MB more): it holds far more than "
+            "a tile, such as the Lq x Lk scores, mask or probabilities"
+        )
     return ""
 
 
@@ -122,9 +131,15 @@ def long_reference(q, k, v, causal):
     gigabytes): rows [r0, r1) against keys [0, r1) are the same bottom-right causal attention."""
     if not causal:
         return reference_attention(q, k, v)
-    parts = [reference_attention(q[:, :, r0:r0 + REFERENCE_ROWS], k[:, :, :r0 + REFERENCE_ROWS],
-                                 v[:, :, :r0 + REFERENCE_ROWS], causal=True)
-             for r0 in range(0, q.shape[2], REFERENCE_ROWS)]
+    parts = [
+        reference_attention(
+            q[:, :, r0 : r0 + REFERENCE_ROWS],
+            k[:, :, : r0 + REFERENCE_ROWS],
+            v[:, :, : r0 + REFERENCE_ROWS],
+            causal=True,
+        )
+        for r0 in range(0, q.shape[2], REFERENCE_ROWS)
+    ]
     return torch.cat([o for o, _ in parts], dim=2), torch.cat([lse for _, lse in parts], dim=2)
 
 
@@ -139,10 +154,13 @@ def require_tiled(seed: int) -> None:
             if exc.kind not in SHOWS_NOTHING:
                 raise  # not written yet, forbidden, a crash or a hang: said as itself
             problem = "it failed there (its structure check says how)"
-        require(not problem, "structure",
-                f"flash_attention_forward is not shown tiled on long inputs ({case}): {problem}; its value checks "
-                "count only for a tiled version",
-                "the tiled version is not tiled on long inputs, so its value checks do not count")
+        require(
+            not problem,
+            "structure",
+            f"flash_attention_forward is not shown tiled on long inputs ({case}): {problem}; its value checks "
+            "count only for a tiled version",
+            "the tiled version is not tiled on long inputs, so its value checks do not count",
+        )
 
 
 # First in the file, so that each long case runs in a check of its own (and its deadline), before the value checks
@@ -154,8 +172,12 @@ def test_no_score_matrix_allocated(case, seed):
     # One block of queries over 256K keys, the other way round, and 8K x 8K causal: a tile is at most 1024 x 64 or
     # 512 x 512 scores, where a row or a column of the score matrix is 256K scores and the causal mask 64M booleans.
     problem = tiling_problem(case, seed)
-    require(not problem, "structure", f"the tiled version must not build an Lq x Lk tensor: {problem}",
-            "an intermediate far larger than one tile of scores")
+    require(
+        not problem,
+        "structure",
+        f"the tiled version must not build an Lq x Lk tensor: {problem}",
+        "an intermediate far larger than one tile of scores",
+    )
 
 
 @pytest.mark.reproduce(f"{PUBLIC} (test_naive_attention_matches_float64)")
@@ -170,8 +192,9 @@ def test_naive(shape, causal, seed, devices):
         assert_close(out, expected, **TOL, name="naive O", layout=LAYOUT)
 
 
-@pytest.mark.reproduce(f"{PUBLIC} (test_flash_attention_matches_float64, "
-                       "test_tiled_version_never_allocates_the_score_matrix)")
+@pytest.mark.reproduce(
+    f"{PUBLIC} (test_flash_attention_matches_float64, test_tiled_version_never_allocates_the_score_matrix)"
+)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape", CASES)
 def test_flash(shape, causal, seed, devices):
@@ -194,8 +217,9 @@ def test_flash_custom_scale_and_large_logits(causal, seed, devices):
         expected, expected_lse = reference_attention(q, k, v, causal=causal, scale=0.3)
         out, lse = student().flash_attention_forward(q, k, v, causal=causal, scale=0.3, block_q=32, block_k=32)
         assert_close(out, expected, **TASK.tol("large_logits"), name="flash O, logits x30", layout=LAYOUT)
-        assert_close(lse, expected_lse, **TASK.tol("large_logits_lse"), name="flash LSE, logits x30",
-                     layout="batch, head, query")
+        assert_close(
+            lse, expected_lse, **TASK.tol("large_logits_lse"), name="flash LSE, logits x30", layout="batch, head, query"
+        )
         naive = student().naive_attention(q, k, v, causal=causal, scale=0.3)
         assert_close(naive, expected, **TASK.tol("large_logits"), name="naive O, logits x30", layout=LAYOUT)
 
@@ -211,8 +235,13 @@ def test_strongly_negative_scores(causal, seed, devices):
         expected, expected_lse = reference_attention(q, k, v, causal=causal)
         out, lse = student().flash_attention_forward(q, k, v, causal=causal, block_q=32, block_k=32)
         assert_close(out, expected, **TASK.tol("negative_scores"), name="flash O, scores near -200", layout=LAYOUT)
-        assert_close(lse, expected_lse, **TASK.tol("negative_scores_lse"), name="flash LSE, scores near -200",
-                     layout="batch, head, query")
+        assert_close(
+            lse,
+            expected_lse,
+            **TASK.tol("negative_scores_lse"),
+            name="flash LSE, scores near -200",
+            layout="batch, head, query",
+        )
         naive = student().naive_attention(q, k, v, causal=causal)
         assert_close(naive, expected, **TASK.tol("negative_scores"), name="naive O, scores near -200", layout=LAYOUT)
 
@@ -246,10 +275,14 @@ def test_low_precision(dtype, causal, seed, devices):
         ):
             check_output(out, q, f"{name} O")
             ratio = mean_abs_error(out, reference) / rounding
-            require(ratio <= bound, "mismatch",
-                    f"{name}: mean error {ratio:.2f}x that of the exact answer rounded to {dtype} (allowed {bound}x): "
-                    "accumulate in float32", f"{name} O in {dtype}: mean error {ratio:.2f}x the rounding error of the "
-                    f"exact answer (allowed {bound}x): accumulate in float32")
+            require(
+                ratio <= bound,
+                "mismatch",
+                f"{name}: mean error {ratio:.2f}x that of the exact answer rounded to {dtype} (allowed {bound}x): "
+                "accumulate in float32",
+                f"{name} O in {dtype}: mean error {ratio:.2f}x the rounding error of the "
+                f"exact answer (allowed {bound}x): accumulate in float32",
+            )
 
 
 @pytest.mark.structure
@@ -262,7 +295,10 @@ def test_causal_skips_key_blocks(seed):
     k[:, :, 64:] = float("nan")
     v[:, :, 64:] = float("nan")
     out, _ = student(gpu=False).flash_attention_forward(q, k, v, causal=True, block_q=64, block_k=64)
-    require(bool(torch.isfinite(out[:, :, :64]).all()), "structure",
-            "the first query block read key blocks it cannot see: skip fully masked key blocks instead of masking them",
-            "fully masked key blocks were read instead of skipped")
+    require(
+        bool(torch.isfinite(out[:, :, :64]).all()),
+        "structure",
+        "the first query block read key blocks it cannot see: skip fully masked key blocks instead of masking them",
+        "fully masked key blocks were read instead of skipped",
+    )
     assert_close(out[:, :, :64], expected, **TOL, name="flash O, first query block", layout=LAYOUT)

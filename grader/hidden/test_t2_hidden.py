@@ -60,8 +60,9 @@ def test_large_magnitudes_and_minus_inf(shape, seed):
 @pytest.mark.parametrize("shape", CASES)
 def test_strongly_negative_rows(shape, seed):
     # Every value is about -1000: exp(x) underflows to 0 unless the row maximum is subtracted.
-    assert_close(*softmax_checked(rows(shape, seed, scale=3.0, shift=-1000.0)), **TOL,
-                 name="softmax of rows near -1000")
+    assert_close(
+        *softmax_checked(rows(shape, seed, scale=3.0, shift=-1000.0)), **TOL, name="softmax of rows near -1000"
+    )
 
 
 @pytest.mark.reproduce(f"{PUBLIC} (test_repeatable_bitwise)")

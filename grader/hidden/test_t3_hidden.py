@@ -16,8 +16,10 @@ TASK = load_registry().task("t3")
 TOL = TASK.tol("float32")
 CASES = cases(TASK)
 PUBLIC = "make test T=t3"
-TRANSPOSES = [pytest.param(t, id=f"ta{int(t[0])}tb{int(t[1])}") for t in
-              [(False, False), (False, True), (True, False), (True, True)]]
+TRANSPOSES = [
+    pytest.param(t, id=f"ta{int(t[0])}tb{int(t[1])}")
+    for t in [(False, False), (False, True), (True, False), (True, True)]
+]
 
 
 def operands(batch, m, n, k, trans_a, trans_b, seed, scale=1.0):
@@ -42,8 +44,7 @@ def gemm_checked(a, b, out_shape, **kwargs):
     a_host, b_host = a.cpu(), b.cpu()
     c = kernels.gemm(a, b, out=torch.full(out_shape, SENTINEL, device="cuda"), **kwargs)
     torch.cuda.synchronize()
-    require(same_bits(a, a_host) and same_bits(b, b_host), "inputs_modified",
-            "an input was modified; write only to C")
+    require(same_bits(a, a_host) and same_bits(b, b_host), "inputs_modified", "an input was modified; write only to C")
     return c, a_host, b_host
 
 
@@ -52,8 +53,9 @@ def gemm_checked(a, b, out_shape, **kwargs):
 @pytest.mark.parametrize("shape", CASES)
 def test_values(shape, trans, seed):
     a, b = operands(shape["batch"], shape["M"], shape["N"], shape["K"], *trans, seed)
-    c, a, b = gemm_checked(a, b, (shape["batch"], shape["M"], shape["N"]), trans_a=trans[0], trans_b=trans[1],
-                           alpha=1.5)
+    c, a, b = gemm_checked(
+        a, b, (shape["batch"], shape["M"], shape["N"]), trans_a=trans[0], trans_b=trans[1], alpha=1.5
+    )
     assert_close(c, reference(a, b, *trans, alpha=1.5), **tolerance(shape["K"]), name="C")
 
 

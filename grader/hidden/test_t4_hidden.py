@@ -26,8 +26,16 @@ def test_values(shape, d, seed):
 @pytest.mark.reproduce(f"{PUBLIC} (test_large_logits)")
 @pytest.mark.parametrize("d", DIMS)
 def test_large_logits_and_custom_scale(d, seed):
-    checks.check_values({"B": 1, "H": 2, "Lq": 130, "Lk": 250}, d, False, seed, TASK.tol("large_logits"),
-                        magnitude=30.0, scale=0.2, lse_tol=TASK.tol("large_logits_lse"))
+    checks.check_values(
+        {"B": 1, "H": 2, "Lq": 130, "Lk": 250},
+        d,
+        False,
+        seed,
+        TASK.tol("large_logits"),
+        magnitude=30.0,
+        scale=0.2,
+        lse_tol=TASK.tol("large_logits_lse"),
+    )
 
 
 @pytest.mark.reproduce(f"{PUBLIC} (test_strongly_negative_scores)")

@@ -33,8 +33,15 @@ def test_values(shape, d, seed):
 @pytest.mark.reproduce(f"{PUBLIC} (test_causal_matches_float64)")
 @pytest.mark.parametrize("d", DIMS)
 def test_large_logits(d, seed):
-    checks.check_values({"B": 1, "H": 2, "Lq": 250, "Lk": 130}, d, True, seed, TASK.tol("large_logits"),
-                        magnitude=30.0, lse_tol=TASK.tol("large_logits_lse"))
+    checks.check_values(
+        {"B": 1, "H": 2, "Lq": 250, "Lk": 130},
+        d,
+        True,
+        seed,
+        TASK.tol("large_logits"),
+        magnitude=30.0,
+        lse_tol=TASK.tol("large_logits_lse"),
+    )
 
 
 @pytest.mark.reproduce(f"{PUBLIC} (test_strongly_negative_scores)")
@@ -52,8 +59,12 @@ def test_future_tiles_are_skipped(bh, seed):
     v[:, :, 384:] = float("nan")
     out, _, (q, k, v) = checks.run_flash(q, k, v, True)
     expected, _ = checks.expected_on_gpu(q[:, :, :256], k[:, :, :256], v[:, :, :256], True)
-    require(bool(torch.isfinite(out[:, :, :256]).all()), "structure", "fully masked key tiles were read: skip them",
-            "key tiles that no query of a tile can see were read instead of skipped")
+    require(
+        bool(torch.isfinite(out[:, :, :256]).all()),
+        "structure",
+        "fully masked key tiles were read: skip them",
+        "key tiles that no query of a tile can see were read instead of skipped",
+    )
     assert_close(out[:, :, :256], expected, **TOL, name="O of the first 256 queries", layout=checks.LAYOUT)
 
 

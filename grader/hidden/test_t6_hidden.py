@@ -42,11 +42,15 @@ PUBLIC = "make test T=t6"
 CACHE_FILE = "t6_kv_cache.py"
 # The CUDA files the worker's kit wrappers run: the graded decode kernel, and the t4/t5 kernel for the prefill.
 WORKER_KERNELS = ("t6_decode_attention.cu", "t4_flash_attention.cu")
-UPDATE_HINT = ("update(input_pos, k, v) writes k[:, :, t] at position input_pos[t] of the first B rows and nothing "
-               "else, returns views of those rows of the buffers, and sets lengths[0] = input_pos[-1] + 1 on the "
-               "cache's device.")
-DISPATCH_HINT = ("T == 1: kernels.decode_attention over the whole buffers with the device lengths; T > 1: "
-                 "kernels.flash_attention(causal=True) over positions 0 .. kv_len - 1.")
+UPDATE_HINT = (
+    "update(input_pos, k, v) writes k[:, :, t] at position input_pos[t] of the first B rows and nothing "
+    "else, returns views of those rows of the buffers, and sets lengths[0] = input_pos[-1] + 1 on the "
+    "cache's device."
+)
+DISPATCH_HINT = (
+    "T == 1: kernels.decode_attention over the whole buffers with the device lengths; T > 1: "
+    "kernels.flash_attention(causal=True) over positions 0 .. kv_len - 1."
+)
 LOGITS_HINT = "prefill then decode at position p must give the logits of one full forward pass at p."
 
 
@@ -72,10 +76,13 @@ def scenario_failure(exc: WorkerFailure, what: str) -> None:
     """A worker failure in a scenario, said as the check's own failure where the cause is known."""
     text = str(exc)
     if exc.kind == "exception" and text.startswith("GraphCaptureError"):
-        raise CheckFailure("structure", f"{what}: {text}",
-                           f"{what}: the decode step could not be captured in a CUDA graph: the decode path reads a GPU "
-                           "value on the host (.item(), .tolist(), int(tensor), an if on a tensor: a host sync) or "
-                           "makes tensors whose size depends on the position") from None
+        raise CheckFailure(
+            "structure",
+            f"{what}: {text}",
+            f"{what}: the decode step could not be captured in a CUDA graph: the decode path reads a GPU "
+            "value on the host (.item(), .tolist(), int(tensor), an if on a tensor: a host sync) or "
+            "makes tensors whose size depends on the position",
+        ) from None
     raise exc
 
 
@@ -93,8 +100,18 @@ def row_lengths(rng: random.Random, B: int, L: int) -> list[int]:
 def test_values(shape, d, seed):
     B, H, H_kv, L = shape["B"], shape["H"], shape["H_kv"], shape["L"]
     rng = rng_for(seed, "values", B, H, H_kv, L, d)
-    checks.check_values(B, H, H_kv, L + checks.TAIL, d, row_lengths(rng, B, L), torch_seed(rng), TOL, "decode",
-                        hint=f"{TASK.hint} {checks.SPLIT_HINT}")
+    checks.check_values(
+        B,
+        H,
+        H_kv,
+        L + checks.TAIL,
+        d,
+        row_lengths(rng, B, L),
+        torch_seed(rng),
+        TOL,
+        "decode",
+        hint=f"{TASK.hint} {checks.SPLIT_HINT}",
+    )
 
 
 @pytest.mark.reproduce(f"{PUBLIC} (test_large_logits)")
@@ -102,10 +119,20 @@ def test_values(shape, d, seed):
 def test_large_logits(d, seed):
     rng = rng_for(seed, "large", d)
     L = rng.randint(1500, 2500)
-    checks.check_values(2, 8, 2, L + checks.TAIL, d, row_lengths(rng, 2, L), torch_seed(rng),
-                        TASK.tol("large_logits"), "logits x30", magnitude=30.0, lse_tol=TASK.tol("large_logits_lse"),
-                        hint="Subtract the running max inside exp2() and rescale the accumulator and the sum when "
-                             "it grows.")
+    checks.check_values(
+        2,
+        8,
+        2,
+        L + checks.TAIL,
+        d,
+        row_lengths(rng, 2, L),
+        torch_seed(rng),
+        TASK.tol("large_logits"),
+        "logits x30",
+        magnitude=30.0,
+        lse_tol=TASK.tol("large_logits_lse"),
+        hint="Subtract the running max inside exp2() and rescale the accumulator and the sum when it grows.",
+    )
 
 
 @pytest.mark.reproduce(f"{PUBLIC} (test_lengths_int64_broadcast_and_4d_query)")
@@ -119,11 +146,18 @@ def test_lengths_int64_broadcast_and_4d_query(seed):
     per_row = torch.full((3,), length, dtype=torch.int32, device="cuda")
     out32, lse32, _ = checks.run_decode(q, k, v, per_row)
     out4, lse4, _ = checks.run_decode(q[:, :, None, :].contiguous(), k, v, lens64)
-    require(torch.equal(out32, out) and torch.equal(lse32, lse), "mismatch",
-            "int32 lengths (B,) must give bitwise what one int64 length (1,) of the same value gives",
-            "int32 per-row lengths and one int64 length of the same value give different results")
-    require(torch.equal(out4[:, :, 0], out) and torch.equal(lse4[:, :, 0], lse), "mismatch",
-            "q (B, H, 1, d) must give bitwise what q (B, H, d) gives", "a 4-D q (B, H, 1, d) gives other results")
+    require(
+        torch.equal(out32, out) and torch.equal(lse32, lse),
+        "mismatch",
+        "int32 lengths (B,) must give bitwise what one int64 length (1,) of the same value gives",
+        "int32 per-row lengths and one int64 length of the same value give different results",
+    )
+    require(
+        torch.equal(out4[:, :, 0], out) and torch.equal(lse4[:, :, 0], lse),
+        "mismatch",
+        "q (B, H, 1, d) must give bitwise what q (B, H, d) gives",
+        "a 4-D q (B, H, 1, d) gives other results",
+    )
 
 
 @pytest.mark.reproduce(f"{PUBLIC} (test_row_of_length_zero)")
@@ -132,35 +166,62 @@ def test_row_of_length_zero(seed):
     L_max = rng.randint(100, 400)
     lengths = [0, rng.randint(1, L_max), rng.randint(1, L_max)]
     rng.shuffle(lengths)
-    checks.check_values(3, 4, 2, L_max, 64, lengths, torch_seed(rng), TOL, "a row of length 0",
-                        hint="Every split of a row of length 0 is empty: O = 0 and LSE = -inf, not NaN.")
+    checks.check_values(
+        3,
+        4,
+        2,
+        L_max,
+        64,
+        lengths,
+        torch_seed(rng),
+        TOL,
+        "a row of length 0",
+        hint="Every split of a row of length 0 is empty: O = 0 and LSE = -inf, not NaN.",
+    )
 
 
 @pytest.mark.reproduce(f"{PUBLIC} (test_split_counts_that_do_not_divide_the_length)")
-@pytest.mark.parametrize("num_splits", [pytest.param(n, id=f"splits{i}") for i, n in enumerate((1, 3, 7, 13, 31, 40,
-                                                                                               100))])
+@pytest.mark.parametrize(
+    "num_splits", [pytest.param(n, id=f"splits{i}") for i, n in enumerate((1, 3, 7, 13, 31, 40, 100))]
+)
 def test_split_counts_that_do_not_divide_the_length(num_splits, seed):
     # Lengths that are no multiple of the 32-key tile nor of the split count; 40 and 100 splits leave empty ones.
     rng = rng_for(seed, "splits", num_splits)
     L_max = rng.randint(900, 1300)
     lengths = [L_max - rng.randint(0, 31), rng.randint(1, L_max)]
-    checks.check_values(2, 8, 2, L_max, 64, lengths, torch_seed(rng), TOL, "a given split count",
-                        hint=checks.SPLIT_HINT, num_splits=num_splits)
+    checks.check_values(
+        2,
+        8,
+        2,
+        L_max,
+        64,
+        lengths,
+        torch_seed(rng),
+        TOL,
+        "a given split count",
+        hint=checks.SPLIT_HINT,
+        num_splits=num_splits,
+    )
 
 
 @pytest.mark.reproduce(f"{PUBLIC} (test_query_heads_of_a_group_share_one_kv_head)")
 def test_query_heads_of_a_group_share_one_kv_head(seed):
     rng = rng_for(seed, "groups")
     L_max = rng.randint(500, 900)
-    q, k, v, lens = checks.decode_inputs(2, 8, 2, L_max, 64, [rng.randint(1, L_max), rng.randint(1, L_max)],
-                                         torch_seed(rng))
+    q, k, v, lens = checks.decode_inputs(
+        2, 8, 2, L_max, 64, [rng.randint(1, L_max), rng.randint(1, L_max)], torch_seed(rng)
+    )
     grouped = checks.run_decode(q, k, v, lens, num_splits=5)[:2]
-    repeated = checks.run_decode(q, k.repeat_interleave(4, dim=1).contiguous(), v.repeat_interleave(4, dim=1).contiguous(),
-                                 lens, num_splits=5)[:2]
-    require(all(torch.equal(a, b) for a, b in zip(grouped, repeated)), "mismatch",
-            "O or LSE with 8 query heads over 2 KV heads differs from the same attention with the KV heads repeated: "
-            "query head h must read KV head h / (H / H_kv) of its own batch row",
-            "grouped-query decode reads the wrong K/V head")
+    repeated = checks.run_decode(
+        q, k.repeat_interleave(4, dim=1).contiguous(), v.repeat_interleave(4, dim=1).contiguous(), lens, num_splits=5
+    )[:2]
+    require(
+        all(torch.equal(a, b) for a, b in zip(grouped, repeated)),
+        "mismatch",
+        "O or LSE with 8 query heads over 2 KV heads differs from the same attention with the KV heads repeated: "
+        "query head h must read KV head h / (H / H_kv) of its own batch row",
+        "grouped-query decode reads the wrong K/V head",
+    )
 
 
 @pytest.mark.reproduce(f"{PUBLIC} (test_repeatable_bitwise)")
@@ -168,9 +229,12 @@ def test_repeatable_bitwise(seed):
     rng = rng_for(seed, "repeat")
     L_max = rng.randint(4000, 6000)
     q, k, v, lens = checks.decode_inputs(2, 8, 2, L_max, 128, [L_max - 1, L_max // 2], torch_seed(rng))
-    assert_repeatable(lambda: checks.kernels.decode_attention(q, k, v, lens), 10,
-                      "O or LSE changed between identical runs: a race (a missing __syncthreads?) or an order of "
-                      "additions that depends on timing")
+    assert_repeatable(
+        lambda: checks.kernels.decode_attention(q, k, v, lens),
+        10,
+        "O or LSE changed between identical runs: a race (a missing __syncthreads?) or an order of "
+        "additions that depends on timing",
+    )
 
 
 @pytest.mark.reproduce(f"{PUBLIC} (test_cuda_graph_replays_at_growing_lengths)")
@@ -201,31 +265,53 @@ def test_compute_sanitizer(tool):
 def check_buffer(actual, expected: torch.Tensor, written: torch.Tensor, name: str) -> None:
     """A cache buffer after the writes: the written (row, position) entries hold the new values, all else the
     fill it started with."""
-    require(isinstance(actual, torch.Tensor) and tuple(actual.shape) == tuple(expected.shape), "shape",
-            f"{name}: expected shape {tuple(expected.shape)}, got {tuple(getattr(actual, 'shape', ()))}",
-            f"{name} has the wrong shape (the buffers are (B_max, H_kv, L_max, d))")
+    require(
+        isinstance(actual, torch.Tensor) and tuple(actual.shape) == tuple(expected.shape),
+        "shape",
+        f"{name}: expected shape {tuple(expected.shape)}, got {tuple(getattr(actual, 'shape', ()))}",
+        f"{name} has the wrong shape (the buffers are (B_max, H_kv, L_max, d))",
+    )
     actual = actual.cpu()
     same = actual == expected
-    require(bool(same[written].all()), "mismatch",
-            f"{name}: {int((~same[written]).sum())} written elements differ from the new keys/values. {UPDATE_HINT}",
-            f"{name}: the positions written do not hold the new keys/values (written at other positions or rows?)")
-    require(bool(same[~written].all()), "mismatch",
-            f"{name}: {int((~same[~written]).sum())} elements outside the written rows and positions changed. "
-            f"{UPDATE_HINT}", f"{name}: elements outside the written rows and positions changed")
+    require(
+        bool(same[written].all()),
+        "mismatch",
+        f"{name}: {int((~same[written]).sum())} written elements differ from the new keys/values. {UPDATE_HINT}",
+        f"{name}: the positions written do not hold the new keys/values (written at other positions or rows?)",
+    )
+    require(
+        bool(same[~written].all()),
+        "mismatch",
+        f"{name}: {int((~same[~written]).sum())} elements outside the written rows and positions changed. "
+        f"{UPDATE_HINT}",
+        f"{name}: elements outside the written rows and positions changed",
+    )
 
 
 def check_lengths(report: dict, expected: int, device: str, when: str) -> None:
     lengths = report.get("lengths")
-    require(isinstance(lengths, torch.Tensor) and tuple(lengths.shape) == (1,)
-            and lengths.dtype in (torch.int32, torch.int64), "shape",
-            f"{when}: the cache's `lengths` must be a (1,) int32/int64 tensor, got {report.get('lengths_dtype')} "
-            f"{tuple(getattr(lengths, 'shape', ()))}", "the cache's `lengths` is not a (1,) int32/int64 tensor")
-    require(torch.device(report["lengths_device"]).type == torch.device(device).type, "structure",
-            f"{when}: `lengths` is on {report['lengths_device']}, the cache on {device}: the decode kernel reads it "
-            "there (computing it on the host is a sync per token)",
-            "`lengths` left the cache's device: the decode kernel reads it on the GPU")
-    require(int(lengths[0]) == expected, "mismatch", f"{when}: lengths is {lengths.tolist()}, expected [{expected}] "
-            f"(the last position written + 1). {UPDATE_HINT}", "lengths is not the last position written + 1")
+    require(
+        isinstance(lengths, torch.Tensor)
+        and tuple(lengths.shape) == (1,)
+        and lengths.dtype in (torch.int32, torch.int64),
+        "shape",
+        f"{when}: the cache's `lengths` must be a (1,) int32/int64 tensor, got {report.get('lengths_dtype')} "
+        f"{tuple(getattr(lengths, 'shape', ()))}",
+        "the cache's `lengths` is not a (1,) int32/int64 tensor",
+    )
+    require(
+        torch.device(report["lengths_device"]).type == torch.device(device).type,
+        "structure",
+        f"{when}: `lengths` is on {report['lengths_device']}, the cache on {device}: the decode kernel reads it "
+        "there (computing it on the host is a sync per token)",
+        "`lengths` left the cache's device: the decode kernel reads it on the GPU",
+    )
+    require(
+        int(lengths[0]) == expected,
+        "mismatch",
+        f"{when}: lengths is {lengths.tolist()}, expected [{expected}] (the last position written + 1). {UPDATE_HINT}",
+        "lengths is not the last position written + 1",
+    )
 
 
 def odd_positions(rng: random.Random, low: int, high: int, count: int) -> list[int]:
@@ -234,19 +320,26 @@ def odd_positions(rng: random.Random, low: int, high: int, count: int) -> list[i
 
 
 @pytest.mark.cpu
-@pytest.mark.reproduce(f"{PUBLIC} (test_update_writes_at_the_given_positions_only, "
-                       "test_single_token_writes_grow_the_length)")
+@pytest.mark.reproduce(
+    f"{PUBLIC} (test_update_writes_at_the_given_positions_only, test_single_token_writes_grow_the_length)"
+)
 def test_update_writes_at_the_given_positions_only(seed, devices):
     rng = rng_for(seed, "update")
     B_max = rng.randint(3, 4)
-    B = rng.randint(2, B_max - 1)                     # rows B .. B_max - 1 are never written
+    B = rng.randint(2, B_max - 1)  # rows B .. B_max - 1 are never written
     H_kv, d, L_max = rng.choice((1, 2, 4)), rng.choice((8, 16, 32)), rng.randint(60, 100)
-    first = odd_positions(rng, 1, L_max // 2, rng.randint(3, 5))                      # a chunk, odd and spread out
+    first = odd_positions(rng, 1, L_max // 2, rng.randint(3, 5))  # a chunk, odd and spread out
     later = odd_positions(rng, first[-1] + 2, L_max, 4)
-    plan = [(B, first), (B, later[:1]), (B, later[1:3]), (1, later[3:])]            # the last write: one row only
+    plan = [(B, first), (B, later[:1]), (B, later[1:3]), (1, later[3:])]  # the last write: one row only
     gen = torch.Generator().manual_seed(torch_seed(rng))
-    steps = [(torch.tensor(positions), torch.randn(b, H_kv, len(positions), d, generator=gen),
-              torch.randn(b, H_kv, len(positions), d, generator=gen)) for b, positions in plan]
+    steps = [
+        (
+            torch.tensor(positions),
+            torch.randn(b, H_kv, len(positions), d, generator=gen),
+            torch.randn(b, H_kv, len(positions), d, generator=gen),
+        )
+        for b, positions in plan
+    ]
     expected = [torch.full((B_max, H_kv, L_max, d), SENTINEL) for _ in range(2)]
     written = torch.zeros(B_max, H_kv, L_max, d, dtype=torch.bool)
     snapshots = []
@@ -261,16 +354,26 @@ def test_update_writes_at_the_given_positions_only(seed, devices):
         for i, ((b, positions), report, snapshot) in enumerate(zip(plan, result["steps"], snapshots)):
             when = f"write {i + 1} ({device}, {len(positions)} position(s), batch {b})"
             for name, returned, want in (("k", report["k_all"], snapshot[0]), ("v", report["v_all"], snapshot[1])):
-                require(isinstance(returned, torch.Tensor) and tuple(returned.shape) == tuple(want.shape), "shape",
-                        f"{when}: update must return the first B rows of the {name} buffer, shape "
-                        f"{tuple(want.shape)}; got {tuple(getattr(returned, 'shape', ()))}",
-                        "update does not return the first B rows of the buffers, (B, H_kv, L_max, d)")
-                require(torch.equal(returned.cpu(), want), "mismatch",
-                        f"{when}: the {name} rows update returned differ from the buffer after the write. {UPDATE_HINT}",
-                        "what update returns is not the buffers' first B rows after the write")
-            require(report["views"], "structure", f"{when}: update returned copies; return views of the buffers "
-                    "(the decode kernel and a captured graph read the buffers themselves)",
-                    "update returns copies, not views of the cache's buffers")
+                require(
+                    isinstance(returned, torch.Tensor) and tuple(returned.shape) == tuple(want.shape),
+                    "shape",
+                    f"{when}: update must return the first B rows of the {name} buffer, shape "
+                    f"{tuple(want.shape)}; got {tuple(getattr(returned, 'shape', ()))}",
+                    "update does not return the first B rows of the buffers, (B, H_kv, L_max, d)",
+                )
+                require(
+                    torch.equal(returned.cpu(), want),
+                    "mismatch",
+                    f"{when}: the {name} rows update returned differ from the buffer after the write. {UPDATE_HINT}",
+                    "what update returns is not the buffers' first B rows after the write",
+                )
+            require(
+                report["views"],
+                "structure",
+                f"{when}: update returned copies; return views of the buffers "
+                "(the decode kernel and a captured graph read the buffers themselves)",
+                "update returns copies, not views of the cache's buffers",
+            )
             check_lengths(report, positions[-1] + 1, device, when)
         check_buffer(result["k_cache"], expected[0], written, f"k_cache ({device})")
         check_buffer(result["v_cache"], expected[1], written, f"v_cache ({device})")
@@ -305,8 +408,15 @@ def run_dispatch(seed: int, device: str, label: str):
     reports = []
     for first, last, kv_len in steps:
         chunk = [x[:, :, first:last].contiguous().to(device) for x in (q, k, v)]  # fresh tensors, as the model's are
-        result = student().call("dispatch_step", KitObject("stand_in_kernels"), *chunk,
-                                torch.arange(first, last, device=device), shape["scale"], kv_len, device=device)
+        result = student().call(
+            "dispatch_step",
+            KitObject("stand_in_kernels"),
+            *chunk,
+            torch.arange(first, last, device=device),
+            shape["scale"],
+            kv_len,
+            device=device,
+        )
         reports.append({"out": result.value, "calls": result.calls or []})
     return shape, steps, (q, k, v), {"steps": reports}
 
@@ -326,41 +436,78 @@ def test_prefill_and_decode_go_to_their_kernels(seed, devices):
             calls = kernel_calls(report)
             if T == 1:
                 ok = len(calls) == 1 and calls[0].get("op") == "decode_attention"
-                require(ok, "structure", f"one token at {where}: expected one call of kernels.decode_attention, got "
-                        f"{[c.get('op') for c in calls]}. {DISPATCH_HINT}",
-                        "a decode step does not make exactly one call of the t6 kernel (kernels.decode_attention)")
+                require(
+                    ok,
+                    "structure",
+                    f"one token at {where}: expected one call of kernels.decode_attention, got "
+                    f"{[c.get('op') for c in calls]}. {DISPATCH_HINT}",
+                    "a decode step does not make exactly one call of the t6 kernel (kernels.decode_attention)",
+                )
                 call = calls[0]
-                require(call.get("capacity") == shape["L_max"], "structure",
-                        f"one token at {where}: decode_attention must get the cache's whole buffers (capacity "
-                        f"{shape['L_max']}), got a capacity of {call.get('capacity')}. {DISPATCH_HINT}",
-                        "a decode step does not pass the cache's whole buffers to the t6 kernel "
-                        "(slicing by the position cannot be captured in a CUDA graph)")
-                require(set(call.get("lengths", [])) == {last}, "mismatch",
-                        f"one token at {where}: decode_attention got lengths {call.get('lengths')}, expected {last}",
-                        "a decode step gives the t6 kernel the wrong length (the last position + 1)")
-                require(torch.device(call.get("lengths_device", "cpu")).type == torch.device(device).type, "structure",
-                        f"one token at {where}: the lengths tensor is on {call.get('lengths_device')}; the kernel reads "
-                        "it on the cache's device", "a decode step's lengths tensor is not on the cache's device")
+                require(
+                    call.get("capacity") == shape["L_max"],
+                    "structure",
+                    f"one token at {where}: decode_attention must get the cache's whole buffers (capacity "
+                    f"{shape['L_max']}), got a capacity of {call.get('capacity')}. {DISPATCH_HINT}",
+                    "a decode step does not pass the cache's whole buffers to the t6 kernel "
+                    "(slicing by the position cannot be captured in a CUDA graph)",
+                )
+                require(
+                    set(call.get("lengths", [])) == {last},
+                    "mismatch",
+                    f"one token at {where}: decode_attention got lengths {call.get('lengths')}, expected {last}",
+                    "a decode step gives the t6 kernel the wrong length (the last position + 1)",
+                )
+                require(
+                    torch.device(call.get("lengths_device", "cpu")).type == torch.device(device).type,
+                    "structure",
+                    f"one token at {where}: the lengths tensor is on {call.get('lengths_device')}; the kernel reads "
+                    "it on the cache's device",
+                    "a decode step's lengths tensor is not on the cache's device",
+                )
             else:
                 ok = len(calls) == 1 and calls[0].get("op") == "flash_attention"
-                require(ok, "structure", f"a chunk of {T} tokens at {where}: expected one call of "
-                        f"kernels.flash_attention, got {[c.get('op') for c in calls]}. {DISPATCH_HINT}",
-                        "a prefill does not make exactly one call of the t5 kernel (kernels.flash_attention)")
+                require(
+                    ok,
+                    "structure",
+                    f"a chunk of {T} tokens at {where}: expected one call of "
+                    f"kernels.flash_attention, got {[c.get('op') for c in calls]}. {DISPATCH_HINT}",
+                    "a prefill does not make exactly one call of the t5 kernel (kernels.flash_attention)",
+                )
                 call = calls[0]
-                require(call.get("causal") is True, "structure", f"a chunk of {T} tokens at {where}: flash_attention "
-                        "was called with causal=False", "a prefill calls flash_attention without causal=True")
-                require(call.get("keys") == last and call.get("queries") == T, "structure",
-                        f"a chunk of {T} tokens at {where}: flash_attention got {call.get('queries')} queries over "
-                        f"{call.get('keys')} keys; expected {T} over positions 0..{last - 1} ({last} keys). "
-                        f"{DISPATCH_HINT}", "a prefill's keys are not exactly the positions 0 .. input_pos[-1]")
-            expected, _ = reference_attention(q[:, :, first:last], k[:, :, :last], v[:, :, :last], causal=True,
-                                              scale=shape["scale"])
+                require(
+                    call.get("causal") is True,
+                    "structure",
+                    f"a chunk of {T} tokens at {where}: flash_attention was called with causal=False",
+                    "a prefill calls flash_attention without causal=True",
+                )
+                require(
+                    call.get("keys") == last and call.get("queries") == T,
+                    "structure",
+                    f"a chunk of {T} tokens at {where}: flash_attention got {call.get('queries')} queries over "
+                    f"{call.get('keys')} keys; expected {T} over positions 0..{last - 1} ({last} keys). "
+                    f"{DISPATCH_HINT}",
+                    "a prefill's keys are not exactly the positions 0 .. input_pos[-1]",
+                )
+            expected, _ = reference_attention(
+                q[:, :, first:last], k[:, :, :last], v[:, :, :last], causal=True, scale=shape["scale"]
+            )
             out = report.get("out")
-            require(isinstance(out, torch.Tensor) and tuple(out.shape) == tuple(expected.shape), "shape",
-                    f"attend at {where}: expected O of shape {tuple(expected.shape)}, got "
-                    f"{tuple(getattr(out, 'shape', ()))}", "attend returns the wrong shape (B, H, T, d)")
-            assert_close(out, expected, **TOL, name=f"attend ({'decode' if T == 1 else 'prefill'}, {device})",
-                         layout="row, head, token, dim", hint=DISPATCH_HINT)
+            require(
+                isinstance(out, torch.Tensor) and tuple(out.shape) == tuple(expected.shape),
+                "shape",
+                f"attend at {where}: expected O of shape {tuple(expected.shape)}, got "
+                f"{tuple(getattr(out, 'shape', ()))}",
+                "attend returns the wrong shape (B, H, T, d)",
+            )
+            assert_close(
+                out,
+                expected,
+                **TOL,
+                name=f"attend ({'decode' if T == 1 else 'prefill'}, {device})",
+                layout="row, head, token, dim",
+                hint=DISPATCH_HINT,
+            )
 
 
 @pytest.mark.cpu
@@ -371,9 +518,13 @@ def test_decode_keeps_one_workspace(seed, devices):
         _, steps, _, result = run_dispatch(seed, device, "workspace")
         decode_reports = [r for (first, last, _), r in zip(steps, result["steps"]) if last - first == 1]
         made = sum(1 for r in decode_reports for c in r["calls"] if c.get("op") == "decode_workspace")
-        require(made <= 1, "structure", f"{made} decode workspaces made over {len(decode_reports)} decode steps "
-                f"({device}): make it once and keep it (a CUDA graph replays the buffers it captured)",
-                "a decode workspace is made at every step instead of once")
+        require(
+            made <= 1,
+            "structure",
+            f"{made} decode workspaces made over {len(decode_reports)} decode steps "
+            f"({device}): make it once and keep it (a CUDA graph replays the buffers it captured)",
+            "a decode workspace is made at every step instead of once",
+        )
 
 
 @cache
@@ -391,24 +542,35 @@ def test_model_prefill_then_decode_equals_one_pass_on_cpu(seed, devices):
     model_seed, prompt, new = torch_seed(rng), rng.randint(4, 12), rng.randint(6, 12)
     for device in devices:
         model = reference_random_model("llama-tiny", model_seed, device)
-        tokens = torch.randint(0, model.vocab_size, (2, prompt + new),
-                               generator=torch.Generator().manual_seed(model_seed)).to(device)
+        tokens = torch.randint(
+            0, model.vocab_size, (2, prompt + new), generator=torch.Generator().manual_seed(model_seed)
+        ).to(device)
         with torch.no_grad():
             full = model(tokens)
-        logits = student().cpu_model_scenario("llama-tiny", model_seed, tokens, prompt, prompt + new + rng.randint(0, 9))
+        logits = student().cpu_model_scenario(
+            "llama-tiny", model_seed, tokens, prompt, prompt + new + rng.randint(0, 9)
+        )
         compare_logits(logits, full, prompt - 1, f"a small random model, reference attention ({device})")
 
 
 def compare_logits(steps, full: torch.Tensor, first_position: int, what: str) -> None:
-    require(isinstance(steps, list) and len(steps) == full.shape[1] - first_position, "shape",
-            f"{what}: expected {full.shape[1] - first_position} rows of logits", f"{what}: missing logits")
+    require(
+        isinstance(steps, list) and len(steps) == full.shape[1] - first_position,
+        "shape",
+        f"{what}: expected {full.shape[1] - first_position} rows of logits",
+        f"{what}: missing logits",
+    )
     for i, step in enumerate(steps):
         position = first_position + i
-        require(isinstance(step, torch.Tensor) and tuple(step.shape) == tuple(full[:, position].shape), "shape",
-                f"{what}: the logits at position {position} have shape {tuple(getattr(step, 'shape', ()))}",
-                f"{what}: logits of the wrong shape")
-        assert_close(step, full[:, position], **LOGITS, name=f"{what}: logits", layout="row, vocabulary id",
-                     hint=LOGITS_HINT)
+        require(
+            isinstance(step, torch.Tensor) and tuple(step.shape) == tuple(full[:, position].shape),
+            "shape",
+            f"{what}: the logits at position {position} have shape {tuple(getattr(step, 'shape', ()))}",
+            f"{what}: logits of the wrong shape",
+        )
+        assert_close(
+            step, full[:, position], **LOGITS, name=f"{what}: logits", layout="row, vocabulary id", hint=LOGITS_HINT
+        )
 
 
 # ---------------------------------------------------------------------------------- on the GPU, the shipped model
@@ -446,12 +608,20 @@ def check_checkpoint_run(result: dict, tokens: torch.Tensor, chunks: list, what:
         layers = shipped_model().config.num_hidden_layers
         launches = result.get("launches") or {}
         steps = tokens.shape[1] - chunks[-1][1]
-        require(launches.get("decode_attention", 0) >= steps * layers, "structure",
-                f"{what}: {launches.get('decode_attention', 0)} launches of the t6 kernel for {steps} decode steps of "
-                f"{layers} layers. {DISPATCH_HINT}", "decode steps of the model do not run the t6 kernel")
-        require(launches.get("flash_attention", 0) >= len(chunks) * layers, "structure",
-                f"{what}: {launches.get('flash_attention', 0)} launches of the t5 kernel for {len(chunks)} prefill "
-                f"chunk(s) of {layers} layers. {DISPATCH_HINT}", "the model's prefill does not run the t5 kernel")
+        require(
+            launches.get("decode_attention", 0) >= steps * layers,
+            "structure",
+            f"{what}: {launches.get('decode_attention', 0)} launches of the t6 kernel for {steps} decode steps of "
+            f"{layers} layers. {DISPATCH_HINT}",
+            "decode steps of the model do not run the t6 kernel",
+        )
+        require(
+            launches.get("flash_attention", 0) >= len(chunks) * layers,
+            "structure",
+            f"{what}: {launches.get('flash_attention', 0)} launches of the t5 kernel for {len(chunks)} prefill "
+            f"chunk(s) of {layers} layers. {DISPATCH_HINT}",
+            "the model's prefill does not run the t5 kernel",
+        )
     full = full_pass(tokens)
     prefill = result.get("prefill") or []
     require(len(prefill) == len(chunks), "shape", f"{what}: missing prefill logits", f"{what}: missing logits")
@@ -460,8 +630,9 @@ def check_checkpoint_run(result: dict, tokens: torch.Tensor, chunks: list, what:
     compare_logits(result.get("decode"), full, chunks[-1][1], f"{what}, decoding")
 
 
-@pytest.mark.reproduce(f"{PUBLIC} (test_model_on_your_kernels_equals_one_pass, "
-                       "test_shipped_checkpoint_generates_the_same_text)")
+@pytest.mark.reproduce(
+    f"{PUBLIC} (test_model_on_your_kernels_equals_one_pass, test_shipped_checkpoint_generates_the_same_text)"
+)
 def test_shipped_checkpoint_prefill_then_decode_equals_one_pass(seed):
     rng = rng_for(seed, "checkpoint")
     prompt, new = rng.randint(40, 160), rng.randint(24, 48)
@@ -501,14 +672,21 @@ def test_decode_step_replays_in_a_cuda_graph(seed):
     tokens = checkpoint_tokens(rng, 1, prompt, new)
     max_seq_len = prompt + new + rng.randint(0, 40)
     eager = checkpoint_run(tokens, [(0, prompt)], max_seq_len, "the eager decode steps")
-    replayed = checkpoint_run(tokens, [(0, prompt)], max_seq_len, "the decode step captured in a CUDA graph", graph=True)
+    replayed = checkpoint_run(
+        tokens, [(0, prompt)], max_seq_len, "the decode step captured in a CUDA graph", graph=True
+    )
     check_checkpoint_run(eager, tokens, [(0, prompt)], "the eager decode steps")
     check_checkpoint_run(replayed, tokens, [(0, prompt)], "graph replays", eager=False)
     for a, b in zip(replayed.get("decode") or [], eager.get("decode") or []):
-        assert_close(a, b, **LOGITS, name="a graph replay against the same step run eagerly",
-                     layout="row, vocabulary id",
-                     hint="Replays repeat the captured launches: the length must come from a GPU tensor, never from a "
-                          "Python value computed at capture time.")
+        assert_close(
+            a,
+            b,
+            **LOGITS,
+            name="a graph replay against the same step run eagerly",
+            layout="row, vocabulary id",
+            hint="Replays repeat the captured launches: the length must come from a GPU tensor, never from a "
+            "Python value computed at capture time.",
+        )
 
 
 # ================================================================================== timing
@@ -521,7 +699,7 @@ class WorkerDecoder:
         info = student().timing_setup(preset, seed, prompt, max_seq_len)
         token = prompt[:, :1].contiguous()
         times = []
-        for _ in range(20):   # the worker's per-call overhead, with a timed call's traffic (recorded, not subtracted)
+        for _ in range(20):  # the worker's per-call overhead, with a timed call's traffic (recorded, not subtracted)
             start = time.perf_counter()
             student().timing_echo(token)
             times.append((time.perf_counter() - start) * 1e3)

@@ -32,8 +32,14 @@ def reference_kernels() -> Kernels:
     return Kernels("solutions")
 
 
-def workload(task_id: str, rule: TimingRule, student: Kernels, tolerance: dict[str, float], *,
-             student_model: StudentDecoder | None = None) -> Workload:
+def workload(
+    task_id: str,
+    rule: TimingRule,
+    student: Kernels,
+    tolerance: dict[str, float],
+    *,
+    student_model: StudentDecoder | None = None,
+) -> Workload:
     make = tasks.code(task_id).timing_workload
     if make is None:
         raise KeyError(f"no timing workload for {task_id} (its code in assignment/tasks/ has no timing_workload)")

@@ -68,8 +68,17 @@ DRIVER_SOURCES = tuple(sorted(Path(__file__).resolve().parent.glob("*_driver.py"
 MODEL_PACKAGE = Path(model_package.__file__).resolve().parent
 ASSIGNMENT = MODEL_PACKAGE.parent
 # What `from assignment.cuda import kernels` needs (all shipped to students): the wrappers and their imports.
-CUDA_WRAPPER_FILES = ("impl.py", "registry.py", "cuda/__init__.py", "cuda/compiler.py",
-                      "cuda/confine.py", "cuda/reading.py", "cuda/kernels.py", "checks.py", "testing.py")
+CUDA_WRAPPER_FILES = (
+    "impl.py",
+    "registry.py",
+    "cuda/__init__.py",
+    "cuda/compiler.py",
+    "cuda/confine.py",
+    "cuda/reading.py",
+    "cuda/kernels.py",
+    "checks.py",
+    "testing.py",
+)
 CHECKPOINT_IN_KIT = DEFAULT_CHECKPOINT.relative_to(MODEL_PACKAGE.parents[1])  # the same place under /kit
 MODEL_FILES_KEPT_OUT = ("scripted.py",)  # t7's test model: its logits live in the checker only (served.py)
 LOG_KEEP_BYTES = 32 * 1024  # of the worker's stderr: the first and the last this many bytes
@@ -129,15 +138,24 @@ def _copy_libraries(folder: Path, files: tuple[str, ...]) -> None:
             source = student_file(name)
             built = compiler.build_module(source, quiet=True)
             host = compiler.build_library(built.kit, built.arch, quiet=True)
-        except (ImplError, compiler.CudaCompileError, compiler.CudaToolkitError, regions.RegionError,
-                reading.ReadingError, confine.IsolationUnavailable) as exc:
+        except (
+            ImplError,
+            compiler.CudaCompileError,
+            compiler.CudaToolkitError,
+            regions.RegionError,
+            reading.ReadingError,
+            confine.IsolationUnavailable,
+        ) as exc:
             manifest[name] = {"error": str(exc).splitlines()[0][:300]}
             continue
         shutil.copyfile(built.path, folder / f"{source.stem}.cubin")
         shutil.copyfile(host.path, folder / f"{source.stem}.so")
         todo = compiler.todo_lines(compiler.read_student_text(source))
-        manifest[name] = {"module": f"{source.stem}.cubin", "host": f"{source.stem}.so",
-                          "todo": {task: list(lines) for task, lines in todo.items()}}
+        manifest[name] = {
+            "module": f"{source.stem}.cubin",
+            "host": f"{source.stem}.so",
+            "todo": {task: list(lines) for task, lines in todo.items()},
+        }
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
 
 
@@ -159,11 +177,11 @@ class WorkerConfig:
     bwrap: str | None = None
     call_timeout_s: float = 120.0
     start_timeout_s: float = 120.0
-    memory_cap_bytes: int = 8 * 2**30    # the worker is killed past this resident size
+    memory_cap_bytes: int = 8 * 2**30  # the worker is killed past this resident size
     max_result_bytes: int = 4 * 2**30
-    forbidden: tuple[str, ...] = ()       # the task's forbidden names: tripwires in the worker
+    forbidden: tuple[str, ...] = ()  # the task's forbidden names: tripwires in the worker
     deny: tuple[str, ...] = ()
-    kernels: tuple[str, ...] = ()         # CUDA files whose kit wrappers the worker runs (t6), see _kit_dir
+    kernels: tuple[str, ...] = ()  # CUDA files whose kit wrappers the worker runs (t6), see _kit_dir
     limits: sandbox.Limits = field(default_factory=sandbox.Limits)
 
     @classmethod
@@ -172,22 +190,36 @@ class WorkerConfig:
         if path:
             raw = json.loads(Path(path).read_text())
             limits = sandbox.Limits(**raw.pop("limits", {}))
-            return cls(student_dir=Path(raw.pop("student_dir")), limits=limits,
-                       forbidden=tuple(raw.pop("forbidden", ())), deny=tuple(raw.pop("deny", ())),
-                       kernels=tuple(raw.pop("kernels", ())), **raw)
+            return cls(
+                student_dir=Path(raw.pop("student_dir")),
+                limits=limits,
+                forbidden=tuple(raw.pop("forbidden", ())),
+                deny=tuple(raw.pop("deny", ())),
+                kernels=tuple(raw.pop("kernels", ())),
+                **raw,
+            )
         from assignment.impl import REPO_ROOT, student_dir
 
         level, _ = sandbox.best_isolation()
         return cls(student_dir=student_dir(), isolation=level, deny=(str(REPO_ROOT),))
 
     def to_json(self) -> str:
-        return json.dumps({
-            "student_dir": str(self.student_dir), "isolation": self.isolation, "bwrap": self.bwrap,
-            "call_timeout_s": self.call_timeout_s, "start_timeout_s": self.start_timeout_s,
-            "memory_cap_bytes": self.memory_cap_bytes, "max_result_bytes": self.max_result_bytes,
-            "forbidden": list(self.forbidden), "deny": list(self.deny), "kernels": list(self.kernels),
-            "limits": self.limits.__dict__,
-        }, indent=1)
+        return json.dumps(
+            {
+                "student_dir": str(self.student_dir),
+                "isolation": self.isolation,
+                "bwrap": self.bwrap,
+                "call_timeout_s": self.call_timeout_s,
+                "start_timeout_s": self.start_timeout_s,
+                "memory_cap_bytes": self.memory_cap_bytes,
+                "max_result_bytes": self.max_result_bytes,
+                "forbidden": list(self.forbidden),
+                "deny": list(self.deny),
+                "kernels": list(self.kernels),
+                "limits": self.limits.__dict__,
+            },
+            indent=1,
+        )
 
 
 class _CappedLog:
@@ -212,7 +244,7 @@ class _CappedLog:
     def text(self) -> str:
         dropped = self.total - len(self.head) - len(self.tail)
         middle = f"\n[... {dropped} bytes not kept ...]\n" if dropped > 0 else ""
-        return (bytes(self.head).decode(errors="replace") + middle + bytes(self.tail).decode(errors="replace"))
+        return bytes(self.head).decode(errors="replace") + middle + bytes(self.tail).decode(errors="replace")
 
 
 def _status_kib(pid: int, field_name: str) -> int | None:
@@ -239,8 +271,8 @@ class Worker:
         self.config, self.gpu = config, gpu
         self.proc: subprocess.Popen | None = None
         self.log: _CappedLog | None = None
-        self.pid: int | None = None        # the worker's pid on this host (inside bwrap's namespace)
-        self.init_pid: int | None = None   # bwrap's process that is pid 1 in the sandbox
+        self.pid: int | None = None  # the worker's pid on this host (inside bwrap's namespace)
+        self.init_pid: int | None = None  # bwrap's process that is pid 1 in the sandbox
         self.next_id = 0
         self.killed_for = ""
         self.info: dict = {}
@@ -254,9 +286,16 @@ class Worker:
 
         deny = tuple(Path(p) for p in self.config.deny) or (REPO_ROOT,)
         kit_dir = _kit_dir(tuple(self.config.kernels), self.gpu and bool(self.config.kernels))
-        return sandbox.SandboxSpec(student_dir=self.config.student_dir, kit_dir=kit_dir, gpu=self.gpu,
-                                   isolation=self.config.isolation, bwrap=self.config.bwrap,
-                                   limits=self.config.limits, deny=deny, allow=(Path(sys.prefix),))
+        return sandbox.SandboxSpec(
+            student_dir=self.config.student_dir,
+            kit_dir=kit_dir,
+            gpu=self.gpu,
+            isolation=self.config.isolation,
+            bwrap=self.config.bwrap,
+            limits=self.config.limits,
+            deny=deny,
+            allow=(Path(sys.prefix),),
+        )
 
     def prestart(self) -> None:
         """Launch the worker now and let it import torch in its sandbox (seconds) while other work goes
@@ -268,16 +307,25 @@ class Worker:
 
     def _launch(self) -> None:
         spec = self.spec()
-        worker_config = {"forbidden": list(self.config.forbidden), "max_payload": self.config.max_result_bytes,
-                         "checkpoint": str(CHECKPOINT_IN_KIT)}
+        worker_config = {
+            "forbidden": list(self.config.forbidden),
+            "max_payload": self.config.max_result_bytes,
+            "checkpoint": str(CHECKPOINT_IN_KIT),
+        }
         argv = sandbox.command(spec, worker_config)
         info_r = info_w = None
         if spec.isolation == sandbox.FULL:
             info_r, info_w = os.pipe()
             argv = [argv[0], "--info-fd", str(info_w), *argv[1:]]
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env=sandbox.environment_for_launcher(spec), preexec_fn=sandbox.limit_child(spec),
-                                     pass_fds=(info_w,) if info_w is not None else ())
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=sandbox.environment_for_launcher(spec),
+            preexec_fn=sandbox.limit_child(spec),
+            pass_fds=(info_w,) if info_w is not None else (),
+        )
         self.log = _CappedLog(self.proc.stderr)
         self.killed_for = ""
         self.imported = {}
@@ -357,8 +405,9 @@ class Worker:
             time.sleep(0.1)
 
     # ------------------------------------------------------------------ requests
-    def _request(self, header: dict, payload: bytes, timeout: float,
-                 call: _CallInFlight | None = None) -> tuple[dict, bytes]:
+    def _request(
+        self, header: dict, payload: bytes, timeout: float, call: _CallInFlight | None = None
+    ) -> tuple[dict, bytes]:
         """Send a request and wait for its reply, serving the call's kit objects and taking its streamed pieces as
         their frames come; one deadline for all of it."""
         if not self.alive():
@@ -384,8 +433,11 @@ class Worker:
                 raise self._died() from None
             except (ProtocolError, ValueError) as exc:
                 self.stop("protocol error")
-                raise WorkerFailure("protocol", f"the worker's reply could not be read ({exc})",
-                                    feedback="the worker's reply could not be read") from None
+                raise WorkerFailure(
+                    "protocol",
+                    f"the worker's reply could not be read ({exc})",
+                    feedback="the worker's reply could not be read",
+                ) from None
             op = frame.get("op")
             if op == "serve":
                 answer, answer_data = call.answer(frame, data)
@@ -420,8 +472,12 @@ class Worker:
         # The student's code picks its exit code and can signal itself: only well-known crashes are named.
         known = feedback.CRASH_SIGNALS.get(signal_number)
         told = f"signal {signal_number}: {known}" if known else "a signal" if signal_number else "it exited"
-        return WorkerFailure("crash", f"the student's code crashed the worker ({why})",
-                             self.log.text() if self.log else "", f"the student's code crashed the worker ({told})")
+        return WorkerFailure(
+            "crash",
+            f"the student's code crashed the worker ({why})",
+            self.log.text() if self.log else "",
+            f"the student's code crashed the worker ({told})",
+        )
 
     def _import(self, filename: str) -> None:
         """Import the student's file in the worker on its own (once per worker process), before any call sends it
@@ -432,9 +488,19 @@ class Worker:
         if self.imported[filename] is not None:
             raise self.imported[filename]
 
-    def call(self, filename: str, function: str, args: tuple, kwargs: dict, *, track: bool = False,
-             measure_memory: bool = False, drain: bool = False,
-             device: str | None = None, driver: str | None = None) -> CallResult:
+    def call(
+        self,
+        filename: str,
+        function: str,
+        args: tuple,
+        kwargs: dict,
+        *,
+        track: bool = False,
+        measure_memory: bool = False,
+        drain: bool = False,
+        device: str | None = None,
+        driver: str | None = None,
+    ) -> CallResult:
         """One call of the student's function. ``device``: where the worker puts the call's tensors and the checker
         the call's kit objects (default: the device of the first tensor argument, else the CPU); ``drain``: the
         result is an iterator whose items the worker streams here as they come (see the module docstring);
@@ -449,9 +515,17 @@ class Worker:
             tensors: dict[str, torch.Tensor] = {}
             device = _canonical_device(device or _device_of(args, kwargs))
             in_flight = _CallInFlight(device)
-            request = {"op": "call", "file": filename, "function": function, "device": device, "track": track,
-                       "drain": drain, "driver": driver, "args": _encode(list(args), tensors, in_flight),
-                       "kwargs": _encode(dict(kwargs), tensors, in_flight)}
+            request = {
+                "op": "call",
+                "file": filename,
+                "function": function,
+                "device": device,
+                "track": track,
+                "drain": drain,
+                "driver": driver,
+                "args": _encode(list(args), tensors, in_flight),
+                "kwargs": _encode(dict(kwargs), tensors, in_flight),
+            }
             from safetensors.torch import save
 
             payload = save(tensors) if tensors else b""
@@ -472,17 +546,31 @@ class Worker:
 
             received = load(data) if data else {}
             value = in_flight.pieces if drain else _decode(reply.get("result"), received, device)
-            return CallResult(value, peak, reply.get("largest"), seconds, in_flight.arrivals if drain else None,
-                              in_flight.record())
+            return CallResult(
+                value, peak, reply.get("largest"), seconds, in_flight.arrivals if drain else None, in_flight.record()
+            )
 
-    def _failure(self, error: dict, filename: str, function: str = "",
-                 in_flight: _CallInFlight | None = None) -> WorkerFailure:
+    def _failure(
+        self, error: dict, filename: str, function: str = "", in_flight: _CallInFlight | None = None
+    ) -> WorkerFailure:
         """The failure a worker's error reply stands for, with what a student may be told about it."""
         kind = str(error.get("kind", "exception"))
         refusal = in_flight.refusal(str(error.get("type"))) if in_flight is not None and kind == "exception" else None
-        return WorkerFailure(kind, _error_text(error), str(error.get("traceback", ""))[-4000:],
-                             feedback.told(kind, error, filename, function, self.exposed, self.config.forbidden,
-                                           refusal, in_flight.offers() if in_flight is not None else ""))
+        return WorkerFailure(
+            kind,
+            _error_text(error),
+            str(error.get("traceback", ""))[-4000:],
+            feedback.told(
+                kind,
+                error,
+                filename,
+                function,
+                self.exposed,
+                self.config.forbidden,
+                refusal,
+                in_flight.offers() if in_flight is not None else "",
+            ),
+        )
 
     def _reset_peak(self) -> int | None:
         if self.pid is None:
@@ -497,17 +585,18 @@ class Worker:
 @dataclass
 class CallResult:
     value: object
-    peak_bytes: int | None          # resident memory the call added (None: not measured)
-    largest: dict | None            # the worker's own report of its largest tensor (informative only)
+    peak_bytes: int | None  # resident memory the call added (None: not measured)
+    largest: dict | None  # the worker's own report of its largest tensor (informative only)
     seconds: float
-    steps: list | None = None       # drain: how many model steps the checker had served as each piece arrived
-    calls: list | None = None       # the checker's record of the call's first served model or kernels (served.py)
+    steps: list | None = None  # drain: how many model steps the checker had served as each piece arrived
+    calls: list | None = None  # the checker's record of the call's first served model or kernels (served.py)
 
 
 @dataclass(frozen=True)
 class KitObject:
     """An argument that is a kit object (a model, a tokenizer, stand-in kernels: a key of served.BUILDERS), built
     in the checker for the call and served to the worker (it cannot cross the channel as data)."""
+
     name: str
     kwargs: dict = field(default_factory=dict)
 
@@ -515,6 +604,7 @@ class KitObject:
 @dataclass(frozen=True)
 class SeededGenerator:
     """An argument the worker turns into a ``torch.Generator`` on the call's device, seeded with ``seed``."""
+
     seed: int
 
 
@@ -525,7 +615,7 @@ class _CallInFlight:
     def __init__(self, device: str):
         self.device = device
         self.served: dict[str, served.Served] = {}
-        self.pieces: list[str | None] = []   # None: an item that was not a string
+        self.pieces: list[str | None] = []  # None: an item that was not a string
         self.arrivals: list[int] = []
 
     def add(self, kit_object: KitObject, tensors: dict) -> dict:
@@ -533,8 +623,12 @@ class _CallInFlight:
         built = served.build(kit_object.name, dict(kit_object.kwargs), self.device)
         handle = f"k{len(self.served)}"
         self.served[handle] = built
-        return {"$served": handle, "what": built.what, "methods": sorted(built.methods),
-                "attributes": _encode(built.attributes(), tensors)}
+        return {
+            "$served": handle,
+            "what": built.what,
+            "methods": sorted(built.methods),
+            "attributes": _encode(built.attributes(), tensors),
+        }
 
     def model_steps(self) -> int:
         return sum(s.steps for s in self.served.values() if isinstance(s, served.ServedModel))
@@ -555,8 +649,9 @@ class _CallInFlight:
             if target is None:
                 raise RuntimeError("this call has no such kit object")
             if len(data) > SERVED_PAYLOAD_BYTES:  # the work is this process's: the student's code picks its size
-                raise ValueError(f"the kit's {target.what} takes at most {SERVED_PAYLOAD_BYTES >> 20} MiB of tensors "
-                                 "per call")
+                raise ValueError(
+                    f"the kit's {target.what} takes at most {SERVED_PAYLOAD_BYTES >> 20} MiB of tensors per call"
+                )
             tensors = load(data) if data else {}
             args = _decode_served(frame.get("args", []), tensors, self.device)
             kwargs = _decode_served(frame.get("kwargs", {}), tensors, self.device)
@@ -576,8 +671,10 @@ class _CallInFlight:
 
     def offers(self) -> str:
         """What the call's served kit objects offer the student's code (this process's own words)."""
-        return "; ".join(f"the kit's {s.what} offers {', '.join((*sorted(s.methods), *s.attributes()))}"
-                         for s in self.served.values())
+        return "; ".join(
+            f"the kit's {s.what} offers {', '.join((*sorted(s.methods), *s.attributes()))}"
+            for s in self.served.values()
+        )
 
     def refusal(self, type_name: str) -> served.Refusal | None:
         """The last call a served object refused with this type of error (what made the student's code fail)."""
@@ -632,7 +729,7 @@ def _device_of(args, kwargs) -> str:
 
 
 def _canonical_device(device: str) -> str:
-    """"cuda" as "cuda:N" (the current device), the way a tensor there names its device."""
+    """ "cuda" as "cuda:N" (the current device), the way a tensor there names its device."""
     parsed = torch.device(device)
     if parsed.type == "cuda" and parsed.index is None:
         parsed = torch.device("cuda", torch.cuda.current_device())
@@ -690,10 +787,17 @@ def _decode(value, tensors: dict, device: str):
         if "$other" in value:
             what = feedback.type_said(str(value["$other"]))
             if value.get("iterator"):
-                raise ResultTypeError("result", f"returned {what} (an iterator) where a value was expected: return "
-                                                "the values themselves (a list, say), not a generator")
-            raise ResultTypeError("result", f"returned {what}, not a plain torch.Tensor" if value.get("subclass")
-                                  else f"returned {what}, not a tensor")
+                raise ResultTypeError(
+                    "result",
+                    f"returned {what} (an iterator) where a value was expected: return "
+                    "the values themselves (a list, say), not a generator",
+                )
+            raise ResultTypeError(
+                "result",
+                f"returned {what}, not a plain torch.Tensor"
+                if value.get("subclass")
+                else f"returned {what}, not a tensor",
+            )
     return value
 
 
@@ -710,15 +814,33 @@ class StudentModule:
 
         def call(*args, **kwargs):
             return self._worker.call(self._filename, name, args, kwargs, driver=self._driver).value
+
         call.__name__ = name
         return call
 
-    def call(self, function: str, *args, track: bool = False, measure_memory: bool = False, drain: bool = False,
-             device: str | None = None, **kwargs) -> CallResult:
+    def call(
+        self,
+        function: str,
+        *args,
+        track: bool = False,
+        measure_memory: bool = False,
+        drain: bool = False,
+        device: str | None = None,
+        **kwargs,
+    ) -> CallResult:
         """Like ``student.function(...)``, with the measurements and evidence: ``.value``, ``.peak_bytes``,
         ``.largest``, ``.steps``, ``.calls`` (the options are Worker.call's, so they are not the student's)."""
-        return self._worker.call(self._filename, function, args, kwargs, track=track, measure_memory=measure_memory,
-                                 drain=drain, device=device, driver=self._driver)
+        return self._worker.call(
+            self._filename,
+            function,
+            args,
+            kwargs,
+            track=track,
+            measure_memory=measure_memory,
+            drain=drain,
+            device=device,
+            driver=self._driver,
+        )
 
     @property
     def worker(self) -> Worker:
@@ -728,8 +850,14 @@ class StudentModule:
 _workers: dict[tuple, Worker] = {}
 
 
-def student_module(filename: str, *, gpu: bool | None = None, forbidden: tuple[str, ...] | None = None,
-                   driver: str | None = None, kernels: tuple[str, ...] = ()) -> StudentModule:
+def student_module(
+    filename: str,
+    *,
+    gpu: bool | None = None,
+    forbidden: tuple[str, ...] | None = None,
+    driver: str | None = None,
+    kernels: tuple[str, ...] = (),
+) -> StudentModule:
     """The student's ``filename`` behind a sandboxed worker (one worker per GPU/CPU kind, reused); with ``driver``
     and ``kernels``, see the module docstring."""
     config = WorkerConfig.from_environment()

@@ -34,26 +34,51 @@ from grader.isolation.worker import TRIPWIRE_HOMES
 KNOWN_EXCEPTIONS = frozenset(
     [name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, BaseException)]
     + [name for name, value in vars(torch).items() if isinstance(value, type) and issubclass(value, BaseException)]
-    + ["GraphCaptureError", "CheckpointError", "CudaCompileError", "ImplError", "ForbiddenOperation"])
+    + ["GraphCaptureError", "CheckpointError", "CudaCompileError", "ImplError", "ForbiddenOperation"]
+)
 # Type names a result may be said to have: Python's builtin types, and a few of PyTorch's and the standard library's.
-KNOWN_TYPES = frozenset([name for name, value in vars(builtins).items() if isinstance(value, type)]
-                        + ["NoneType", "generator", "function", "method", "module", "Tensor", "Parameter",
-                           "Generator", "device", "dtype", "Size", "ndarray", "deque", "OrderedDict", "defaultdict"])
+KNOWN_TYPES = frozenset(
+    [name for name, value in vars(builtins).items() if isinstance(value, type)]
+    + [
+        "NoneType",
+        "generator",
+        "function",
+        "method",
+        "module",
+        "Tensor",
+        "Parameter",
+        "Generator",
+        "device",
+        "dtype",
+        "Size",
+        "ndarray",
+        "deque",
+        "OrderedDict",
+        "defaultdict",
+    ]
+)
 # Signals a crash is named by (number and name): the student's code can send itself any signal, and a handful of
 # well-known ones tells little; any other is said as "a signal", an exit code not at all.
-CRASH_SIGNALS = {signal.SIGSEGV: "a segmentation fault", signal.SIGABRT: "an abort", signal.SIGBUS: "a bus error",
-                 signal.SIGFPE: "a floating-point exception", signal.SIGILL: "an illegal instruction",
-                 signal.SIGKILL: "killed"}
+CRASH_SIGNALS = {
+    signal.SIGSEGV: "a segmentation fault",
+    signal.SIGABRT: "an abort",
+    signal.SIGBUS: "a bus error",
+    signal.SIGFPE: "a floating-point exception",
+    signal.SIGILL: "an illegal instruction",
+    signal.SIGKILL: "killed",
+}
 # The CUDA driver's own phrases for a fault that poisons the context (a fixed few: safe to say). The checker
 # (grader/grade/checker_plugin.py) ends a hidden suite on them.
-CUDA_FAULT = re.compile(r"illegal memory access|illegal instruction|misaligned address|unspecified launch failure|"
-                        r"device-side assert|an illegal|launch timed out|cudaErrorLaunchFailure|CUDA error: unspecified",
-                        re.IGNORECASE)
+CUDA_FAULT = re.compile(
+    r"illegal memory access|illegal instruction|misaligned address|unspecified launch failure|"
+    r"device-side assert|an illegal|launch timed out|cudaErrorLaunchFailure|CUDA error: unspecified",
+    re.IGNORECASE,
+)
 RESULT_REASONS = {
     "not_an_iterator": "did not return an iterator: write it as a generator that yields each piece as soon as it "
-                       "is ready",
+    "is ready",
     "unreadable": "returned something the grader cannot read (return tensors, numbers, strings, or lists, tuples "
-                  "and dicts of them)",
+    "and dicts of them)",
 }
 _STUB_TASK = re.compile(r"^(t[0-9]+): ")
 
@@ -94,11 +119,17 @@ def _raised_not_implemented(text: str) -> set[str]:
         tree = ast.parse(text)
     except SyntaxError:
         return set()
-    return {node.exc.args[0].value for node in ast.walk(tree)
-            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)
-            and isinstance(node.exc.func, ast.Name) and node.exc.func.id == "NotImplementedError"
-            and node.exc.args and isinstance(node.exc.args[0], ast.Constant)
-            and isinstance(node.exc.args[0].value, str)}
+    return {
+        node.exc.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Raise)
+        and isinstance(node.exc, ast.Call)
+        and isinstance(node.exc.func, ast.Name)
+        and node.exc.func.id == "NotImplementedError"
+        and node.exc.args
+        and isinstance(node.exc.args[0], ast.Constant)
+        and isinstance(node.exc.args[0].value, str)
+    }
 
 
 def not_implemented_said(message: str) -> str:
@@ -118,8 +149,16 @@ def forbidden_said(name: str, forbidden: tuple[str, ...]) -> str:
     return "called an operation this task forbids"
 
 
-def told(kind: str, error: dict, filename: str, function: str, exposed: bool, forbidden: tuple[str, ...],
-         refusal=None, offers: str = "") -> str:
+def told(
+    kind: str,
+    error: dict,
+    filename: str,
+    function: str,
+    exposed: bool,
+    forbidden: tuple[str, ...],
+    refusal=None,
+    offers: str = "",
+) -> str:
     """What a student is told about a worker's error reply of ``kind`` (``refusal``: the served.Refusal of the kit
     object whose error the student's code raised, if any; ``offers``: what the call's served kit objects offer,
     said with an AttributeError, whose likely cause is asking one of them for something else)."""
@@ -131,9 +170,12 @@ def told(kind: str, error: dict, filename: str, function: str, exposed: bool, fo
         return f"{error.get('type')}: {message}" + (f" | {last[0].strip()}" if last else "")
     if kind == "exception":
         fault = CUDA_FAULT.search(message)
-        return (f"{type_name} raised by your code" + (f" (a CUDA fault: {fault[0].lower()})" if fault else "")
-                + (f"; {refusal.feedback()}" if refusal is not None else "")
-                + (f"; {offers}" if offers and error.get("type") == "AttributeError" else ""))
+        return (
+            f"{type_name} raised by your code"
+            + (f" (a CUDA fault: {fault[0].lower()})" if fault else "")
+            + (f"; {refusal.feedback()}" if refusal is not None else "")
+            + (f"; {offers}" if offers and error.get("type") == "AttributeError" else "")
+        )
     if kind == "not_implemented":
         return not_implemented_said(message)
     if kind == "forbidden":

@@ -35,38 +35,51 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # bubblewrap's discovery and the read-only system view are the compile sandbox's too (assignment/cuda/confine.py).
-from assignment.cuda.confine import (FALLBACK, FULL, SANDBOX_UID, find_bwrap, probe,  # noqa: F401
-                                     processes_of, system_binds)
+from assignment.cuda.confine import (
+    FALLBACK,
+    FULL,
+    SANDBOX_UID,
+    find_bwrap,
+    probe,  # noqa: F401
+    processes_of,
+    system_binds,
+)
 
 SUBMISSION_MOUNT = "/submission"
 KIT_MOUNT = "/kit"
 # Passed through when set: what the CUDA driver and PyTorch need to find the GPU. Nothing else leaks.
-PASSTHROUGH_ENV = ("LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
-                   "CUDA_MODULE_LOADING")
+PASSTHROUGH_ENV = (
+    "LD_LIBRARY_PATH",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "CUDA_MODULE_LOADING",
+)
 
 
 @dataclass(frozen=True)
 class Limits:
     """Per-worker limits. Defaults are stated once, here."""
-    cpu_seconds: int = 900            # CPU time of the whole worker (threads included)
-    processes: int = 256              # processes and threads of the sandbox user
-    file_bytes: int = 64 * 2**20      # largest file it may write (its /tmp is private anyway)
+
+    cpu_seconds: int = 900  # CPU time of the whole worker (threads included)
+    processes: int = 256  # processes and threads of the sandbox user
+    file_bytes: int = 64 * 2**20  # largest file it may write (its /tmp is private anyway)
     open_files: int = 1024
     address_space_bytes: int = 16 * 2**30  # CPU-only workers; CUDA reserves far more address space
-    tmp_bytes: int = 256 * 2**20      # size of the private /tmp
-    threads: int = 4                  # OMP/MKL threads (results must not depend on the host's core count)
+    tmp_bytes: int = 256 * 2**20  # size of the private /tmp
+    threads: int = 4  # OMP/MKL threads (results must not depend on the host's core count)
 
 
 @dataclass(frozen=True)
 class SandboxSpec:
     student_dir: Path
-    kit_dir: Path                     # holds worker.py; mounted read-only at /kit
+    kit_dir: Path  # holds worker.py; mounted read-only at /kit
     gpu: bool
     isolation: str = FULL
-    bwrap: str | None = None          # path of bwrap (or a wrapper); None: find it
+    bwrap: str | None = None  # path of bwrap (or a wrapper); None: find it
     limits: Limits = field(default_factory=Limits)
-    deny: tuple[Path, ...] = ()       # never mounted even when on sys.path (the instructor tree, outputs)
-    allow: tuple[Path, ...] = ()      # mounted although under a denied path (a venv inside the repo)
+    deny: tuple[Path, ...] = ()  # never mounted even when on sys.path (the instructor tree, outputs)
+    allow: tuple[Path, ...] = ()  # mounted although under a denied path (a venv inside the repo)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -128,10 +141,16 @@ def _mounts(spec: SandboxSpec) -> tuple[list[str], list[str]]:
 
 def worker_environment(spec: SandboxSpec) -> dict[str, str]:
     env = {
-        "PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONNOUSERSITE": "1", "OMP_NUM_THREADS": str(spec.limits.threads),
+        "PATH": "/usr/bin:/bin",
+        "HOME": "/tmp",
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "OMP_NUM_THREADS": str(spec.limits.threads),
         # getpass.getuser() reads these first: the sandbox user need not be in the host's passwd file.
-        "USER": "sandbox", "LOGNAME": "sandbox",
+        "USER": "sandbox",
+        "LOGNAME": "sandbox",
         "MKL_NUM_THREADS": str(spec.limits.threads),
     }
     for name in PASSTHROUGH_ENV:
@@ -156,11 +175,34 @@ def command(spec: SandboxSpec, worker_config: dict) -> list[str]:
     mounts, sys_path = _mounts(spec)
     # The private /tmp first: the read-only binds that follow may lie under /tmp on the host (a kit
     # cloned into /tmp keeps its virtual environment there), and a later mount would hide them.
-    args = [bwrap, "--size", str(spec.limits.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp", *mounts,
-            "--ro-bind", str(spec.student_dir), SUBMISSION_MOUNT,
-            "--ro-bind", str(spec.kit_dir), KIT_MOUNT,
-            "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-            "--hostname", "sandbox", "--die-with-parent", "--new-session", "--clearenv", "--chdir", "/tmp"]
+    args = [
+        bwrap,
+        "--size",
+        str(spec.limits.tmp_bytes),
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/tmp",
+        *mounts,
+        "--ro-bind",
+        str(spec.student_dir),
+        SUBMISSION_MOUNT,
+        "--ro-bind",
+        str(spec.kit_dir),
+        KIT_MOUNT,
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname",
+        "sandbox",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--chdir",
+        "/tmp",
+    ]
     if not root:
         args.append("--unshare-user")
     if spec.gpu:
@@ -189,6 +231,7 @@ def limit_child(spec: SandboxSpec):
         resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
         if not spec.gpu:
             resource.setrlimit(resource.RLIMIT_AS, (limits.address_space_bytes, limits.address_space_bytes))
+
     return apply
 
 

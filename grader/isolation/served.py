@@ -49,6 +49,7 @@ def masked_numbers(text: str) -> str:
 class Refusal:
     """A served call that raised: the object (its ``what``), the method, the error's type and message, and whether
     the kit's own code raised it (only then is its message the kit's to show)."""
+
     what: str
     method: str
     type: str
@@ -63,12 +64,12 @@ class Refusal:
 class Served:
     """One kit object served to the worker (subclasses say what it shows and answers)."""
 
-    what = "object"                    # how messages name it
+    what = "object"  # how messages name it
     methods: frozenset[str] = frozenset()
 
     def __init__(self) -> None:
         self.refusals: list[Refusal] = []
-        self.calls: list[dict] | None = None   # the record, for objects that keep one
+        self.calls: list[dict] | None = None  # the record, for objects that keep one
         self.started = time.monotonic()
 
     def attributes(self) -> dict:
@@ -117,8 +118,11 @@ class ServedModel(Served):
         self.calls = []
 
     def attributes(self) -> dict:
-        return {"max_seq_len": int(self.model.max_seq_len), "vocab_size": int(self.model.vocab_size),
-                "device": {"$device": str(self.model.device)}}
+        return {
+            "max_seq_len": int(self.model.max_seq_len),
+            "vocab_size": int(self.model.vocab_size),
+            "device": {"$device": str(self.model.device)},
+        }
 
     def _run(self, method: str, args: list, kwargs: dict):
         function = getattr(self.model, method)
@@ -159,8 +163,12 @@ class ServedMethods(Served):
 
 def _tokenizer(tokenizer) -> ServedMethods:
     """A tokenizer (the byte tokenizer, or the checkpoint's): ``encode`` and ``decode``, and its ids."""
-    ids = {"vocab_size": int(tokenizer.vocab_size), "bos_id": tokenizer.bos_id, "eos_id": tokenizer.eos_id,
-           "stop_ids": {"$tuple": [int(i) for i in tokenizer.stop_ids]}}
+    ids = {
+        "vocab_size": int(tokenizer.vocab_size),
+        "bos_id": tokenizer.bos_id,
+        "eos_id": tokenizer.eos_id,
+        "stop_ids": {"$tuple": [int(i) for i in tokenizer.stop_ids]},
+    }
     return ServedMethods(tokenizer, "tokenizer", ("encode", "decode"), ids)
 
 

@@ -29,10 +29,18 @@ import os
 
 import torch
 
-LIBRARIES = "libraries"            # beside this file: <stem>.cubin, <stem>.so, manifest.json (client.py writes them)
-ENTRY_POINTS = ("update_scenario", "dispatch_setup", "dispatch_step", "cpu_model_scenario", "checkpoint_scenario",
-                "timing_setup", "timing_step", "timing_echo")
-_state: dict = {}                  # loaded checkpoints (per device), the timing session, where the checkpoint is
+LIBRARIES = "libraries"  # beside this file: <stem>.cubin, <stem>.so, manifest.json (client.py writes them)
+ENTRY_POINTS = (
+    "update_scenario",
+    "dispatch_setup",
+    "dispatch_step",
+    "cpu_model_scenario",
+    "checkpoint_scenario",
+    "timing_setup",
+    "timing_step",
+    "timing_echo",
+)
+_state: dict = {}  # loaded checkpoints (per device), the timing session, where the checkpoint is
 
 
 def configure(checkpoint: str) -> None:
@@ -87,16 +95,20 @@ def prebuilt_kernels():
         def require(self, export, tasks, kernel):
             entry = manifest.get(export.file)
             if entry is None:
-                raise RuntimeError(f"{kernel}: {export.file} was not built for the grader's worker (a GPU worker "
-                                   "gets the builds of the files its suite names)")
+                raise RuntimeError(
+                    f"{kernel}: {export.file} was not built for the grader's worker (a GPU worker "
+                    "gets the builds of the files its suite names)"
+                )
             if "module" not in entry:
                 raise RuntimeError(f"{kernel}: {export.file} could not be built: {entry.get('error', '?')}")
             for task in tasks:
                 lines = entry.get("todo", {}).get(task)
                 if lines:
                     where = f"KIT_TODO({task}) on line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}"
-                    raise NotImplementedError(f"{task}: TODO({task}) in {export.file} is not implemented yet "
-                                              f"({where}; {kernel} was not launched)")
+                    raise NotImplementedError(
+                        f"{task}: TODO({task}) in {export.file} is not implemented yet "
+                        f"({where}; {kernel} was not launched)"
+                    )
             return kernels.FileState(os.path.join(folder, entry["module"]), 0, 0, tuple(tasks))
 
         def function(self, export, state):
@@ -125,8 +137,10 @@ def _attention64(q, k, v, causal: bool, scale: float | None, lengths=None):
     from assignment.testing import reference_attention
 
     if lengths is not None:
-        rows = [_attention64(q[b:b + 1], k[b:b + 1, :, :n], v[b:b + 1, :, :n], causal, scale)
-                for b, n in enumerate(lengths)]
+        rows = [
+            _attention64(q[b : b + 1], k[b : b + 1, :, :n], v[b : b + 1, :, :n], causal, scale)
+            for b, n in enumerate(lengths)
+        ]
         return torch.cat([o for o, _ in rows]), torch.cat([l for _, l in rows])
     return reference_attention(q, k, v, causal=causal, scale=scale)
 
@@ -158,17 +172,20 @@ class StandInKernels:
 
     def decode_workspace(self, q, k_cache, num_splits=None):
         splits = self._served.decode_workspace(q, k_cache, num_splits)
-        return _decode_task().DecodeWorkspace(torch.empty(0, device=q.device), int(splits), int(q.shape[0]),
-                                             int(q.shape[1]), int(q.shape[-1]))
+        return _decode_task().DecodeWorkspace(
+            torch.empty(0, device=q.device), int(splits), int(q.shape[0]), int(q.shape[1]), int(q.shape[-1])
+        )
 
-    def decode_attention(self, q, k_cache, v_cache, lengths, scale=None, out=None, lse=None, workspace=None,
-                         num_splits=None):
+    def decode_attention(
+        self, q, k_cache, v_cache, lengths, scale=None, out=None, lse=None, workspace=None, num_splits=None
+    ):
         kernel = "t6_decode_attention"
         self._require_contiguous(kernel, q=q, k_cache=k_cache, v_cache=v_cache, lengths=lengths)
         if workspace is not None and not isinstance(workspace, _decode_task().DecodeWorkspace):
             raise TypeError(f"{kernel}: workspace must come from decode_workspace(q, k_cache)")
-        o, l = self._served.decode_attention(q, k_cache, v_cache, lengths, None if scale is None else float(scale),
-                                             workspace is not None)
+        o, l = self._served.decode_attention(
+            q, k_cache, v_cache, lengths, None if scale is None else float(scale), workspace is not None
+        )
         return self._written(o, l, out, lse)
 
 
@@ -186,8 +203,15 @@ class RecordingKernels:
 
     def flash_attention(self, q, k, v, causal: bool, scale):
         _kernels_module().attention_shapes("t4_flash_attention_forward", q, k, v)
-        self.calls.append({"op": "flash_attention", "causal": bool(causal), "keys": int(k.shape[2]),
-                           "queries": int(q.shape[2]), "scale": None if scale is None else float(scale)})
+        self.calls.append(
+            {
+                "op": "flash_attention",
+                "causal": bool(causal),
+                "keys": int(k.shape[2]),
+                "queries": int(q.shape[2]),
+                "scale": None if scale is None else float(scale),
+            }
+        )
         o, l = _attention64(q, k, v, bool(causal), scale)
         return o.to(q.dtype), l.float()
 
@@ -199,13 +223,25 @@ class RecordingKernels:
     def decode_attention(self, q, k_cache, v_cache, lengths, scale, workspace: bool):
         kernel = "t6_decode_attention"
         B, _, _, L_max, _ = _decode_task()._decode_shapes(kernel, q, k_cache, v_cache)
-        if not isinstance(lengths, torch.Tensor) or lengths.dtype not in (torch.int32, torch.int64) \
-                or lengths.dim() != 1 or lengths.shape[0] not in (B, 1):
+        if (
+            not isinstance(lengths, torch.Tensor)
+            or lengths.dtype not in (torch.int32, torch.int64)
+            or lengths.dim() != 1
+            or lengths.shape[0] not in (B, 1)
+        ):
             raise TypeError(f"{kernel}: lengths must be an int32 or int64 tensor of shape ({B},) or (1,)")
         values = [min(max(int(x), 0), L_max) for x in lengths.tolist()]
-        self.calls.append({"op": "decode_attention", "capacity": int(L_max), "lengths": values,
-                           "lengths_device": str(lengths.device), "lengths_dtype": str(lengths.dtype),
-                           "workspace": bool(workspace), "scale": None if scale is None else float(scale)})
+        self.calls.append(
+            {
+                "op": "decode_attention",
+                "capacity": int(L_max),
+                "lengths": values,
+                "lengths_device": str(lengths.device),
+                "lengths_dtype": str(lengths.dtype),
+                "workspace": bool(workspace),
+                "scale": None if scale is None else float(scale),
+            }
+        )
         q4 = q if q.dim() == 4 else q[:, :, None]
         o, l = _attention64(q4, k_cache, v_cache, False, scale, values * B if len(values) == 1 else values)
         return o.to(q.dtype).reshape(q.shape), l.float().reshape(q.shape[:-1])
@@ -214,8 +250,9 @@ class RecordingKernels:
 # --------------------------------------------------------------------------- the cache on its own (CPU or GPU)
 
 
-def _new_cache(module, max_batch: int, max_seq_len: int, n_kv_heads: int, head_dim: int, device: str,
-               fill: float | None):
+def _new_cache(
+    module, max_batch: int, max_seq_len: int, n_kv_heads: int, head_dim: int, device: str, fill: float | None
+):
     cache = module.KVCache(max_batch, max_seq_len, n_kv_heads, head_dim, torch.float32, torch.device(device))
     if fill is not None:
         with torch.no_grad():
@@ -228,12 +265,16 @@ def _lengths_report(cache, device: str) -> dict:
     lengths = getattr(cache, "lengths", None)
     if not isinstance(lengths, torch.Tensor):
         return {"lengths": None, "lengths_device": "", "lengths_dtype": type(lengths).__name__}
-    return {"lengths": lengths.detach().to(device).clone(), "lengths_device": str(lengths.device),
-            "lengths_dtype": str(lengths.dtype)}
+    return {
+        "lengths": lengths.detach().to(device).clone(),
+        "lengths_device": str(lengths.device),
+        "lengths_dtype": str(lengths.dtype),
+    }
 
 
-def update_scenario(module, max_batch: int, max_seq_len: int, n_kv_heads: int, head_dim: int, fill: float,
-                    steps: list) -> dict:
+def update_scenario(
+    module, max_batch: int, max_seq_len: int, n_kv_heads: int, head_dim: int, fill: float, steps: list
+) -> dict:
     """Writes through ``update`` into a cache whose buffers hold ``fill``: ``steps`` are (input_pos, k, v). After
     each: what update returned (and whether those are views of the buffers) and ``lengths``; then the buffers."""
     device = str(steps[0][1].device)
@@ -242,10 +283,16 @@ def update_scenario(module, max_batch: int, max_seq_len: int, n_kv_heads: int, h
     with torch.no_grad():
         for input_pos, k, v in steps:
             k_all, v_all = cache.update(input_pos, k, v)
-            reports.append({"k_all": k_all.clone(), "v_all": v_all.clone(),  # as they are now, not at the end
-                            "views": bool(k_all.data_ptr() == cache.k_cache.data_ptr()
-                                          and v_all.data_ptr() == cache.v_cache.data_ptr()),
-                            **_lengths_report(cache, device)})
+            reports.append(
+                {
+                    "k_all": k_all.clone(),
+                    "v_all": v_all.clone(),  # as they are now, not at the end
+                    "views": bool(
+                        k_all.data_ptr() == cache.k_cache.data_ptr() and v_all.data_ptr() == cache.v_cache.data_ptr()
+                    ),
+                    **_lengths_report(cache, device),
+                }
+            )
     return {"steps": reports, "k_cache": cache.k_cache, "v_cache": cache.v_cache}
 
 
@@ -276,7 +323,7 @@ def cpu_model_scenario(module, preset: str, seed: int, tokens, prompt: int, max_
     with torch.no_grad():
         logits = [model.prefill(tokens[:, :prompt], torch.arange(prompt, device=tokens.device))]
         for p in range(prompt, tokens.shape[1]):
-            logits.append(model.decode_one_token(tokens[:, p:p + 1], torch.tensor([p], device=tokens.device)))
+            logits.append(model.decode_one_token(tokens[:, p : p + 1], torch.tensor([p], device=tokens.device)))
     return logits
 
 
@@ -306,9 +353,9 @@ def checkpoint_scenario(module, tokens, prompt_chunks: list, max_seq_len: int, g
         runner = GraphDecoder(model, batch_size=tokens.shape[0]) if graph else model
         logits = [runner.prefill(tokens[:, a:b], torch.arange(a, b, device=device)) for a, b in prompt_chunks]
         for p in range(prompt_chunks[-1][1], tokens.shape[1]):
-            logits.append(runner.decode_one_token(tokens[:, p:p + 1], torch.tensor([p], device=device)))
+            logits.append(runner.decode_one_token(tokens[:, p : p + 1], torch.tensor([p], device=device)))
     made = {name: launches.get(name, 0) - before.get(name, 0) for name in ("flash_attention", "decode_attention")}
-    return {"prefill": logits[:len(prompt_chunks)], "decode": logits[len(prompt_chunks):], "launches": made}
+    return {"prefill": logits[: len(prompt_chunks)], "decode": logits[len(prompt_chunks) :], "launches": made}
 
 
 # --------------------------------------------------------------------------- timing (one session per worker)

@@ -50,14 +50,24 @@ MAGIC = b"KITW"
 HEADER = struct.Struct("<4sQQ")
 MAX_JSON_BYTES = 1 << 20
 # Where a tripwire is installed for each forbidden name found there.
-TRIPWIRE_HOMES = ("torch", "torch.nn", "torch.nn.functional", "torch.Tensor", "torch._C", "torch._C._nn",
-                  "torch.linalg", "torch.special")
+TRIPWIRE_HOMES = (
+    "torch",
+    "torch.nn",
+    "torch.nn.functional",
+    "torch.Tensor",
+    "torch._C",
+    "torch._C._nn",
+    "torch.linalg",
+    "torch.special",
+)
 DRIVER_SUFFIX = "_driver.py"  # a kit driver is <name>_driver.py beside this file (its ENTRY_POINTS may be called)
-MAX_DRAINED_ITEMS = 100_000   # items of a drained iterator (a stream of a few hundred pieces is far below)
-MAX_PIECE_CHARS = 1 << 16     # a longer streamed piece crosses as "not text" (a frame's JSON is at most 1 MiB)
+MAX_DRAINED_ITEMS = 100_000  # items of a drained iterator (a stream of a few hundred pieces is far below)
+MAX_PIECE_CHARS = 1 << 16  # a longer streamed piece crosses as "not text" (a frame's JSON is at most 1 MiB)
 # Errors a served call may raise here (the checker sends the type's name); any other becomes a RuntimeError.
-SERVED_ERRORS = {error.__name__: error for error in (ValueError, TypeError, IndexError, RuntimeError,
-                                                     NotImplementedError, AttributeError)}
+SERVED_ERRORS = {
+    error.__name__: error
+    for error in (ValueError, TypeError, IndexError, RuntimeError, NotImplementedError, AttributeError)
+}
 
 
 class ProtocolError(RuntimeError):
@@ -124,8 +134,10 @@ def _install_tripwires(names: list[str]) -> list[str]:
             continue
         for name in names:
             if hasattr(obj, name):
+
                 def tripwire(*args, _what=f"{home}.{name}", **kwargs):
                     raise ForbiddenOperation(_what)
+
                 try:
                     setattr(obj, name, tripwire)
                     installed.append(f"{home}.{name}")
@@ -148,10 +160,12 @@ class _Largest:
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
                 import torch
+
                 for t in out if isinstance(out, (tuple, list)) else (out,):
                     if isinstance(t, torch.Tensor) and t.numel() > self.numel:
                         self.numel, self.shape, self.op = t.numel(), list(t.shape), str(func)
                 return out
+
         return Mode()
 
 
@@ -192,11 +206,13 @@ class ServedObject:
         methods = vars(self).get("_methods", ())
         if name.startswith("_") or name not in methods:
             offered = ", ".join((*methods, *(k for k in vars(self) if not k.startswith("_"))))
-            raise AttributeError(f"the kit's {vars(self).get('_what', 'object')} offers {offered}; it has no "
-                                 f"attribute {name!r}")
+            raise AttributeError(
+                f"the kit's {vars(self).get('_what', 'object')} offers {offered}; it has no attribute {name!r}"
+            )
 
         def call(*args, **kwargs):
             return self._worker.ask_checker(self._handle, name, args, kwargs, self._device)
+
         call.__name__ = name
         return call
 
@@ -269,8 +285,14 @@ class Worker:
             return self.torch.device(str(value["$device"]))
         if isinstance(value, dict) and "$served" in value:
             attributes = self._decode(dict(value.get("attributes") or {}), tensors, device)
-            return ServedObject(self, str(value["$served"]), str(value.get("what", "object")), attributes,
-                                list(value.get("methods") or []), device)
+            return ServedObject(
+                self,
+                str(value["$served"]),
+                str(value.get("what", "object")),
+                attributes,
+                list(value.get("methods") or []),
+                device,
+            )
         if isinstance(value, dict) and "$generator" in value:
             return self.torch.Generator(device=device).manual_seed(int(value["$generator"]))
         if isinstance(value, list):
@@ -283,8 +305,13 @@ class Worker:
         """One method call of a served object: the arguments go to the checker as data; its answer comes back
         (tensors on ``device``), or its error is raised here."""
         tensors: dict = {}
-        header = {"op": "serve", "object": handle, "method": method,
-                  "args": self._encode(list(args), tensors), "kwargs": self._encode(dict(kwargs), tensors)}
+        header = {
+            "op": "serve",
+            "object": handle,
+            "method": method,
+            "args": self._encode(list(args), tensors),
+            "kwargs": self._encode(dict(kwargs), tensors),
+        }
         reply, data = self.channel.ask(header, self.save(tensors) if tensors else b"")
         if not reply.get("ok"):
             error = reply.get("error") or {}
@@ -298,8 +325,11 @@ class Worker:
             return {"$other": f"{type(value).__module__}.{type(value).__qualname__}", "subclass": True}
         if isinstance(value, torch.Tensor):
             name = f"r{len(tensors)}"
-            meta = {"$t": name, "type": f"{type(value).__module__}.{type(value).__qualname__}",
-                    "device": str(value.device)}
+            meta = {
+                "$t": name,
+                "type": f"{type(value).__module__}.{type(value).__qualname__}",
+                "device": str(value.device),
+            }
             tensors[name] = value.detach().to("cpu").clone().contiguous()
             return meta
         if isinstance(value, (tuple, list)):
@@ -335,8 +365,11 @@ class Worker:
             args = self._decode(request.get("args", []), tensors, device)
             kwargs = self._decode(request.get("kwargs", {}), tensors, device)
         except BaseException as exc:  # noqa: BLE001 - the kit's own objects: an instructor's error, said as such
-            return _error("kit", type(exc).__name__, "the worker could not build the call's arguments: "
-                                                     f"{type(exc).__name__}: {exc}"), b""
+            return _error(
+                "kit",
+                type(exc).__name__,
+                f"the worker could not build the call's arguments: {type(exc).__name__}: {exc}",
+            ), b""
         try:
             driver = self._driver(request["driver"]) if request.get("driver") else None
         except BaseException as exc:  # noqa: BLE001 - the kit's own driver: an instructor's error, said as such
@@ -366,8 +399,12 @@ class Worker:
                 result = function(*args, **kwargs)
             if request.get("drain"):
                 if not isinstance(result, collections.abc.Iterator):
-                    return _error("result", "TypeError", f"returned a {type(result).__name__}, not an iterator",
-                                  reason="not_an_iterator"), b""
+                    return _error(
+                        "result",
+                        "TypeError",
+                        f"returned a {type(result).__name__}, not an iterator",
+                        reason="not_an_iterator",
+                    ), b""
                 result = self._drain(result)
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
@@ -382,8 +419,9 @@ class Worker:
             encoded = self._encode(result, out)
             data = self.save(out) if out else b""
         except BaseException as exc:  # noqa: BLE001
-            return _error("result", type(exc).__name__, f"the result could not be read: {str(exc)[:500]}",
-                          reason="unreadable"), b""
+            return _error(
+                "result", type(exc).__name__, f"the result could not be read: {str(exc)[:500]}", reason="unreadable"
+            ), b""
         return {"ok": True, "result": encoded, "largest": largest}, data
 
     def _drain(self, iterator) -> int:
@@ -409,9 +447,14 @@ class Worker:
             op = request.get("op")
             data = b""
             if op == "hello":
-                reply = {"ok": True, "uid": os.getuid(), "python": sys.version.split()[0],
-                         "torch": self.torch.__version__, "cuda": self.torch.cuda.is_available(),
-                         "tripwires": self.config.get("installed", [])}
+                reply = {
+                    "ok": True,
+                    "uid": os.getuid(),
+                    "python": sys.version.split()[0],
+                    "torch": self.torch.__version__,
+                    "cuda": self.torch.cuda.is_available(),
+                    "tripwires": self.config.get("installed", []),
+                }
             elif op == "import":
                 reply = self.import_file(request)
             elif op == "call":

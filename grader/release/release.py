@@ -57,8 +57,18 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 FOLDERS = {"starter": (), "assignment": ("assignment/text/", "assignment/tasks.toml"), "tests": ("tests/kit/",)}
 FILES = ("pyproject.toml",)
 # What the manifest check allows, independently of what the build copies.
-TOP_LEVEL = {"starter", "assignment", "tests", "README.md", "Makefile", "pyproject.toml", "handout.html",
-             "handout.pdf", ".gitignore", "MANIFEST.json"}
+TOP_LEVEL = {
+    "starter",
+    "assignment",
+    "tests",
+    "README.md",
+    "Makefile",
+    "pyproject.toml",
+    "handout.html",
+    "handout.pdf",
+    ".gitignore",
+    "MANIFEST.json",
+}
 FORBIDDEN_PREFIXES = ("solutions/", "grader/", "tests/kit/", "assignment/text/", "scratch/", "build/")
 # Paths into the instructor's tree: a student has none of them.
 FORBIDDEN_STRINGS = ("grader/hidden", "grader/notes", "grader/records", "grader/scripts", "grader/fixtures")
@@ -110,8 +120,15 @@ def course_gpus(registry: Registry) -> str:
 def render_readme(registry: Registry) -> str:
     from handout.texts import add_filters
 
-    env = add_filters(jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
-                                         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True))
+    env = add_filters(
+        jinja2.Environment(
+            loader=jinja2.FileSystemLoader(TEMPLATES),
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            keep_trailing_newline=True,
+        )
+    )
     return env.get_template("README.md.j2").render(registry=registry, course_gpus=course_gpus(registry))
 
 
@@ -139,8 +156,10 @@ def write_bundle(repo: Path, dest: Path, pdf: bool = True, log=print) -> list[st
     (dest / "README.md").write_text(render_readme(registry), encoding="utf-8")
     (dest / ".gitignore").write_text(BUNDLE_GITIGNORE, encoding="utf-8")
     html = dest / "handout.html"
-    html.write_text(render.render_html(registry=load_registry(repo / "assignment" / "tasks.toml"), root=repo,
-                                       audience="student"), encoding="utf-8")
+    html.write_text(
+        render.render_html(registry=load_registry(repo / "assignment" / "tasks.toml"), root=repo, audience="student"),
+        encoding="utf-8",
+    )
     if pdf:
         from handout.pdf import html_to_pdf
 
@@ -311,8 +330,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"release: {exc}", file=sys.stderr)
         return 1
     count = sum(1 for p in bundle.rglob("*") if p.is_file())
-    print(f"release: wrote {bundle} ({count} files) and {archive} ({archive.stat().st_size / 2**20:.1f} MiB); "
-          "the manifest check passed")
+    print(
+        f"release: wrote {bundle} ({count} files) and {archive} ({archive.stat().st_size / 2**20:.1f} MiB); "
+        "the manifest check passed"
+    )
     return 0
 
 

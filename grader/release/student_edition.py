@@ -37,8 +37,11 @@ def without_instructor_parts(data: dict[str, Any]) -> dict[str, Any]:
 
 def _strip(value: Any, path: tuple[str, ...]) -> Any:
     if isinstance(value, dict):
-        return {key: _strip(item, path + (key,)) for key, item in value.items()
-                if key not in INSTRUCTOR_KEYS and path + (key,) not in INSTRUCTOR_TABLES}
+        return {
+            key: _strip(item, path + (key,))
+            for key, item in value.items()
+            if key not in INSTRUCTOR_KEYS and path + (key,) not in INSTRUCTOR_TABLES
+        }
     if isinstance(value, list):
         return [_strip(item, path) for item in value]
     return value

@@ -71,8 +71,10 @@ def write_variant(dest: Path) -> Path:
     for name, old, new in VARIANT_EDITS:
         text = (dest / name).read_text(encoding="utf-8")
         if text.count(old) != 1:
-            raise SystemExit(f"{name}: the text the variant replaces is not in solutions/ exactly once "
-                             f"({text.count(old)} times): update grader/scripts/make_class.py")
+            raise SystemExit(
+                f"{name}: the text the variant replaces is not in solutions/ exactly once "
+                f"({text.count(old)} times): update grader/scripts/make_class.py"
+            )
         (dest / name).write_text(text.replace(old, new), encoding="utf-8")
     return dest
 

@@ -14,6 +14,7 @@ by the kit's compiler; every variant but ``nocompute`` is checked against float6
   stage3/4   three or four pipeline stages instead of two (fewer blocks fit on an SM)
 Figures and the findings they led to: grader/records/t6_decode_h100.txt.
 """
+
 import json
 import os
 import sys
@@ -25,8 +26,14 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 SOURCE = ROOT / "solutions" / "t6_decode_attention.cu"
 VARIANT_DIR = Path("/tmp/t6var")
-SHAPES = [(1, 32, 8, 32768, 64), (1, 32, 8, 32768, 128), (1, 32, 8, 8192, 64), (1, 32, 8, 8192, 128),
-          (8, 32, 8, 8192, 64), (8, 32, 8, 8192, 128)]
+SHAPES = [
+    (1, 32, 8, 32768, 64),
+    (1, 32, 8, 32768, 128),
+    (1, 32, 8, 8192, 64),
+    (1, 32, 8, 8192, 128),
+    (8, 32, 8, 8192, 64),
+    (8, 32, 8, 8192, 128),
+]
 
 LOADS = """        cp_async16(Ks + row * KROW + c, kb + off, ok ? 16 : 0);
         cp_async16(Vs + row * D4 + c, vb + off, ok ? 16 : 0);"""
@@ -34,15 +41,20 @@ LOADS = """        cp_async16(Ks + row * KROW + c, kb + off, ok ? 16 : 0);
 
 def loads_with(qualifier: str, policy: bool = False) -> str:
     """The tile loads as inline cp.async with a qualifier (and an L2 cache policy operand)."""
-    make_policy = ('            unsigned long long pol;\n'
-                   '            asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));\n'
-                   if policy else "")
+    make_policy = (
+        "            unsigned long long pol;\n"
+        '            asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));\n'
+        if policy
+        else ""
+    )
     extra, operand = (", %3", ', "l"(pol)') if policy else ("", "")
     lines = []
     for dst, src in (("Ks + row * KROW + c", "kb + off"), ("Vs + row * D4 + c", "vb + off")):
-        lines.append(f'            asm volatile("cp.async.cg.shared.global{qualifier} [%0], [%1], 16, %2{extra};" '
-                     f':: "r"((unsigned)__cvta_generic_to_shared({dst})), "l"({src}), "r"(ok ? 16 : 0){operand} '
-                     ': "memory");')
+        lines.append(
+            f'            asm volatile("cp.async.cg.shared.global{qualifier} [%0], [%1], 16, %2{extra};" '
+            f':: "r"((unsigned)__cvta_generic_to_shared({dst})), "l"({src}), "r"(ok ? 16 : 0){operand} '
+            ': "memory");'
+        )
     return "        {\n" + make_policy + "\n".join(lines) + "\n        }"
 
 
@@ -51,7 +63,9 @@ COMMIT = """        cp_async_commit();
 STAGES = "constexpr int NSTAGE = 2;"
 VARIANTS = {
     "base": [],
-    "nocompute": [(COMMIT, COMMIT.replace("cp_async_commit();", "cp_async_commit();\n        if (qscale != -1.2345f) continue;"))],
+    "nocompute": [
+        (COMMIT, COMMIT.replace("cp_async_commit();", "cp_async_commit();\n        if (qscale != -1.2345f) continue;"))
+    ],
     "pf128": [(LOADS, loads_with(".L2::128B"))],
     "pf256": [(LOADS, loads_with(".L2::256B"))],
     "evict": [(LOADS, loads_with(".L2::cache_hint", policy=True))],
@@ -100,7 +114,7 @@ def float64_check(name, inputs, output) -> None:
     group = q.shape[1] // k.shape[1]
     kk = k[:, :, :L].double().repeat_interleave(group, 1)
     vv = v[:, :, :L].double().repeat_interleave(group, 1)
-    p = torch.softmax(torch.einsum("bhd,bhld->bhl", q.double(), kk) / d ** 0.5, -1)
+    p = torch.softmax(torch.einsum("bhd,bhld->bhl", q.double(), kk) / d**0.5, -1)
     err = (output.double() - torch.einsum("bhl,bhld->bhd", p, vv)).abs().max().item()
     if not err < 1e-4:
         raise AssertionError(f"{name}: max error {err:.3g} against float64")
@@ -125,6 +139,7 @@ def main() -> None:
             return name, f"ok ({time.time() - start:.0f} s)"
         except CudaCompileError as exc:
             return name, f"FAILED\n{exc}"
+
     with ThreadPoolExecutor(8) as pool:
         built = dict(pool.map(compile_one, names))
     for name, verdict in built.items():
@@ -154,6 +169,7 @@ def main() -> None:
             if "workspace" not in made:
                 made["workspace"] = kern.decode_workspace(x[0], x[1], num_splits=splits)
             return kern.decode_attention(*x[:4], workspace=made["workspace"])[0]
+
         return call
 
     for B, H, H_kv, L, d in shapes:
@@ -168,17 +184,32 @@ def main() -> None:
             candidates |= {f"{sweep_variant} s{n}": candidate(kernels[sweep_variant], n) for n in sweep}
         candidates["read floor"] = lambda x: torch.sum(x[4])
         flops, bytes_moved = decode_work(B, H, H_kv, L, d)
-        results = timing.measure(candidates, inputs, check=float64_check, bytes_moved=bytes_moved, flops=flops,
-                                 max_reps=60, time_cap_s=float(os.environ.get("CAP", "6")), enforce_floor=False)
-        chosen = {n: kernels[n].decode_workspace(torch.empty(B, H, d, device="cuda"),
-                                                 torch.empty(B, H_kv, L, d, device="cuda")).num_splits for n in names}
+        results = timing.measure(
+            candidates,
+            inputs,
+            check=float64_check,
+            bytes_moved=bytes_moved,
+            flops=flops,
+            max_reps=60,
+            time_cap_s=float(os.environ.get("CAP", "6")),
+            enforce_floor=False,
+        )
+        chosen = {
+            n: kernels[n]
+            .decode_workspace(torch.empty(B, H, d, device="cuda"), torch.empty(B, H_kv, L, d, device="cuda"))
+            .num_splits
+            for n in names
+        }
         print(f"\nB{B} H{H} H_kv{H_kv} L{L} d{d}  (the kit's split counts: {chosen})", flush=True)
         first = next(iter(results.values())).median_ms
         row = {"shape": [B, H, H_kv, L, d], "splits": chosen, "results": {}}
         for name, r in results.items():
             pct = 100 * r.gbps / copy.gbps
-            print(f"  {name:<14} {r.median_ms * 1000:8.1f} us {pct:6.1f}% of copy  rse {100 * r.rse:.1f}%  "
-                  f"{r.median_ms / first:.3f}x {names[0] if names else ''}", flush=True)
+            print(
+                f"  {name:<14} {r.median_ms * 1000:8.1f} us {pct:6.1f}% of copy  rse {100 * r.rse:.1f}%  "
+                f"{r.median_ms / first:.3f}x {names[0] if names else ''}",
+                flush=True,
+            )
             row["results"][name] = {"ms": r.median_ms, "percent_of_copy": pct}
         report["rows"].append(row)
     (out / "t6_variants.json").write_text(json.dumps(report, indent=1))

@@ -57,10 +57,10 @@ class Fixture:
     source: str = ""
     rules: bool = True
     select: str = ""
-    submission: str = ""   # a builder for a malformed submission (see BUILDERS)
+    submission: str = ""  # a builder for a malformed submission (see BUILDERS)
     timeout_scale: float = 1.0
-    bom: bool = False      # the graded file starts with a UTF-8 byte-order mark
-    newline: str = "\n"    # between the graded file's lines
+    bom: bool = False  # the graded file starts with a UTF-8 byte-order mark
+    newline: str = "\n"  # between the graded file's lines
 
     @property
     def judged_on_the_whole_host(self) -> bool:
@@ -129,6 +129,7 @@ def _symlink_to(target: str):
         folder.mkdir()
         os.symlink(target, folder / FIRST_FILE)
         return folder
+
     return build
 
 
@@ -137,7 +138,7 @@ def _set_entry_field(path: Path, local_at: int, central_at: int, value: bytes) -
     data = bytearray(path.read_bytes())
     for signature, offset in ((b"PK\x03\x04", local_at), (b"PK\x01\x02", central_at)):
         at = data.find(signature) + offset
-        data[at:at + len(value)] = value
+        data[at : at + len(value)] = value
     path.write_bytes(bytes(data))
     return path
 
@@ -175,13 +176,13 @@ def _zip_symlink(root: Path) -> Path:
     with zipfile.ZipFile(path, "w") as archive:
         info = zipfile.ZipInfo(FIRST_FILE)
         info.create_system = 3
-        info.external_attr = (0o120777 << 16)  # a symbolic link entry
+        info.external_attr = 0o120777 << 16  # a symbolic link entry
         archive.writestr(info, str(REPO_ROOT / "solutions" / FIRST_FILE))
     return path
 
 
 def _formula_name(root: Path) -> Path:
-    folder = root / "=HYPERLINK(\"http://x\")"
+    folder = root / '=HYPERLINK("http://x")'
     _solutions_copy(folder)
     return folder
 
@@ -189,8 +190,13 @@ def _formula_name(root: Path) -> Path:
 BUILDERS = {
     "symlink-passwd": _symlink_to("/etc/passwd"),
     "symlink-solution": _symlink_to(str(REPO_ROOT / "solutions" / FIRST_FILE)),
-    "zip-bomb": _zip_bomb, "lying-zip": _lying_zip, "corrupt-zip": _corrupt_zip, "encrypted-zip": _encrypted_zip,
-    "unsupported-zip": _unsupported_zip, "zip-symlink": _zip_symlink, "formula-name": _formula_name,
+    "zip-bomb": _zip_bomb,
+    "lying-zip": _lying_zip,
+    "corrupt-zip": _corrupt_zip,
+    "encrypted-zip": _encrypted_zip,
+    "unsupported-zip": _unsupported_zip,
+    "zip-symlink": _zip_symlink,
+    "formula-name": _formula_name,
 }
 
 
@@ -278,13 +284,15 @@ def _not_run_problems(ts, results: dict) -> list[str]:
         return ["every check ran: this host cannot show what a check that did not run looks like"]
     entries = [t for t in results["tests"] if ts.task.id in t.get("tags", []) and "not run" in t.get("tags", [])]
     wrong = [t["name"] for t in entries if {"score", "max_score", "status"} & set(t)]
-    return ([] if entries else ["results.json has no entry tagged 'not run'"]) + \
-        [f"a check that did not run has a score or a status: {name}" for name in wrong[:3]]
+    return ([] if entries else ["results.json has no entry tagged 'not run'"]) + [
+        f"a check that did not run has a score or a status: {name}" for name in wrong[:3]
+    ]
 
 
 def _regrade_problems(fixture: Fixture, first: SubmissionScore, config: GradeConfig, root: Path, host) -> list[str]:
     """``first`` was graded as REGRADE_IDS[0] with derived seeds: graded again as that student, the same points for
     every check; as REGRADE_IDS[1], other seeds."""
+
     def graded(result: SubmissionScore) -> tuple[list, dict]:
         (ts,) = [t for t in result.tasks if t.task.id == fixture.task]
         return [(t.name, round(t.score, 9)) for t in ts.tests], result.grading.get("seeds", {})
@@ -292,8 +300,13 @@ def _regrade_problems(fixture: Fixture, first: SubmissionScore, config: GradeCon
     again = []
     for attempt, grading_id in enumerate(REGRADE_IDS):
         folder = root / f"regrade{attempt}"
-        result = grade_submission(build_submission(fixture, folder), folder / "out",
-                                  replace(config, grading_id=grading_id), log=lambda *a, **k: None, host=host)
+        result = grade_submission(
+            build_submission(fixture, folder),
+            folder / "out",
+            replace(config, grading_id=grading_id),
+            log=lambda *a, **k: None,
+            host=host,
+        )
         again.append(graded(result))
     (points, seeds), (points_again, seeds_again), (_, other_seeds) = graded(first), *again
     problems = []
@@ -324,9 +337,14 @@ def run_fixture(fixture: Fixture, config: GradeConfig, work: Path, host) -> Verd
     root.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     submission = build_submission(fixture, root)
-    fixture_config = replace(config, tasks=(fixture.task,), select=fixture.select, python_rules=fixture.rules,
-                             cuda_rules=fixture.rules,
-                             timeout_scale=config.timeout_scale * fixture.timeout_scale)
+    fixture_config = replace(
+        config,
+        tasks=(fixture.task,),
+        select=fixture.select,
+        python_rules=fixture.rules,
+        cuda_rules=fixture.rules,
+        timeout_scale=config.timeout_scale * fixture.timeout_scale,
+    )
     if fixture.expect.get("regrade_same"):  # seeds derived from the salt, as a course grades, not the runner's seed
         fixture_config = replace(fixture_config, seed=None, grading_id=REGRADE_IDS[0])
     out = root / "out"
@@ -347,8 +365,10 @@ def run_all(fixtures: list[Fixture], config: GradeConfig | None = None, log=prin
             verdict = run_fixture(fixture, config, Path(tmp), host)
             verdicts.append(verdict)
             mark = "caught" if verdict.caught else "GOT THROUGH"
-            log(f"{mark:<12} {fixture.name:<28} {fixture.task} {verdict.score:<22} {verdict.seconds:5.1f} s  "
-                f"[{fixture.cls}] {fixture.defence}" + ("" if verdict.caught else f"\n    {verdict.problems}"))
+            log(
+                f"{mark:<12} {fixture.name:<28} {fixture.task} {verdict.score:<22} {verdict.seconds:5.1f} s  "
+                f"[{fixture.cls}] {fixture.defence}" + ("" if verdict.caught else f"\n    {verdict.problems}")
+            )
     return verdicts
 
 

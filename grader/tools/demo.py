@@ -32,8 +32,9 @@ def sample_submission(registry, folder: Path) -> Path:
     submission = folder / "solutions"
     shutil.copytree(REPO_ROOT / "solutions", submission, ignore=shutil.ignore_patterns("__pycache__"))
     if registry.theory:
-        (submission / registry.theory.answers_file).write_text(reference_answers(DEMO_STUDENT_ID, registry),
-                                                               encoding="utf-8")
+        (submission / registry.theory.answers_file).write_text(
+            reference_answers(DEMO_STUDENT_ID, registry), encoding="utf-8"
+        )
     return submission
 
 
@@ -57,8 +58,12 @@ def main() -> int:
     # Without a GPU a GPU task with CPU checks (t6's cache) runs only those, and cannot earn its timed points:
     # there every check that ran must pass; elsewhere every point must be earned.
     has_gpu = gpu_available()
-    failed = [ts.task.id for ts in result.tasks if ts.status == "ran" and (
-        ts.passed < ts.total if ts.task.needs_gpu and not has_gpu else ts.score < ts.max_score - 1e-9)]
+    failed = [
+        ts.task.id
+        for ts in result.tasks
+        if ts.status == "ran"
+        and (ts.passed < ts.total if ts.task.needs_gpu and not has_gpu else ts.score < ts.max_score - 1e-9)
+    ]
     if result.theory and result.theory.score < result.theory.numeric_max - 1e-9:
         failed.append("the theory answers")
     print("\nOutputs:")

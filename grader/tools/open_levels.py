@@ -36,9 +36,9 @@ SOLUTIONS = REPO_ROOT / "solutions"
 @dataclass(frozen=True)
 class OpenFixture:
     task: str
-    file: str   # the student file it fills in, e.g. t3_gemm.cu
-    name: str   # e.g. no_double_buffer
-    body: str   # the TODO region's lines
+    file: str  # the student file it fills in, e.g. t3_gemm.cu
+    name: str  # e.g. no_double_buffer
+    body: str  # the TODO region's lines
 
 
 def open_levels(registry: Registry) -> dict[str, str]:
@@ -49,11 +49,13 @@ def open_levels(registry: Registry) -> dict[str, str]:
 def fixtures(registry: Registry, task: str | None = None) -> list[OpenFixture]:
     found = []
     for path in sorted(FIXTURES.glob("*.cu")):
-        stem, _, name = path.name[:-len(".cu")].partition(".")
+        stem, _, name = path.name[: -len(".cu")].partition(".")
         file = stem + ".cu"
         owners = [t.id for t in registry.tasks if file in t.files]
         if not owners or not name:
-            raise ValueError(f"{path}: name it <student file stem>.<fixture name>.cu (e.g. t3_gemm.no_double_buffer.cu)")
+            raise ValueError(
+                f"{path}: name it <student file stem>.<fixture name>.cu (e.g. t3_gemm.no_double_buffer.cu)"
+            )
         fixture = OpenFixture(owners[0], file, name, path.read_text(encoding="utf-8"))
         if task is None or fixture.task == task:
             found.append(fixture)
@@ -64,8 +66,9 @@ def reference_body(file: str, task: str, levels: dict[str, str]) -> str:
     """The reference's own body of the task's open TODO region (the solution's OPEN block)."""
     from assignment.cuda.regions import solution_regions
 
-    regions = [r for r in solution_regions((SOLUTIONS / file).read_text(encoding="utf-8"), levels, file)
-               if r.task == task]
+    regions = [
+        r for r in solution_regions((SOLUTIONS / file).read_text(encoding="utf-8"), levels, file) if r.task == task
+    ]
     if len(regions) != 1:
         raise ValueError(f"{file}: expected one open region of {task}, found {len(regions)}")
     return "".join(regions[0].body)
@@ -83,7 +86,7 @@ def student_text(file: str, task: str, body: str, levels: dict[str, str]) -> str
         raise ValueError(f"{file}: the open starter has {len(regions)} TODO regions of {task}; the fixtures fill one")
     region = regions[0]
     first = region.body_start - 1
-    return "".join(lines[:first]) + body + "".join(lines[first + len(region.body):])
+    return "".join(lines[:first]) + body + "".join(lines[first + len(region.body) :])
 
 
 def _check_values(kernels, task: str) -> str:
@@ -100,7 +103,7 @@ def _check_values(kernels, task: str) -> str:
     for batch, m, n, k in ((1, 1, 1, 1), (3, 77, 131, 45), (2, 256, 64, 300), (1, 1000, 1000, 129)):
         a = torch.randn(batch, m, k, device="cuda", generator=gen)
         b = torch.randn(batch, k, n, device="cuda", generator=gen)
-        assert_close(kernels.gemm(a, b), reference.gemm(a, b), atol=1e-4 * k ** 0.5, rtol=1e-4, name="C")
+        assert_close(kernels.gemm(a, b), reference.gemm(a, b), atol=1e-4 * k**0.5, rtol=1e-4, name="C")
     return "ok"
 
 
@@ -121,8 +124,9 @@ def calibrate(task_id: str, repeats: int, registry: Registry) -> list[dict]:
         kit = Path(tmp) / "kit"
         kit.mkdir()
         for file in {c[2] for c in candidates}:
-            (kit / file).write_text(apply_levels((SOLUTIONS / file).read_text(encoding="utf-8"), file, levels),
-                                    encoding="utf-8")
+            (kit / file).write_text(
+                apply_levels((SOLUTIONS / file).read_text(encoding="utf-8"), file, levels), encoding="utf-8"
+            )
         for name, body, file in candidates:
             folder = Path(tmp) / name.split()[0]
             folder.mkdir()
@@ -134,14 +138,27 @@ def calibrate(task_id: str, repeats: int, registry: Registry) -> list[dict]:
                 for _ in range(repeats):
                     record: dict = {}
                     work = workload(task_id, rule, kernels, task.tol("float32"))
-                    run_timing_rule(rule, work.candidates(), work.make_inputs, check=work.check, flops=work.flops,
-                                    bytes_moved=work.bytes_moved, record=record)
+                    run_timing_rule(
+                        rule,
+                        work.candidates(),
+                        work.make_inputs,
+                        check=work.check,
+                        flops=work.flops,
+                        bytes_moved=work.bytes_moved,
+                        record=record,
+                    )
                     values.append(record["timing"]["value"])
                     row.setdefault("student_ms", []).append(record["timing"]["student_ms"])
                 opened = _open_rule(rule)
-                row["rules"].append({"rule": rule.name, "metric": rule.metric, "values": values,
-                                     "open_points": [opened.points_for(v) if opened else None for v in values],
-                                     "guided_points": [rule.points_for(v) for v in values]})
+                row["rules"].append(
+                    {
+                        "rule": rule.name,
+                        "metric": rule.metric,
+                        "values": values,
+                        "open_points": [opened.points_for(v) if opened else None for v in values],
+                        "guided_points": [rule.points_for(v) for v in values],
+                    }
+                )
             rows.append(row)
             print(_row_line(row), flush=True)
     return rows
@@ -169,8 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task", default=None, help="only this task's fixtures")
     parser.add_argument("--repeats", type=int, default=3, help="timing runs per fixture and rule")
     parser.add_argument("--json", type=Path, default=None, help="write the measurements here")
-    parser.add_argument("--write", type=Path, default=None,
-                        help="write each fixture as an open-level submission folder DIR/<name>/ (to grade it)")
+    parser.add_argument(
+        "--write",
+        type=Path,
+        default=None,
+        help="write each fixture as an open-level submission folder DIR/<name>/ (to grade it)",
+    )
     args = parser.parse_args(argv)
     registry = load_registry()
     if args.write:

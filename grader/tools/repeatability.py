@@ -43,11 +43,12 @@ ALLOWANCE = 0.15  # the t2-t5 rules' noise allowance: full points up to 1.15x th
 @dataclass
 class Grading:
     """One grading of one submission, as results.json and grading.json record it."""
-    correctness: dict[str, float] = field(default_factory=dict)   # task id -> points
+
+    correctness: dict[str, float] = field(default_factory=dict)  # task id -> points
     performance: dict[str, float] = field(default_factory=dict)
     timing: dict[tuple[str, str], float] = field(default_factory=dict)  # (task, rule) -> measured value
     status: dict[str, str] = field(default_factory=dict)
-    seeds: dict[str, int] = field(default_factory=dict)   # task id -> the hidden seed it was graded with
+    seeds: dict[str, int] = field(default_factory=dict)  # task id -> the hidden seed it was graded with
 
 
 def read_grading(folder: Path) -> Grading:
@@ -92,13 +93,14 @@ def summarise(name: str, gradings: list[Grading], registry: Registry, allowance:
         correctness = [round(g.correctness.get(task_id, 0.0), 4) for g in gradings]
         performance = [round(g.performance.get(task_id, 0.0), 4) for g in gradings]
         statuses = sorted({g.status.get(task_id, "absent") for g in gradings})
-        row = {"task": task_id, "status": statuses, "correctness": correctness, "performance": performance,
-               "rules": []}
+        row = {"task": task_id, "status": statuses, "correctness": correctness, "performance": performance, "rules": []}
         seeds = [g.seeds.get(task_id) for g in gradings]
         row["seeds"] = seeds
         if len(set(seeds)) > 1:
-            notes.append(f"{name} {task_id}: graded with different hidden seeds {seeds} (another salt, student id or "
-                         "--seed): they drew different inputs, so their correctness points are not compared")
+            notes.append(
+                f"{name} {task_id}: graded with different hidden seeds {seeds} (another salt, student id or "
+                "--seed): they drew different inputs, so their correctness points are not compared"
+            )
         elif len(set(correctness)) > 1:
             problems.append(f"{name} {task_id}: correctness points differ between gradings: {correctness}")
         if len(statuses) > 1:
@@ -112,18 +114,29 @@ def summarise(name: str, gradings: list[Grading], registry: Registry, allowance:
             if not values:
                 continue
             points = [rule.points_for(v) for v in values]
-            rule_row = {"rule": rule.name, "metric": rule.metric, "values": values,
-                        "median": statistics.median(values), "spread": spread(values), "points": points}
+            rule_row = {
+                "rule": rule.name,
+                "metric": rule.metric,
+                "values": values,
+                "median": statistics.median(values),
+                "spread": spread(values),
+                "points": points,
+            }
             row["rules"].append(rule_row)
             if len(values) != len(gradings):
-                problems.append(f"{name} {task_id} '{rule.name}': measured in {len(values)} of "
-                                f"{len(gradings)} gradings")
+                problems.append(
+                    f"{name} {task_id} '{rule.name}': measured in {len(values)} of {len(gradings)} gradings"
+                )
             if rule_row["spread"] > allowance:
-                problems.append(f"{name} {task_id} '{rule.name}': values spread {rule_row['spread']:.1%}, more than "
-                                f"the {allowance:.0%} allowance ({', '.join(f'{v:.3f}' for v in values)})")
+                problems.append(
+                    f"{name} {task_id} '{rule.name}': values spread {rule_row['spread']:.1%}, more than "
+                    f"the {allowance:.0%} allowance ({', '.join(f'{v:.3f}' for v in values)})"
+                )
             if len(set(points)) > 1:
-                notes.append(f"{name} {task_id} '{rule.name}': points moved between gradings "
-                             f"({', '.join(f'{p:g}' for p in points)}): the values straddle a threshold")
+                notes.append(
+                    f"{name} {task_id} '{rule.name}': points moved between gradings "
+                    f"({', '.join(f'{p:g}' for p in points)}): the values straddle a threshold"
+                )
         rows.append(row)
     return {"submission": name, "gradings": len(gradings), "tasks": rows, "problems": problems, "notes": notes}
 
@@ -133,13 +146,17 @@ def table(summary: dict) -> list[str]:
     for row in summary["tasks"]:
         corr = sorted(set(row["correctness"]))
         perf = sorted(set(row["performance"]))
-        lines.append(f"  {row['task']}  {'/'.join(row['status']):<9} correctness "
-                     f"{' or '.join(f'{c:g}' for c in corr):<12} performance {' or '.join(f'{p:g}' for p in perf)}")
+        lines.append(
+            f"  {row['task']}  {'/'.join(row['status']):<9} correctness "
+            f"{' or '.join(f'{c:g}' for c in corr):<12} performance {' or '.join(f'{p:g}' for p in perf)}"
+        )
         for rule in row["rules"]:
             unit = "x ref time" if rule["metric"] == "time_vs_reference" else "x speedup"
             values = ", ".join(f"{v:.3f}" for v in rule["values"])
-            lines.append(f"      {rule['rule'][:58]:<58} {unit:<10} median {rule['median']:.3f}  spread "
-                         f"{rule['spread']:6.1%}  [{values}]  points {', '.join(f'{p:g}' for p in rule['points'])}")
+            lines.append(
+                f"      {rule['rule'][:58]:<58} {unit:<10} median {rule['median']:.3f}  spread "
+                f"{rule['spread']:6.1%}  [{values}]  points {', '.join(f'{p:g}' for p in rule['points'])}"
+            )
     return lines
 
 
@@ -171,10 +188,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("submissions", type=Path, nargs="*", help="submissions to grade --repeats times each")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--task", action="append", default=[], help="grade only these tasks (repeatable)")
-    parser.add_argument("--graded", action="append", default=[], metavar="NAME=DIR,DIR,...",
-                        help="summarise gradings already made (make grade output folders) as one submission's")
-    parser.add_argument("--allowance", type=float, default=ALLOWANCE,
-                        help="the largest timing spread (max/min - 1) that passes (default %(default)s)")
+    parser.add_argument(
+        "--graded",
+        action="append",
+        default=[],
+        metavar="NAME=DIR,DIR,...",
+        help="summarise gradings already made (make grade output folders) as one submission's",
+    )
+    parser.add_argument(
+        "--allowance",
+        type=float,
+        default=ALLOWANCE,
+        help="the largest timing spread (max/min - 1) that passes (default %(default)s)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="keep the gradings here (default: a temporary folder)")
     parser.add_argument("--json", type=Path, default=None, help="write the summary here")
     args = parser.parse_args(argv)
@@ -218,8 +244,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(summaries, indent=1), encoding="utf-8")
-    print("repeatable: the same code got the same correctness points, and every timing within "
-          f"{args.allowance:.0%}" if not problems else f"{len(problems)} problem(s)")
+    print(
+        f"repeatable: the same code got the same correctness points, and every timing within {args.allowance:.0%}"
+        if not problems
+        else f"{len(problems)} problem(s)"
+    )
     return 1 if problems else 0
 
 

@@ -31,8 +31,10 @@ def _starter_failure_problems(task_score) -> list[str]:
         problems.append(f"{task_score.task.id}: starter {task_score.status}: {task_score.reason}")
     for test in task_score.tests:
         if task_score.status == "ran" and test.ran and not test.output.startswith("NotImplementedError"):
-            problems.append(f"{task_score.task.id}: starter check '{test.name}' did not fail with a "
-                            f"NotImplementedError: {test.output[:160]}")
+            problems.append(
+                f"{task_score.task.id}: starter check '{test.name}' did not fail with a "
+                f"NotImplementedError: {test.output[:160]}"
+            )
     return problems
 
 
@@ -46,19 +48,32 @@ def run_selfcheck(repeats: int = 1, config: GradeConfig | None = None, starter: 
     rows, problems = [], []
     with tempfile.TemporaryDirectory(prefix="kit-selfcheck-") as tmp:
         for attempt in range(repeats):
-            solution = grade_submission(REPO_ROOT / "solutions", Path(tmp) / f"solutions{attempt}", config,
-                                        registry, log=lambda *a, **k: None, host=host)
+            solution = grade_submission(
+                REPO_ROOT / "solutions",
+                Path(tmp) / f"solutions{attempt}",
+                config,
+                registry,
+                log=lambda *a, **k: None,
+                host=host,
+            )
             for ts in solution.tasks:
                 full = math.isclose(ts.score, ts.max_ran, abs_tol=1e-9)  # full marks of what ran here
                 rows.append((f"solutions#{attempt + 1}" if repeats > 1 else "solutions", ts))
                 if ts.status == "ran" and not full:
                     failed = [t.name + ": " + t.output for t in ts.tests if t.ran and not t.passed]
-                    problems.append(f"{ts.task.id}: solutions scored {ts.score:.2f} of the {ts.max_ran:.2f} that ran "
-                                    "here: " + "; ".join(failed[:3]))
+                    problems.append(
+                        f"{ts.task.id}: solutions scored {ts.score:.2f} of the {ts.max_ran:.2f} that ran "
+                        "here: " + "; ".join(failed[:3])
+                    )
                 elif ts.status not in ("ran", "not_run"):
                     problems.append(f"{ts.task.id}: solutions {ts.status}: {ts.reason}")
-        graded_starter = grade_submission(REPO_ROOT / "starter", Path(tmp) / "starter", config, registry,
-                                          log=lambda *a, **k: None, host=host) if starter else None
+        graded_starter = (
+            grade_submission(
+                REPO_ROOT / "starter", Path(tmp) / "starter", config, registry, log=lambda *a, **k: None, host=host
+            )
+            if starter
+            else None
+        )
         for ts in graded_starter.tasks if graded_starter else []:
             rows.append(("starter", ts))
             if ts.score != 0:
@@ -82,10 +97,16 @@ def run_selfcheck(repeats: int = 1, config: GradeConfig | None = None, starter: 
 def not_run_summary(graded) -> str:
     """What the verdict does not cover: the tasks not run here, and the checks of the others that did not run."""
     whole = sorted({ts.task.id for ts in graded if ts.status == "not_run"})
-    partly = sorted({f"{ts.task.id} ({ts.not_run:.2f} of {ts.max_score:g} points)" for ts in graded
-                     if ts.status == "ran" and not ts.complete})
-    parts = ([f"tasks not run here: {', '.join(whole)}"] if whole else []) + \
-        ([f"checks not run here: {', '.join(partly)}"] if partly else [])
+    partly = sorted(
+        {
+            f"{ts.task.id} ({ts.not_run:.2f} of {ts.max_score:g} points)"
+            for ts in graded
+            if ts.status == "ran" and not ts.complete
+        }
+    )
+    parts = ([f"tasks not run here: {', '.join(whole)}"] if whole else []) + (
+        [f"checks not run here: {', '.join(partly)}"] if partly else []
+    )
     return f" for what runs on this host; NOT checked: {'; '.join(parts)}" if parts else ""
 
 

@@ -47,8 +47,11 @@ def needs_the_sandbox(fixture, host) -> bool:
 def verdicts(request, host, tmp_path_factory):
     """fixture name -> its verdict (or the exception its grading raised), for every CPU fixture this
     session selected; graded on the first use."""
-    wanted = [item.callspec.params["fixture"] for item in request.session.items
-              if getattr(item, "originalname", "") == "test_cpu_fixture_is_caught" and hasattr(item, "callspec")]
+    wanted = [
+        item.callspec.params["fixture"]
+        for item in request.session.items
+        if getattr(item, "originalname", "") == "test_cpu_fixture_is_caught" and hasattr(item, "callspec")
+    ]
     wanted = [f for f in wanted if not needs_the_sandbox(f, host)]
     work = tmp_path_factory.mktemp("adversarial")
     side_by_side = host.isolation == sandbox.FULL and not gpu_available()
@@ -70,13 +73,27 @@ def verdicts(request, host, tmp_path_factory):
 
 def test_every_class_of_the_issue_has_fixtures():
     classes = {f.cls for f in FIXTURES}
-    for wanted in ("student code in the checker's process", "reading and writing the instructor's tree", "timing",
-                   "structure checks a student can defeat", "leaks through feedback", "submission handling",
-                   "crashes, hangs and out-of-memory", "student CUDA outside device code", "honest bug",
-                   "rubric consistency",
-                   # issue 25: the classes of attack and of honest file it names
-                   "lexer mismatch", "preprocessor escape", "includes out of the sandbox", "compiler resource bomb",
-                   "forged outputs and evidence", "fake streaming", "regrade drift", "honest file"):
+    for wanted in (
+        "student code in the checker's process",
+        "reading and writing the instructor's tree",
+        "timing",
+        "structure checks a student can defeat",
+        "leaks through feedback",
+        "submission handling",
+        "crashes, hangs and out-of-memory",
+        "student CUDA outside device code",
+        "honest bug",
+        "rubric consistency",
+        # issue 25: the classes of attack and of honest file it names
+        "lexer mismatch",
+        "preprocessor escape",
+        "includes out of the sandbox",
+        "compiler resource bomb",
+        "forged outputs and evidence",
+        "fake streaming",
+        "regrade drift",
+        "honest file",
+    ):
         assert wanted in classes, wanted
     assert len({f.name for f in FIXTURES}) == len(FIXTURES), "fixture names must be unique"
 
@@ -91,8 +108,10 @@ def test_every_fixture_can_be_built(fixture, tmp_path):
 @pytest.mark.parametrize("fixture", CPU)
 def test_cpu_fixture_is_caught(fixture, host, verdicts):
     if needs_the_sandbox(fixture, host):
-        pytest.skip(f"needs bubblewrap: {fixture.name} runs hostile code past the static rules, which the process "
-                    "fallback would let loose on this host")
+        pytest.skip(
+            f"needs bubblewrap: {fixture.name} runs hostile code past the static rules, which the process "
+            "fallback would let loose on this host"
+        )
     verdict = verdicts[fixture.name]
     if isinstance(verdict, Exception):
         raise verdict

@@ -60,8 +60,9 @@ def zipped(root: Path, name: str, source: str) -> Path:
 def run_batch(subs: Path, out: Path, *args: str, env: dict | None = None, timeout: float = 300):
     command = [sys.executable, "-m", "grader.classroom.batch", str(subs), "--out", str(out), *GRADING, *args]
     environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "KIT_GRADER_VERSION": VERSION, **(env or {})}
-    return subprocess.run(command, cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=timeout,
-                          check=False)
+    return subprocess.run(
+        command, cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def read_csv(path: Path) -> list[dict]:
@@ -91,8 +92,8 @@ def folder_class(tmp_path_factory):
     subs, out = root / "submissions", root / "out"
     student(subs, "alice", SOLUTION, **{"leaderboard.txt": "Speedy <b>\n"})
     student(subs, "carol", BROKEN)
-    zipped(subs, "dave", STARTER)            # the starter, handed in as a zip
-    zipped(subs, "alice", STARTER)           # a second submission for alice: reported and ignored
+    zipped(subs, "dave", STARTER)  # the starter, handed in as a zip
+    zipped(subs, "alice", STARTER)  # a second submission for alice: reported and ignored
     (subs / "eve.zip").write_text("not a zip archive")
     (subs / "notes.txt").write_text("not a submission")
     proc = run_batch(subs, out, "--jobs", "2")
@@ -117,10 +118,14 @@ def test_folder_class_gradebook_and_upload_csv(folder_class):
     for name in ("gradescope_scores.csv", "gradescope_gpu_scores.csv"):
         assert (out / "class" / name).read_text().splitlines() == ["Name,SID,Email,Total Score"], name
     summary = json.loads((out / "class" / "summary.json").read_text())
-    assert any(line.startswith("alice: t1 not graded, t2 not graded") and line.endswith("theory not graded")
-               for line in summary["left_out_of_upload"]), summary["left_out_of_upload"]
-    assert "eve: t2 not graded, t3 not graded, t4 not graded, t5 not graded, t6 not graded" in \
-        summary["left_out_of_gpu_upload"]
+    assert any(
+        line.startswith("alice: t1 not graded, t2 not graded") and line.endswith("theory not graded")
+        for line in summary["left_out_of_upload"]
+    ), summary["left_out_of_upload"]
+    assert (
+        "eve: t2 not graded, t3 not graded, t4 not graded, t5 not graded, t6 not graded"
+        in summary["left_out_of_gpu_upload"]
+    )
     rates = {row["check"]: row for row in read_csv(out / "class" / "pass_rates.csv")}
     (rate,) = rates.values()  # the one selected check, over the two submissions whose t7 ran (alice, dave)
     assert (rate["passed"], rate["ran"]) == ("1", "2")
@@ -179,8 +184,11 @@ def test_gradescope_export(tmp_path):
     rows = {row["sid"]: row for row in book}
     assert set(rows) == {"9001", "9002", "9003"}  # one row per member of a group
     assert rows["9001"]["id"] == rows["9002"]["id"] == "submission_101"
-    assert (rows["9001"]["name"], rows["9001"]["email"], rows["9001"]["late"]) == ("Ada Lovelace", "ada@example.edu",
-                                                                                   "no")
+    assert (rows["9001"]["name"], rows["9001"]["email"], rows["9001"]["late"]) == (
+        "Ada Lovelace",
+        "ada@example.edu",
+        "no",
+    )
     assert rows["9002"]["name"].startswith("'=")  # a spreadsheet formula stays text
     assert rows["9003"]["late"] == "yes" and rows["9003"]["submitted_at"].startswith("2026-03-03T09:00:00")
     assert read_csv(out / "class" / "gradescope_scores.csv") == []  # t7 alone: no total to upload
@@ -242,8 +250,9 @@ def killed_class(tmp_path_factory):
     command = [sys.executable, "-m", "grader.classroom.batch", str(subs), "--out", str(out), *GRADING, "--jobs", "1"]
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), BATCH_TEST_TAG=tag, KIT_GRADER_VERSION=VERSION)
     with open(root / "killed.log", "wb") as log:
-        proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         deadline = time.monotonic() + 240
         state = None
         while time.monotonic() < deadline and proc.poll() is None:
@@ -295,8 +304,9 @@ def test_changed_submission_failure_only_and_grader_version(killed_class, monkey
     (out / "students" / "s1" / ledger.PARTS).write_text("a file where the lanes' folder goes")
     proc = run_batch(subs, out, "--jobs", "1", "--no-collect")
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "1 to grade, 1 already graded" in proc.stdout and "s1: FAILED: the grader failed on the cpu lane" in \
-        proc.stdout, proc.stdout
+    assert (
+        "1 to grade, 1 already graded" in proc.stdout and "s1: FAILED: the grader failed on the cpu lane" in proc.stdout
+    ), proc.stdout
     failure = ledger.read_failure(out, "s1")
     assert failure["attempts"] == 1 and "exit code 1" in failure["reason"] and failure["lanes"][0]["log_tail"]
     assert batch.pending(subs, out) == ["s1"]
@@ -321,14 +331,23 @@ def test_changed_submission_failure_only_and_grader_version(killed_class, monkey
 
 
 def test_grader_version_hashes_what_grades(tmp_path):
-    for rel in ("grader/hidden/test_t7_hidden.py", "grader/classroom/batch.py", "assignment/tasks.toml",
-                "assignment/text/t7.md", "solutions/t7_generate.py"):
+    for rel in (
+        "grader/hidden/test_t7_hidden.py",
+        "grader/classroom/batch.py",
+        "assignment/tasks.toml",
+        "assignment/text/t7.md",
+        "solutions/t7_generate.py",
+    ):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO_ROOT / rel, tmp_path / rel)
     before = ledger.tree_hash(tmp_path)
-    for rel, changes in (("grader/classroom/batch.py", False), ("assignment/text/t7.md", False),
-                         ("grader/hidden/test_t7_hidden.py", True), ("assignment/tasks.toml", True),
-                         ("solutions/t7_generate.py", True)):
+    for rel, changes in (
+        ("grader/classroom/batch.py", False),
+        ("assignment/text/t7.md", False),
+        ("grader/hidden/test_t7_hidden.py", True),
+        ("assignment/tasks.toml", True),
+        ("solutions/t7_generate.py", True),
+    ):
         with open(tmp_path / rel, "a") as handle:
             handle.write("\n# edited\n")
         after = ledger.tree_hash(tmp_path)
@@ -348,27 +367,54 @@ def _record_grading(out: Path, sub: Path, sid: str, tflops: float | None, correc
     settings = {"tasks": ["t4", "t6"]}
     content = ledger.submission_hash(sub)
     version = ledger.grader_version()
-    tests = [{"name": "t4 values", "score": 1, "max_score": 1, "status": "passed" if correct else "failed",
-              "tags": ["t4", "correctness"]},
-             {"name": "t6 values", "score": 1, "max_score": 1, "status": "passed", "tags": ["t6", "correctness"]}]
+    tests = [
+        {
+            "name": "t4 values",
+            "score": 1,
+            "max_score": 1,
+            "status": "passed" if correct else "failed",
+            "tags": ["t4", "correctness"],
+        },
+        {"name": "t6 values", "score": 1, "max_score": 1, "status": "passed", "tags": ["t6", "correctness"]},
+    ]
     timing4 = {"rule": t4.timing[1].name, "metric": "time_vs_reference", "value": 1.1, "student_ms": 14.0}
     if tflops is not None:
         timing4["student_tflops"] = tflops
     timing6 = {"rule": t6.timing[1].name, "metric": "speedup_vs_naive", "value": 12.0, "student_ms": ms}
-    grading = {"tasks": {"t4": {"status": "ran", "score": 20.0, "timing": [timing4]},
-                         "t6": {"status": "ran", "score": 15.0, "timing": [timing6]}}, "review": []}
+    grading = {
+        "tasks": {
+            "t4": {"status": "ran", "score": 20.0, "timing": [timing4]},
+            "t6": {"status": "ran", "score": 15.0, "timing": [timing6]},
+        },
+        "review": [],
+    }
     (folder / "results.json").write_text(json.dumps({"score": 35.0, "tests": tests}))
     (folder / "grading.json").write_text(json.dumps(grading))
-    (folder / "done.json").write_text(json.dumps({
-        "key": ledger.grading_key(content, version, settings), "submission_hash": content, "grader_version": version,
-        "settings": settings, "status": "graded", "max_score": 45, "graded_at": "2026-03-04T10:00:00", "wall_s": 90}))
+    (folder / "done.json").write_text(
+        json.dumps(
+            {
+                "key": ledger.grading_key(content, version, settings),
+                "submission_hash": content,
+                "grader_version": version,
+                "settings": settings,
+                "status": "graded",
+                "max_score": 45,
+                "graded_at": "2026-03-04T10:00:00",
+                "wall_s": 90,
+            }
+        )
+    )
 
 
 def test_class_outputs_leaderboard_and_timing(tmp_path):
     subs, out = tmp_path / "subs", tmp_path / "out"
     alias = "<script>alert(1)</script>"
-    rows = {"fast": (40.5, True, 2.4, alias), "slow": (20.0, True, 3.0, "Slowpoke"), "wrong": (50.0, False, 2.0, "Cheat"),
-            "shy": (45.0, True, 2.1, None)}
+    rows = {
+        "fast": (40.5, True, 2.4, alias),
+        "slow": (20.0, True, 3.0, "Slowpoke"),
+        "wrong": (50.0, False, 2.0, "Cheat"),
+        "shy": (45.0, True, 2.1, None),
+    }
     for sid, (tflops, correct, ms, name) in rows.items():
         extra = {} if name is None else {"leaderboard.txt": name + "\n"}
         folder = student(subs, sid, SOLUTION, **extra)
@@ -408,9 +454,20 @@ def _record(out: Path, sub: Path, sid: str, tasks: dict[str, dict], theory: floa
     score = sum(t["score"] for t in tasks.values()) + (theory or 0.0)
     (folder / "results.json").write_text(json.dumps({"score": score, "tests": []}))
     (folder / "grading.json").write_text(json.dumps(grading))
-    (folder / "done.json").write_text(json.dumps({
-        "key": ledger.grading_key(content, version, settings), "submission_hash": content, "grader_version": version,
-        "settings": settings, "status": "graded", "max_score": 120, "graded_at": "2026-03-04T10:00:00", "wall_s": 90}))
+    (folder / "done.json").write_text(
+        json.dumps(
+            {
+                "key": ledger.grading_key(content, version, settings),
+                "submission_hash": content,
+                "grader_version": version,
+                "settings": settings,
+                "status": "graded",
+                "max_score": 120,
+                "graded_at": "2026-03-04T10:00:00",
+                "wall_s": 90,
+            }
+        )
+    )
 
 
 def test_what_did_not_run_is_never_a_zero_in_the_class_files(tmp_path):
@@ -418,15 +475,32 @@ def test_what_did_not_run_is_never_a_zero_in_the_class_files(tmp_path):
     subs, out = tmp_path / "subs", tmp_path / "out"
 
     def ran(task, score, not_run=0.0):
-        return {"status": "ran", "score": score, "max_score": registry.task(task).points.total,
-                "not_run_points": not_run}
+        return {
+            "status": "ran",
+            "score": score,
+            "max_score": registry.task(task).points.total,
+            "not_run_points": not_run,
+        }
 
     complete = {t.id: ran(t.id, 5.0) for t in registry.available}
-    cpu_host = {**complete, **{t: {"status": "not_run", "score": 0.0, "max_score": registry.task(t).points.total,
-                                   "reason": "this grading host has no CUDA GPU"} for t in ("t2", "t3", "t4", "t5")},
-                "t6": ran("t6", 0.86, not_run=11.14)}
-    for sid, tasks in (("whole", complete), ("cpu_host", cpu_host), ("gpu_only", {t: complete[t] for t in
-                                                                                 ("t2", "t3", "t4", "t5", "t6")})):
+    cpu_host = {
+        **complete,
+        **{
+            t: {
+                "status": "not_run",
+                "score": 0.0,
+                "max_score": registry.task(t).points.total,
+                "reason": "this grading host has no CUDA GPU",
+            }
+            for t in ("t2", "t3", "t4", "t5")
+        },
+        "t6": ran("t6", 0.86, not_run=11.14),
+    }
+    for sid, tasks in (
+        ("whole", complete),
+        ("cpu_host", cpu_host),
+        ("gpu_only", {t: complete[t] for t in ("t2", "t3", "t4", "t5", "t6")}),
+    ):
         _record(out, student(subs, sid, SOLUTION), sid, tasks)
     summary = batch.collect(subs, out)
     upload = {row["SID"]: row["Total Score"] for row in read_csv(out / "class" / "gradescope_scores.csv")}
@@ -436,13 +510,15 @@ def test_what_did_not_run_is_never_a_zero_in_the_class_files(tmp_path):
     assert "cpu_host: t2 not run, t3 not run, t4 not run, t5 not run, t6 not run" in summary["left_out_of_gpu_upload"]
     assert any(line.startswith("gpu_only: t1 not graded") for line in summary["left_out_of_upload"])
     book = {row["id"]: row for row in read_csv(out / "class" / "gradebook.csv")}
-    assert (book["cpu_host"]["t2"], book["cpu_host"]["t6"], book["cpu_host"]["t1"]) == \
-        ("not run", "0.86 (11.14 not run)", "5.00")
+    assert (book["cpu_host"]["t2"], book["cpu_host"]["t6"], book["cpu_host"]["t1"]) == (
+        "not run",
+        "0.86 (11.14 not run)",
+        "5.00",
+    )
     assert "t2:not_run" in book["cpu_host"]["task_status"] and "t6:partly not run" in book["cpu_host"]["task_status"]
     assert book["gpu_only"]["t1"] == "" and book["whole"]["task_status"] == ""
     t2 = next(row for row in summary["tasks"] if row["task"] == "t2")
     assert t2["graded"] == 2 and t2["statuses"] == {"ran": 2, "not_run": 1}  # the not-run t2 is no 0 of the histogram
-
 
 
 def test_the_theory_answers_alone_are_gradable(tmp_path):
@@ -451,10 +527,28 @@ def test_the_theory_answers_alone_are_gradable(tmp_path):
     registry = load_registry()
     subs, out = tmp_path / "subs", tmp_path / "out"
     student(subs, "s7654321", SOLUTION, **{registry.theory.answers_file: reference_answers("s7654321", registry)})
-    command = [sys.executable, "-m", "grader.classroom.batch", str(subs), "--out", str(out), "--task", "theory",
-               "--jobs", "1", "--allow-weak-isolation"]
-    proc = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False,
-                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "KIT_GRADER_VERSION": VERSION})
+    command = [
+        sys.executable,
+        "-m",
+        "grader.classroom.batch",
+        str(subs),
+        "--out",
+        str(out),
+        "--task",
+        "theory",
+        "--jobs",
+        "1",
+        "--allow-weak-isolation",
+    ]
+    proc = subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "KIT_GRADER_VERSION": VERSION},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (row,) = read_csv(out / "class" / "gradebook.csv")
     numeric = registry.theory.points - registry.theory.proof_points

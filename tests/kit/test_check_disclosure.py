@@ -26,14 +26,22 @@ def hidden_tests(task_id: str) -> list[tuple[str, str]]:
     """(test name, reproduce text) of the task's hidden suite, read from its source."""
     path = REPO / "grader" / "hidden" / f"test_{task_id}_hidden.py"
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    public = next((n.value.value for n in tree.body if isinstance(n, ast.Assign)
-                   and any(isinstance(t, ast.Name) and t.id == "PUBLIC" for t in n.targets)), "")
+    public = next(
+        (
+            n.value.value
+            for n in tree.body
+            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PUBLIC" for t in n.targets)
+        ),
+        "",
+    )
     found = []
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
             marks = [d for d in node.decorator_list if "reproduce" in ast.unparse(d)]
-            assert marks, f"{path.name}::{node.name} has no @pytest.mark.reproduce(...): which public test or make " \
-                          "target runs this kind of check?"
+            assert marks, (
+                f"{path.name}::{node.name} has no @pytest.mark.reproduce(...): which public test or make "
+                "target runs this kind of check?"
+            )
             text = ast.unparse(marks[0].args[0]) if isinstance(marks[0], ast.Call) else ""
             found.append((node.name, text.replace("{PUBLIC}", public).strip("f'\"")))
     return found
@@ -42,8 +50,11 @@ def hidden_tests(task_id: str) -> list[tuple[str, str]]:
 def public_test_names(task_id: str) -> set[str]:
     names = set()
     for path in (REPO / "tests").glob(f"test_{task_id}_*.py"):
-        names |= {n.name for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-                  if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")}
+        names |= {
+            n.name
+            for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")
+        }
     return names
 
 
@@ -60,8 +71,9 @@ def test_each_hidden_check_names_a_public_test_or_target_the_student_has(task_id
     for name, reproduce in hidden_tests(task_id):
         target = MAKE_TARGET.search(reproduce)
         assert target, f"{task_id} hidden {name}: reproduce {reproduce!r} names no 'make <target> T=tN'"
-        assert target["target"] in STUDENT_TARGETS, f"{task_id} hidden {name}: make {target['target']} is not a " \
-                                                     "student target (assignment/student.mk)"
+        assert target["target"] in STUDENT_TARGETS, (
+            f"{task_id} hidden {name}: make {target['target']} is not a student target (assignment/student.mk)"
+        )
         publics = public_test_names(target["task"])  # t5's file check may point to t4's public test of the file
         named = re.findall(r"\b(test_[a-z0-9_]+)", reproduce)
         missing = [n for n in named if n not in publics]
@@ -83,5 +95,7 @@ def test_the_section_states_the_kinds_of_check_a_student_would_not_guess(task_id
     for name, _ in hidden_tests(task_id):
         for kind, words in DISCLOSED.items():
             if kind in name:
-                assert all(w in text for w in words), f"{task_id}'s hidden suite has {name}, but its handout " \
-                                                      f"section ({REGISTRY.task(task_id).text}) never says {words}"
+                assert all(w in text for w in words), (
+                    f"{task_id}'s hidden suite has {name}, but its handout "
+                    f"section ({REGISTRY.task(task_id).text}) never says {words}"
+                )

@@ -81,11 +81,13 @@ def test_a_compile_past_its_time_is_killed_with_every_process_it_started(tmp_pat
     t4 = REPO / "solutions" / "t4_flash_attention.cu"
     source = student_file(tmp_path, "", name=t4.name, source=t4)
     with pytest.raises(compiler.CudaCompileError, match="ran past its 1 s limit"):
-        compiler.build_module(source, "sm_90", kit=source, source_rules=False,
-                              limits=confine.CompileLimits(wall_seconds=1.0))
+        compiler.build_module(
+            source, "sm_90", kit=source, source_rules=False, limits=confine.CompileLimits(wall_seconds=1.0)
+        )
     assert not toolkit_processes(), "nvcc's children outlived the run"
-    assert not list(Path(os.environ["KIT_CACHE_DIR"]).rglob("t4_flash_attention-*.cubin")), \
+    assert not list(Path(os.environ["KIT_CACHE_DIR"]).rglob("t4_flash_attention-*.cubin")), (
         "a killed build must leave nothing in the cache"
+    )
 
 
 @pytest.mark.skipif(not confine.probe(confine.find_bwrap())[0], reason="bubblewrap cannot run here")

@@ -51,12 +51,17 @@ def cache(tmp_path, monkeypatch):
 
 @pytest.mark.kit
 def test_parse_nvcc_output_reads_nvcc_and_host_compiler_forms():
-    output = ('/x/t2_softmax.cu(57): error: identifier "foo" is undefined\n      foo(1);\n      ^\n'
-              "/x/t3_gemm.cu:12:5: error: expected ';' before 'return'\n"
-              '/x/t2_softmax.cu(60): warning #177-D: variable "z" was declared but never referenced\n')
+    output = (
+        '/x/t2_softmax.cu(57): error: identifier "foo" is undefined\n      foo(1);\n      ^\n'
+        "/x/t3_gemm.cu:12:5: error: expected ';' before 'return'\n"
+        '/x/t2_softmax.cu(60): warning #177-D: variable "z" was declared but never referenced\n'
+    )
     found = cuda.parse_nvcc_output(output)
     assert [(d.file, d.line, d.severity) for d in found] == [
-        ("/x/t2_softmax.cu", 57, "error"), ("/x/t3_gemm.cu", 12, "error"), ("/x/t2_softmax.cu", 60, "warning")]
+        ("/x/t2_softmax.cu", 57, "error"),
+        ("/x/t3_gemm.cu", 12, "error"),
+        ("/x/t2_softmax.cu", 60, "warning"),
+    ]
     assert found[0].message == 'identifier "foo" is undefined'
 
 
@@ -153,11 +158,13 @@ def _impl_dir(tmp_path, **files: str):
 @pytest.mark.kit
 def test_todo_raises_not_implemented_without_touching_a_gpu(tmp_path, cache, monkeypatch):
     cuda_was_up = torch.cuda.is_initialized()  # a GPU host's earlier tests may have started CUDA
-    stub = "#include \"kit.cuh\"\n// KIT_TODO(t3) in a comment does not count\nvoid f() {\n  KIT_TODO(t2);\n}\n"
+    stub = '#include "kit.cuh"\n// KIT_TODO(t3) in a comment does not count\nvoid f() {\n  KIT_TODO(t2);\n}\n'
     attention = "void g() {\n  KIT_TODO(t5);\n}\n"
     monkeypatch.setenv("IMPL", str(_impl_dir(tmp_path, t2_softmax_cu=stub, t4_flash_attention_cu=attention)))
     x = torch.randn(4, 8)
-    with pytest.raises(NotImplementedError, match=r"^t2: TODO\(t2\) in t2_softmax.cu is not implemented yet \(.*line 4"):
+    with pytest.raises(
+        NotImplementedError, match=r"^t2: TODO\(t2\) in t2_softmax.cu is not implemented yet \(.*line 4"
+    ):
         kernels.softmax(x)
     with pytest.raises(NotImplementedError, match=r"^t2: "):
         kernels.naive_cuda_attention(torch.randn(1, 1, 4, 32), torch.randn(1, 1, 4, 32), torch.randn(1, 1, 4, 32))
@@ -197,63 +204,174 @@ def implemented(tmp_path, monkeypatch):
 
 
 @pytest.mark.kit
-@pytest.mark.parametrize("call, error, pattern", [
-    (lambda: kernels.softmax(torch.randn(4, 8)), ValueError, r"t2_softmax_forward: x must be a CUDA tensor, got device cpu"),
-    (lambda: kernels.softmax(torch.randn(4, 8, dtype=torch.float64)), TypeError, r"x must be torch.float32.*float64"),
-    (lambda: kernels.softmax([1.0, 2.0]), TypeError, r"x must be a torch.Tensor, got list"),
-    (lambda: kernels.softmax(torch.randn(8, 4).t()), ValueError, r"x must be contiguous"),
-    (lambda: kernels.softmax(torch.randn(4, 8), out=torch.empty(4, 9)), ValueError, r"out must have shape \(4, 8\)"),
-    (lambda: kernels.gemm(torch.randn(3, 4), torch.randn(5, 2)), ValueError, r"inner dimensions differ: op\(a\) is 3x4"),
-    (lambda: kernels.gemm(torch.randn(3, 4), torch.randn(2, 5), trans_b=True), ValueError, r"trans_b=True"),
-    (lambda: kernels.gemm(torch.randn(4), torch.randn(4, 2)), ValueError, r"a must be 2-D or 3-D"),
-    (lambda: kernels.gemm(torch.randn(2, 3, 4), torch.randn(3, 4, 5)), ValueError, r"batch sizes differ"),
-    (lambda: kernels.gemm(torch.randn(3, 4), torch.randn(4, 5), out=torch.empty(5, 3)), ValueError, r"out must have shape \(3, 5\)"),
-    (lambda: kernels.gemm(torch.randn(4, 3), torch.randn(4, 5), trans_a=True), ValueError, r"a must be a CUDA tensor"),
-    (lambda: kernels.gemm(torch.randn(3, 4).half(), torch.randn(4, 5)), TypeError, r"a must be torch.float32"),
-    (lambda: kernels.flash_attention(*[torch.randn(1, 2, 8, 48)] * 3), ValueError, r"head dimension d must be one of \(32, 64, 128\), got 48"),
-    (lambda: kernels.flash_attention(torch.randn(1, 2, 8, 32), torch.randn(1, 2, 6, 64), torch.randn(1, 2, 6, 64)),
-     ValueError, r"k must have shape \(1, 2, 6, 32\)"),
-    (lambda: kernels.flash_attention(torch.randn(1, 2, 8, 32), torch.randn(1, 2, 6, 32), torch.randn(1, 2, 5, 32)),
-     ValueError, r"v must have shape \(1, 2, 6, 32\) \(same as k\)"),
-    (lambda: kernels.flash_attention(*[torch.randn(1, 2, 8, 32)] * 3, lse=torch.empty(1, 2, 8, 1)), ValueError, r"lse must have shape \(1, 2, 8\)"),
-    (lambda: kernels.flash_attention(*[torch.randn(2, 8, 32)] * 3), ValueError, r"q must be 4-D"),
-    (lambda: kernels.flash_attention(*[torch.randn(1, 1, 8, 32).transpose(2, 3).contiguous().transpose(2, 3)] * 3),
-     ValueError, r"q must be contiguous"),
-    (lambda: kernels.naive_cuda_attention(*[torch.randn(1, 1, 4, 32)] * 3), ValueError, r"naive_cuda_attention: q must be a CUDA tensor"),
-    (lambda: kernels.flash_attention(torch.randn(1, 6, 8, 32), *[torch.randn(1, 4, 6, 32)] * 2), ValueError,
-     r"q has H = 6 heads but k and v have H_kv = 4: grouped-query attention needs H_kv to divide H"),
-    (lambda: kernels.flash_attention(torch.randn(2, 4, 8, 32), *[torch.randn(1, 2, 6, 32)] * 2), ValueError,
-     r"k must have shape \(2, 2, 6, 32\) \(\(B, H_kv, Lk, d\) with q's B and d\)"),
-    (lambda: kernels.flash_attention(torch.randn(1, 4, 8, 32), torch.randn(1, 2, 6, 32), torch.randn(1, 4, 6, 32)),
-     ValueError, r"v must have shape \(1, 2, 6, 32\) \(same as k\)"),
-    (lambda: kernels.naive_cuda_attention(torch.randn(1, 3, 4, 32), *[torch.randn(1, 2, 4, 32)] * 2), ValueError,
-     r"naive_cuda_attention: q has H = 3 heads but k and v have H_kv = 2"),
-    (lambda: kernels.flash_attention(torch.randn(1, 4, 8, 32), *[torch.randn(1, 2, 6, 32)] * 2), ValueError,
-     r"q must be a CUDA tensor"),  # grouped-query shapes pass the shape checks
-    (lambda: kernels.decode_attention(torch.randn(2, 4, 64), *[torch.randn(2, 2, 9, 64)] * 2, _LEN2), ValueError,
-     r"t6_decode_attention: q must be a CUDA tensor"),  # a valid call up to the device check
-    (lambda: kernels.decode_attention(torch.randn(2, 4, 48), *[torch.randn(2, 2, 9, 48)] * 2, _LEN2), ValueError,
-     r"head dimension d must be one of \(32, 64, 128\), got 48"),
-    (lambda: kernels.decode_attention(torch.randn(2, 6, 64), *[torch.randn(2, 4, 9, 64)] * 2, _LEN2), ValueError,
-     r"q has H = 6 heads but the cache has H_kv = 4"),
-    (lambda: kernels.decode_attention(torch.randn(2, 4, 2, 64), *[torch.randn(2, 2, 9, 64)] * 2, _LEN2), ValueError,
-     r"a 4-D q must be \(B, H, 1, d\)"),
-    (lambda: kernels.decode_attention(torch.randn(2, 4, 64), torch.randn(2, 2, 9, 64), torch.randn(2, 2, 8, 64), _LEN2),
-     ValueError, r"v_cache must have shape \(2, 2, 9, 64\) \(same as k_cache\)"),
-    (lambda: kernels.decode_attention(torch.randn(2, 4, 64), *[torch.randn(1, 2, 9, 64)] * 2, _LEN2), ValueError,
-     r"k_cache must have shape \(2, 1, 9, 64\)|k_cache must have shape \(2, 2, 9, 64\)"),
-    (lambda: kernels.decode_attention(torch.randn(2, 4, 64), *[torch.randn(2, 2, 9, 64)] * 2, torch.tensor([3.0, 4.0])),
-     TypeError, r"lengths must be torch.int32 or torch.int64"),
-    (lambda: kernels.decode_attention(torch.randn(2, 4, 64), *[torch.randn(2, 2, 9, 64)] * 2, [3, 4]),
-     TypeError, r"lengths must be a torch.Tensor, got list"),
-    (lambda: kernels.decode_attention(torch.randn(2, 4, 64), *[torch.randn(2, 2, 9, 64)] * 2,
-                                      torch.tensor([3, 4, 5], dtype=torch.int32)), ValueError,
-     r"lengths must have shape \(2,\) \(one length per batch row\) or \(1,\)"),
-    (lambda: kernels.decode_attention(torch.randn(2, 4, 64), *[torch.randn(2, 2, 9, 64)] * 2, _LEN2,
-                                      lse=torch.empty(2, 4, 1)), ValueError, r"lse must have shape \(2, 4\)"),
-    (lambda: kernels.decode_attention(torch.randn(2, 4, 64).half(), *[torch.randn(2, 2, 9, 64)] * 2, _LEN2),
-     TypeError, r"q must be torch.float32"),
-])
+@pytest.mark.parametrize(
+    "call, error, pattern",
+    [
+        (
+            lambda: kernels.softmax(torch.randn(4, 8)),
+            ValueError,
+            r"t2_softmax_forward: x must be a CUDA tensor, got device cpu",
+        ),
+        (
+            lambda: kernels.softmax(torch.randn(4, 8, dtype=torch.float64)),
+            TypeError,
+            r"x must be torch.float32.*float64",
+        ),
+        (lambda: kernels.softmax([1.0, 2.0]), TypeError, r"x must be a torch.Tensor, got list"),
+        (lambda: kernels.softmax(torch.randn(8, 4).t()), ValueError, r"x must be contiguous"),
+        (
+            lambda: kernels.softmax(torch.randn(4, 8), out=torch.empty(4, 9)),
+            ValueError,
+            r"out must have shape \(4, 8\)",
+        ),
+        (
+            lambda: kernels.gemm(torch.randn(3, 4), torch.randn(5, 2)),
+            ValueError,
+            r"inner dimensions differ: op\(a\) is 3x4",
+        ),
+        (lambda: kernels.gemm(torch.randn(3, 4), torch.randn(2, 5), trans_b=True), ValueError, r"trans_b=True"),
+        (lambda: kernels.gemm(torch.randn(4), torch.randn(4, 2)), ValueError, r"a must be 2-D or 3-D"),
+        (lambda: kernels.gemm(torch.randn(2, 3, 4), torch.randn(3, 4, 5)), ValueError, r"batch sizes differ"),
+        (
+            lambda: kernels.gemm(torch.randn(3, 4), torch.randn(4, 5), out=torch.empty(5, 3)),
+            ValueError,
+            r"out must have shape \(3, 5\)",
+        ),
+        (
+            lambda: kernels.gemm(torch.randn(4, 3), torch.randn(4, 5), trans_a=True),
+            ValueError,
+            r"a must be a CUDA tensor",
+        ),
+        (lambda: kernels.gemm(torch.randn(3, 4).half(), torch.randn(4, 5)), TypeError, r"a must be torch.float32"),
+        (
+            lambda: kernels.flash_attention(*[torch.randn(1, 2, 8, 48)] * 3),
+            ValueError,
+            r"head dimension d must be one of \(32, 64, 128\), got 48",
+        ),
+        (
+            lambda: kernels.flash_attention(
+                torch.randn(1, 2, 8, 32), torch.randn(1, 2, 6, 64), torch.randn(1, 2, 6, 64)
+            ),
+            ValueError,
+            r"k must have shape \(1, 2, 6, 32\)",
+        ),
+        (
+            lambda: kernels.flash_attention(
+                torch.randn(1, 2, 8, 32), torch.randn(1, 2, 6, 32), torch.randn(1, 2, 5, 32)
+            ),
+            ValueError,
+            r"v must have shape \(1, 2, 6, 32\) \(same as k\)",
+        ),
+        (
+            lambda: kernels.flash_attention(*[torch.randn(1, 2, 8, 32)] * 3, lse=torch.empty(1, 2, 8, 1)),
+            ValueError,
+            r"lse must have shape \(1, 2, 8\)",
+        ),
+        (lambda: kernels.flash_attention(*[torch.randn(2, 8, 32)] * 3), ValueError, r"q must be 4-D"),
+        (
+            lambda: kernels.flash_attention(
+                *[torch.randn(1, 1, 8, 32).transpose(2, 3).contiguous().transpose(2, 3)] * 3
+            ),
+            ValueError,
+            r"q must be contiguous",
+        ),
+        (
+            lambda: kernels.naive_cuda_attention(*[torch.randn(1, 1, 4, 32)] * 3),
+            ValueError,
+            r"naive_cuda_attention: q must be a CUDA tensor",
+        ),
+        (
+            lambda: kernels.flash_attention(torch.randn(1, 6, 8, 32), *[torch.randn(1, 4, 6, 32)] * 2),
+            ValueError,
+            r"q has H = 6 heads but k and v have H_kv = 4: grouped-query attention needs H_kv to divide H",
+        ),
+        (
+            lambda: kernels.flash_attention(torch.randn(2, 4, 8, 32), *[torch.randn(1, 2, 6, 32)] * 2),
+            ValueError,
+            r"k must have shape \(2, 2, 6, 32\) \(\(B, H_kv, Lk, d\) with q's B and d\)",
+        ),
+        (
+            lambda: kernels.flash_attention(
+                torch.randn(1, 4, 8, 32), torch.randn(1, 2, 6, 32), torch.randn(1, 4, 6, 32)
+            ),
+            ValueError,
+            r"v must have shape \(1, 2, 6, 32\) \(same as k\)",
+        ),
+        (
+            lambda: kernels.naive_cuda_attention(torch.randn(1, 3, 4, 32), *[torch.randn(1, 2, 4, 32)] * 2),
+            ValueError,
+            r"naive_cuda_attention: q has H = 3 heads but k and v have H_kv = 2",
+        ),
+        (
+            lambda: kernels.flash_attention(torch.randn(1, 4, 8, 32), *[torch.randn(1, 2, 6, 32)] * 2),
+            ValueError,
+            r"q must be a CUDA tensor",
+        ),  # grouped-query shapes pass the shape checks
+        (
+            lambda: kernels.decode_attention(torch.randn(2, 4, 64), *[torch.randn(2, 2, 9, 64)] * 2, _LEN2),
+            ValueError,
+            r"t6_decode_attention: q must be a CUDA tensor",
+        ),  # a valid call up to the device check
+        (
+            lambda: kernels.decode_attention(torch.randn(2, 4, 48), *[torch.randn(2, 2, 9, 48)] * 2, _LEN2),
+            ValueError,
+            r"head dimension d must be one of \(32, 64, 128\), got 48",
+        ),
+        (
+            lambda: kernels.decode_attention(torch.randn(2, 6, 64), *[torch.randn(2, 4, 9, 64)] * 2, _LEN2),
+            ValueError,
+            r"q has H = 6 heads but the cache has H_kv = 4",
+        ),
+        (
+            lambda: kernels.decode_attention(torch.randn(2, 4, 2, 64), *[torch.randn(2, 2, 9, 64)] * 2, _LEN2),
+            ValueError,
+            r"a 4-D q must be \(B, H, 1, d\)",
+        ),
+        (
+            lambda: kernels.decode_attention(
+                torch.randn(2, 4, 64), torch.randn(2, 2, 9, 64), torch.randn(2, 2, 8, 64), _LEN2
+            ),
+            ValueError,
+            r"v_cache must have shape \(2, 2, 9, 64\) \(same as k_cache\)",
+        ),
+        (
+            lambda: kernels.decode_attention(torch.randn(2, 4, 64), *[torch.randn(1, 2, 9, 64)] * 2, _LEN2),
+            ValueError,
+            r"k_cache must have shape \(2, 1, 9, 64\)|k_cache must have shape \(2, 2, 9, 64\)",
+        ),
+        (
+            lambda: kernels.decode_attention(
+                torch.randn(2, 4, 64), *[torch.randn(2, 2, 9, 64)] * 2, torch.tensor([3.0, 4.0])
+            ),
+            TypeError,
+            r"lengths must be torch.int32 or torch.int64",
+        ),
+        (
+            lambda: kernels.decode_attention(torch.randn(2, 4, 64), *[torch.randn(2, 2, 9, 64)] * 2, [3, 4]),
+            TypeError,
+            r"lengths must be a torch.Tensor, got list",
+        ),
+        (
+            lambda: kernels.decode_attention(
+                torch.randn(2, 4, 64), *[torch.randn(2, 2, 9, 64)] * 2, torch.tensor([3, 4, 5], dtype=torch.int32)
+            ),
+            ValueError,
+            r"lengths must have shape \(2,\) \(one length per batch row\) or \(1,\)",
+        ),
+        (
+            lambda: kernels.decode_attention(
+                torch.randn(2, 4, 64), *[torch.randn(2, 2, 9, 64)] * 2, _LEN2, lse=torch.empty(2, 4, 1)
+            ),
+            ValueError,
+            r"lse must have shape \(2, 4\)",
+        ),
+        (
+            lambda: kernels.decode_attention(torch.randn(2, 4, 64).half(), *[torch.randn(2, 2, 9, 64)] * 2, _LEN2),
+            TypeError,
+            r"q must be torch.float32",
+        ),
+    ],
+)
 def test_wrappers_reject_bad_arguments_before_any_gpu_work(implemented, call, error, pattern):
     cuda_was_up = torch.cuda.is_initialized()  # a GPU host's earlier tests may have started CUDA
     with pytest.raises(error, match=pattern):
@@ -314,7 +432,9 @@ def test_time_below_the_physical_floor_is_impossible():
     assert timing.physical_floor_ms(None, 1e9, 5e12, 100e12) == pytest.approx(0.2)
     assert timing.physical_floor_ms(1e12, 1e9, 5e12, 100e12) == pytest.approx(10.0)
     timing.check_physical_floor("student", 0.25, 0.2)
-    with pytest.raises(timing.ImpossibleTimeError, match=r"student: 0.0500 ms is below the physical floor of 0.2000 ms"):
+    with pytest.raises(
+        timing.ImpossibleTimeError, match=r"student: 0.0500 ms is below the physical floor of 0.2000 ms"
+    ):
         timing.check_physical_floor("student", 0.05, 0.2)
 
 
@@ -351,9 +471,15 @@ def test_measure_interleaves_and_checks_on_a_gpu():
     def make_inputs(i):
         return torch.randn(1 << 20, device="cuda", generator=torch.Generator("cuda").manual_seed(i))
 
-    results = timing.measure({"exp": torch.exp, "double exp": lambda x: torch.exp(torch.exp(x.clamp(max=1)))},
-                             make_inputs, check=lambda name, x, y: checked.append(name), bytes_moved=8 << 20,
-                             min_reps=5, max_reps=20, time_cap_s=5.0)
+    results = timing.measure(
+        {"exp": torch.exp, "double exp": lambda x: torch.exp(torch.exp(x.clamp(max=1)))},
+        make_inputs,
+        check=lambda name, x, y: checked.append(name),
+        bytes_moved=8 << 20,
+        min_reps=5,
+        max_reps=20,
+        time_cap_s=5.0,
+    )
     assert set(results) == {"exp", "double exp"} and all(r.reps >= 5 for r in results.values())
     assert checked.count("exp") >= 3  # warm-up, first timed call, last timed call
     assert results["exp"].gbps > 0
@@ -365,8 +491,13 @@ def test_measure_interleaves_and_checks_on_a_gpu():
 def test_skipped_work_is_caught_on_a_gpu():
     cached = torch.zeros(1, device="cuda")
     with pytest.raises(timing.ImpossibleTimeError, match="below the physical floor"):
-        timing.measure({"lazy": lambda x: cached}, lambda i: torch.randn(1 << 20, device="cuda"),
-                       bytes_moved=1e11, min_reps=3, max_reps=5)
+        timing.measure(
+            {"lazy": lambda x: cached},
+            lambda i: torch.randn(1 << 20, device="cuda"),
+            bytes_moved=1e11,
+            min_reps=3,
+            max_reps=5,
+        )
 
 
 # --------------------------------------------------------------------------- bench and profile arithmetic
@@ -389,22 +520,26 @@ def test_attention_work_counts_only_visible_pairs():
 def test_profile_reads_ncu_csv_and_states_the_ideal_traffic():
     from assignment.perf import profile
 
-    csv_text = "\n".join([
-        "==PROF== Connected to process 123",
-        '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Section Name",'
-        '"Metric Name","Metric Unit","Metric Value"',
-        '"0","123","python","host","flash_fwd(float const*)","1","7","Command line profiler metrics",'
-        '"dram__bytes_read.sum","byte","1,073,741,824"',
-        '"0","123","python","host","flash_fwd(float const*)","1","7","Command line profiler metrics",'
-        '"sm__warps_active.avg.pct_of_peak_sustained_active","%","37.5"',
-    ])
+    csv_text = "\n".join(
+        [
+            "==PROF== Connected to process 123",
+            '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Section Name",'
+            '"Metric Name","Metric Unit","Metric Value"',
+            '"0","123","python","host","flash_fwd(float const*)","1","7","Command line profiler metrics",'
+            '"dram__bytes_read.sum","byte","1,073,741,824"',
+            '"0","123","python","host","flash_fwd(float const*)","1","7","Command line profiler metrics",'
+            '"sm__warps_active.avg.pct_of_peak_sustained_active","%","37.5"',
+        ]
+    )
     metrics = profile.parse_ncu_csv(csv_text)
     assert metrics["dram__bytes_read.sum"] == ("byte", 1073741824.0)
     assert metrics["sm__warps_active.avg.pct_of_peak_sustained_active"][1] == 37.5
     assert metrics["_kernel"][0] == "flash_fwd(float const*)"
     assert profile.ideal_bytes("t2", {"rows": 2, "cols": 3}) == 48
     assert profile.ideal_bytes("t3", {"batch": 2, "M": 1, "N": 2, "K": 3}) == 4 * 2 * (3 + 6 + 2)
-    assert "ERR_NVGPUCTRPERM" in profile.explain_failure("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission")
+    assert "ERR_NVGPUCTRPERM" in profile.explain_failure(
+        "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission"
+    )
     assert "flash_fwd" in profile.report("t4", metrics)
 
 

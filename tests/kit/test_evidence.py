@@ -27,19 +27,19 @@ def byte_tokens(text: str) -> list[int]:
 
 
 def test_a_character_is_complete_once_its_last_byte_is_drawn_and_shown_then():
-    tokens = byte_tokens("aé b")                 # é is two byte tokens: c3 a9
+    tokens = byte_tokens("aé b")  # é is two byte tokens: c3 a9
     assert character_times(BYTES.decode, tokens) == ([1, 3, 4, 5], [1, 3, 4, 5])
 
 
 def test_a_byte_that_is_no_utf8_is_shown_with_the_next_token_like_a_cut_character():
-    tokens = [0xFF, ord("a"), 0xC3]              # U+FFFD, then a, then a cut character at the very end
+    tokens = [0xFF, ord("a"), 0xC3]  # U+FFFD, then a, then a cut character at the very end
     assert character_times(BYTES.decode, tokens) == ([1, 2, 3], [2, 2, 3])
 
 
 def pieces_of(text: str, sizes: list[int]) -> list[str]:
     out, at = [], 0
     for size in sizes:
-        out.append(text[at:at + size])
+        out.append(text[at : at + size])
         at += size
     return out
 
@@ -52,11 +52,15 @@ def test_a_stream_that_yields_each_character_when_ready_or_one_step_later_passes
     check_stream(list(text), [r + 1 for r in ready], tokens, BYTES.decode, "fed, then yielded")
 
 
-@pytest.mark.parametrize("sizes, steps", [
-    ([10], [10]),                  # the whole text once, at the end
-    ([1, 9], [1, 10]),             # the first character on time, then the rest at the end
-    ([1, 4, 5], [1, 5, 10]),       # on time, then a piece whose first character was ready three steps before
-], ids=["one-final-piece", "first-then-the-rest", "held-back"])
+@pytest.mark.parametrize(
+    "sizes, steps",
+    [
+        ([10], [10]),  # the whole text once, at the end
+        ([1, 9], [1, 10]),  # the first character on time, then the rest at the end
+        ([1, 4, 5], [1, 5, 10]),  # on time, then a piece whose first character was ready three steps before
+    ],
+    ids=["one-final-piece", "first-then-the-rest", "held-back"],
+)
 def test_a_piece_is_late_when_its_first_character_was_ready_steps_before(sizes, steps):
     tokens = byte_tokens("abcdefghij")
     with pytest.raises(CheckFailure) as info:
@@ -88,7 +92,8 @@ def test_a_served_model_records_each_step_and_refuses_with_the_kit_message():
     model.serve("decode_one_token", [torch.tensor([[5]])], {"input_pos": torch.tensor([3])})
     assert [{k: c[k] for k in ("op", "positions", "tokens")} for c in model.calls] == [
         {"op": "prefill", "positions": [0, 1, 2], "tokens": [1, 2, 3]},
-        {"op": "decode", "positions": [3], "tokens": [5]}]
+        {"op": "decode", "positions": [3], "tokens": [5]},
+    ]
     with pytest.raises(ValueError, match="a gap"):
         model.serve("decode_one_token", [torch.tensor([[5]]), torch.tensor([6])], {})
     assert model.steps == 2, "a refused call is no step"
@@ -99,10 +104,13 @@ def test_a_served_model_records_each_step_and_refuses_with_the_kit_message():
 
 
 def test_numbers_in_kit_messages_are_masked_but_0_and_1():
-    assert served.masked_numbers("got (1, 37) at position 0, not 12.5 or -3") == \
-        "got (1, N) at position 0, not N.N or -N"
-    assert served.masked_numbers("positions 3..40 of a float32 cache on cuda:2") == \
-        "positions N..N of a float32 cache on cuda:N"
+    assert (
+        served.masked_numbers("got (1, 37) at position 0, not 12.5 or -3") == "got (1, N) at position 0, not N.N or -N"
+    )
+    assert (
+        served.masked_numbers("positions 3..40 of a float32 cache on cuda:2")
+        == "positions N..N of a float32 cache on cuda:N"
+    )
 
 
 # ------------------------------------------------------------------------------- what a student is told
@@ -114,21 +122,28 @@ def test_only_names_the_checker_knows_are_said():
     assert "Prompt_1_2" not in feedback.exception_said("Prompt_1_2")
     assert feedback.type_said("builtins.list") == "a list"
     assert "Prompt" not in feedback.type_said("student_t7.Prompt_72_101")
-    assert feedback.forbidden_said("torch.nn.functional.scaled_dot_product_attention",
-                                   ("scaled_dot_product_attention",)).startswith("called torch.nn.functional")
+    assert feedback.forbidden_said(
+        "torch.nn.functional.scaled_dot_product_attention", ("scaled_dot_product_attention",)
+    ).startswith("called torch.nn.functional")
     assert "72" not in feedback.forbidden_said("torch.72_101", ("scaled_dot_product_attention",))
 
 
 def test_a_stub_is_said_by_its_own_text_any_other_not_implemented_by_its_task():
     stub = next(m for m in feedback.stub_messages() if m.startswith("t7: top-k"))
     assert feedback.not_implemented_said(stub) == stub
-    assert feedback.not_implemented_said("t7: [1, 2, 3] is not implemented yet") == \
-        "t7: not implemented yet (a TODO(t7) is left)"
+    assert (
+        feedback.not_implemented_said("t7: [1, 2, 3] is not implemented yet")
+        == "t7: not implemented yet (a TODO(t7) is left)"
+    )
 
 
 def test_an_import_error_is_said_in_full_only_before_any_call_sent_data():
-    error = {"kind": "import", "type": "NameError", "message": "name 'x' is not defined",
-             "traceback": 'File "t7_generate.py", line 3, in <module>'}
+    error = {
+        "kind": "import",
+        "type": "NameError",
+        "message": "name 'x' is not defined",
+        "traceback": 'File "t7_generate.py", line 3, in <module>',
+    }
     before = feedback.told("import", error, "t7_generate.py", "", False, ())
     after = feedback.told("import", error, "t7_generate.py", "", True, ())
     assert "name 'x' is not defined" in before and "line 3" in before
@@ -136,26 +151,38 @@ def test_an_import_error_is_said_in_full_only_before_any_call_sent_data():
 
 
 def test_classify_says_the_feedback_and_keeps_the_full_text_for_the_instructor():
-    failure = WorkerFailure("exception", "RuntimeError: shape [3, 37, 129] is invalid", "File t.py, line 9",
-                            feedback.told("exception", {"type": "RuntimeError"}, "t.py", "f", True, ()))
+    failure = WorkerFailure(
+        "exception",
+        "RuntimeError: shape [3, 37, 129] is invalid",
+        "File t.py, line 9",
+        feedback.told("exception", {"type": "RuntimeError"}, "t.py", "f", True, ()),
+    )
     check = classify(failure)
     assert check["kind"] == "exception" and "37" not in check["summary"] and "RuntimeError" in check["summary"]
     assert "[3, 37, 129]" in check["detail"] and "line 9" in check["detail"]
-    said = feedback.told("exception", {"type": "RuntimeError", "message": "CUDA error: ILLEGAL memory access at "
-                                       "[3, 37]"}, "t.py", "f", True, ())
+    said = feedback.told(
+        "exception",
+        {"type": "RuntimeError", "message": "CUDA error: ILLEGAL memory access at [3, 37]"},
+        "t.py",
+        "f",
+        True,
+        (),
+    )
     assert said == "RuntimeError raised by your code (a CUDA fault: illegal memory access)"
     check = classify(IndexError("index 37 is out of bounds for dimension 0 with size 12"))
     assert check["summary"].startswith("IndexError") and "37" not in check["summary"]
     with pytest.raises(ValueError) as raised:  # the kit's own check, raised in the checker: its words, no numbers
         ScriptedModel(16, max_seq_len=8).prefill(torch.tensor([[1, 2]]), torch.tensor([5, 6]))
-    assert classify(raised.value)["summary"] == "ValueError: prefill: writes position N, but the cache holds " \
-                                                 "nothing yet: a gap. The prompt fills positions 0..T-1 and the " \
-                                                 "k-th generated token (k = 0, 1, ...) goes in at T + k"
+    assert (
+        classify(raised.value)["summary"] == "ValueError: prefill: writes position N, but the cache holds "
+        "nothing yet: a gap. The prompt fills positions 0..T-1 and the "
+        "k-th generated token (k = 0, 1, ...) goes in at T + k"
+    )
 
 
 # ------------------------------------------------------------------------------- through the sandboxed worker
 
-LOOPS = '''
+LOOPS = """
 import torch
 
 
@@ -196,7 +223,7 @@ def gap(model):
 def forever(model):
     while True:
         model.decode_one_token(torch.tensor([[3]]), torch.tensor([0]))
-'''
+"""
 
 
 @pytest.fixture()
@@ -226,8 +253,10 @@ def test_the_worker_holds_no_record_and_no_model_to_ask(loops_worker):
 def test_asking_a_served_object_for_more_is_said_with_what_it_offers(loops_worker):
     with pytest.raises(WorkerFailure) as info:
         loop_call(loops_worker, "ask_for_more", SCRIPTED)
-    assert info.value.feedback == ("AttributeError raised by your code; the kit's model offers decode_one_token, "
-                                   "prefill, max_seq_len, vocab_size, device")
+    assert info.value.feedback == (
+        "AttributeError raised by your code; the kit's model offers decode_one_token, "
+        "prefill, max_seq_len, vocab_size, device"
+    )
 
 
 @needs_bwrap

@@ -18,8 +18,14 @@ def typed_answers(form) -> list[str]:
     """One valid line per question, in order (the last choice, a 3, a number, a sentence)."""
     lines = []
     for q in form.questions:
-        lines.append({"choice": "1,2" if q.multiple else str(len(q.choices)), "scale": "3", "number": "12.5",
-                      "text": f"an answer to {q.id}"}[q.type])
+        lines.append(
+            {
+                "choice": "1,2" if q.multiple else str(len(q.choices)),
+                "scale": "3",
+                "number": "12.5",
+                "text": f"an answer to {q.id}",
+            }[q.type]
+        )
     return lines
 
 
@@ -31,16 +37,29 @@ def script(lines):
             return next(it)
         except StopIteration:
             raise EOFError from None
+
     return read
 
 
 def test_the_form_has_seed_000s_questions_and_one_hours_question_per_task():
     form = load_form()
     ids = {q.id for q in form.questions}
-    for expected in ("finished", "difficulty_vs_other_projects", "familiarity_python", "familiarity_llm",
-                     "familiarity_flashattention", "difficulty_python_attention", "difficulty_cuda_softmax",
-                     "difficulty_cuda_gemm", "difficulty_cuda_attention", "ai_tools", "ai_helpfulness",
-                     "vibe_coding_full_marks", "what_to_add", "handout_improvements"):
+    for expected in (
+        "finished",
+        "difficulty_vs_other_projects",
+        "familiarity_python",
+        "familiarity_llm",
+        "familiarity_flashattention",
+        "difficulty_python_attention",
+        "difficulty_cuda_softmax",
+        "difficulty_cuda_gemm",
+        "difficulty_cuda_attention",
+        "ai_tools",
+        "ai_helpfulness",
+        "vibe_coding_full_marks",
+        "what_to_add",
+        "handout_improvements",
+    ):
         assert expected in ids, expected
     assert {f"hours_{t.id}" for t in load_registry().tasks} <= ids
 
@@ -73,7 +92,7 @@ def test_bad_typing_is_asked_again_and_optional_questions_can_be_skipped(tmp_pat
     lines = []
     for q, good in zip(form.questions, typed_answers(form)):
         bad = {"choice": "99", "scale": "7", "number": "-3", "text": ""}[q.type]
-        lines += ([""] if not q.required else [bad, good])
+        lines += [""] if not q.required else [bad, good]
     out = []
     assert run_terminal(form, path, read=script(lines), write=out.append)
     answers = load_answers(path, form)
@@ -84,7 +103,7 @@ def test_bad_typing_is_asked_again_and_optional_questions_can_be_skipped(tmp_pat
 
 def test_an_unreadable_answer_file_is_reported_and_left_as_it_is(tmp_path, capsys):
     path = tmp_path / "feedback.json"
-    path.write_text('{"schema_version": 1, "answers": {"finished": "yes"')   # cut short
+    path.write_text('{"schema_version": 1, "answers": {"finished": "yes"')  # cut short
     with pytest.raises(FeedbackError, match="left as it is"):
         run_terminal(load_form(), path, read=script(["1"]), write=lambda _: None)
     assert path.read_text().endswith('"yes"'), "a broken answer file was overwritten"
@@ -94,21 +113,27 @@ def test_an_unreadable_answer_file_is_reported_and_left_as_it_is(tmp_path, capsy
 
 def test_check_names_what_is_missing_or_invalid(tmp_path, capsys):
     form, path = load_form(), tmp_path / "feedback.json"
-    path.write_text(json.dumps({"schema_version": form.schema_version,
-                                "answers": {"finished": "perhaps", "hours_t1": 5, "made_up": 1}}))
+    path.write_text(
+        json.dumps(
+            {"schema_version": form.schema_version, "answers": {"finished": "perhaps", "hours_t1": 5, "made_up": 1}}
+        )
+    )
     assert feedback.main(["--check", str(path)]) == 1
     err = capsys.readouterr().err
     assert "finished: 'perhaps' is not valid" in err and "made_up: not a question" in err
     assert "difficulty_cuda_gemm: not answered yet" in err
 
 
-@pytest.mark.parametrize("entry, message", [
-    ('id = "Bad Id"\ntext = "x"\ntype = "text"\nrequired = true', "lower_snake_case"),
-    ('id = "a"\ntext = "x"\ntype = "slider"\nrequired = true', "type must be one of"),
-    ('id = "a"\ntext = "x"\ntype = "choice"\nchoices = ["only"]\nrequired = true', "two distinct choices"),
-    ('id = "a"\ntext = "x"\ntype = "number"\nmin = 5\nmax = 1\nrequired = true', "min <= max"),
-    ('id = "a"\ntext = "x"\ntype = "text"\nrequired = true\nwidth = 3', "unknown field"),
-])
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ('id = "Bad Id"\ntext = "x"\ntype = "text"\nrequired = true', "lower_snake_case"),
+        ('id = "a"\ntext = "x"\ntype = "slider"\nrequired = true', "type must be one of"),
+        ('id = "a"\ntext = "x"\ntype = "choice"\nchoices = ["only"]\nrequired = true', "two distinct choices"),
+        ('id = "a"\ntext = "x"\ntype = "number"\nmin = 5\nmax = 1\nrequired = true', "min <= max"),
+        ('id = "a"\ntext = "x"\ntype = "text"\nrequired = true\nwidth = 3', "unknown field"),
+    ],
+)
 def test_a_broken_form_names_the_question(tmp_path, entry, message):
     path = tmp_path / "feedback.toml"
     path.write_text(f"schema_version = 1\n\n[[question]]\n{entry}\n")

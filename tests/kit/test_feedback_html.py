@@ -59,7 +59,7 @@ def valid_answers(form) -> dict:
         elif q.type == "number":
             value = min(max(12.5 + i, q.min), q.max)
         else:
-            value = f"an answer to {q.id}: café – ✓ <b>not markup</b>"[:q.max_length]
+            value = f"an answer to {q.id}: café – ✓ <b>not markup</b>"[: q.max_length]
         assert q.check(value) is None, (q.id, value)
         answers[q.id] = value
     optional = [q for q in form.questions if not q.required]
@@ -76,7 +76,7 @@ def test_every_question_is_on_the_page_with_its_control(form, page):
     for q in form.questions:
         start = html.find(f'id="q-{q.id}"')
         assert start >= 0, f"{q.id} is not on the page"
-        block = html[start:html.index(f'id="error-{q.id}"', start)]
+        block = html[start : html.index(f'id="error-{q.id}"', start)]
         assert ('class="tag required"' in block) == q.required, f"{q.id}: required is not marked as it is"
         assert ("<legend>" in block) == (q.type in ("choice", "scale")), f"{q.id}: a group of controls has a legend"
         if q.type == "choice":
@@ -86,10 +86,15 @@ def test_every_question_is_on_the_page_with_its_control(form, page):
             assert block.count(f'<input type="radio" name="{q.id}"') == SCALE[1] - SCALE[0] + 1, q.id
             assert html_escape(q.low) in block and html_escape(q.high) in block, q.id
         elif q.type == "number":
-            assert f'<input type="number" id="input-{q.id}"' in block and f'<label class="prompt" for="input-{q.id}"' \
-                in block, q.id
-            assert all(f'{name}="{bound:g}"' in block for name, bound in (("min", q.min), ("max", q.max))
-                       if math.isfinite(bound)), q.id
+            assert (
+                f'<input type="number" id="input-{q.id}"' in block
+                and f'<label class="prompt" for="input-{q.id}"' in block
+            ), q.id
+            assert all(
+                f'{name}="{bound:g}"' in block
+                for name, bound in (("min", q.min), ("max", q.max))
+                if math.isfinite(bound)
+            ), q.id
         else:
             assert f'<textarea id="input-{q.id}"' in block and f'maxlength="{q.max_length}"' in block, q.id
             assert f'id="count-{q.id}"' in block, f"{q.id}: no character counter"
@@ -153,6 +158,7 @@ def opened(browser, page, downloads):
 
 def by_css(driver, selector):
     from selenium.webdriver.common.by import By
+
     return driver.find_element(By.CSS_SELECTOR, selector)
 
 
@@ -183,13 +189,16 @@ def wait_for_download(folder: Path) -> Path:
         if path.is_file() and not list(folder.glob("*.crdownload")):
             return path
         time.sleep(0.05)
-    raise AssertionError(f"no feedback.json downloaded within {DOWNLOAD_WAIT_S} s; the folder has "
-                         f"{sorted(p.name for p in folder.iterdir())}")
+    raise AssertionError(
+        f"no feedback.json downloaded within {DOWNLOAD_WAIT_S} s; the folder has "
+        f"{sorted(p.name for p in folder.iterdir())}"
+    )
 
 
 def status_text(driver, selector: str) -> str:
     """The text of a status line that the page fills in asynchronously (a file is read in the background)."""
     from selenium.webdriver.support.ui import WebDriverWait
+
     return WebDriverWait(driver, 5).until(lambda d: by_css(d, selector).text.strip())
 
 
@@ -230,7 +239,9 @@ def test_an_invalid_form_says_why_next_to_the_question_and_saves_nothing(opened,
     first_in_view = opened.execute_script(
         "const r = document.getElementById(arguments[0]).getBoundingClientRect();"
         "return r.top >= 0 && r.bottom <= window.innerHeight "
-        "&& document.activeElement.closest('.question').id === arguments[0];", f"q-{empty.id}")
+        "&& document.activeElement.closest('.question').id === arguments[0];",
+        f"q-{empty.id}",
+    )
     assert first_in_view, "the first question with a problem is scrolled into view and focused"
     time.sleep(NO_DOWNLOAD_WAIT_S)
     assert list(downloads.iterdir()) == [], "an invalid form was saved"
@@ -244,7 +255,7 @@ def test_an_invalid_form_says_why_next_to_the_question_and_saves_nothing(opened,
 def test_a_saved_file_loads_back_into_the_controls(opened, form, downloads, tmp_path):
     answers = valid_answers(form)
     saved = tmp_path / "earlier" / "feedback.json"
-    save_answers(saved, form, answers)                 # as the terminal form writes it
+    save_answers(saved, form, answers)  # as the terminal form writes it
     by_css(opened, "#load-file").send_keys(str(saved))
     assert "Loaded feedback.json" in status_text(opened, "#load-status")
     first = form.questions[0]
@@ -253,11 +264,14 @@ def test_a_saved_file_loads_back_into_the_controls(opened, form, downloads, tmp_
     assert load_answers(wait_for_download(downloads), form) == answers
 
 
-@pytest.mark.parametrize("content, message", [
-    ('{"schema_version": 1, "answers": {"finished": "yes"', "not a readable answer file"),
-    ('[1, 2]', 'has no "answers"'),
-    (None, "form version 999"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"schema_version": 1, "answers": {"finished": "yes"', "not a readable answer file"),
+        ("[1, 2]", 'has no "answers"'),
+        (None, "form version 999"),
+    ],
+)
 def test_a_file_that_cannot_be_loaded_is_reported_and_changes_nothing(opened, form, tmp_path, content, message):
     path = tmp_path / "feedback.json"
     if content is None:
@@ -272,9 +286,10 @@ def test_a_file_that_cannot_be_loaded_is_reported_and_changes_nothing(opened, fo
 
 def test_a_draft_survives_closing_the_tab(opened, form, page):
     from selenium.webdriver.common.keys import Keys
+
     scale = next(q for q in form.questions if q.type == "scale")
     text = next(q for q in form.questions if q.type == "text")
-    by_css(opened, f'input[name="{scale.id}"][value="1"]').send_keys(Keys.SPACE)      # no mouse needed
+    by_css(opened, f'input[name="{scale.id}"][value="1"]').send_keys(Keys.SPACE)  # no mouse needed
     by_css(opened, f'input[name="{scale.id}"][value="1"]').send_keys(Keys.ARROW_RIGHT)
     by_css(opened, f"#input-{text.id}").send_keys("half an answer")
     opened.get("about:blank")
@@ -287,13 +302,36 @@ def test_a_draft_survives_closing_the_tab(opened, form, page):
 
 def test_the_page_checks_a_value_as_question_check_does(opened, form):
     schema = feedback_html.form_schema(form)["questions"]
-    samples = [None, True, 0, 1, 3, 5, 6, -1, 2.5, 200, 201, "", "   ", "\u3000", "\x1c", "\ufeff", "x", "no",
-               [], ["x"], "a" * 4001]
+    samples = [
+        None,
+        True,
+        0,
+        1,
+        3,
+        5,
+        6,
+        -1,
+        2.5,
+        200,
+        201,
+        "",
+        "   ",
+        "\u3000",
+        "\x1c",
+        "\ufeff",
+        "x",
+        "no",
+        [],
+        ["x"],
+        "a" * 4001,
+    ]
     for q in form.questions:
         samples += list(q.choices) + [list(q.choices[:1]), list(q.choices[:2]), [q.choices[0]] * 2] if q.choices else []
     verdicts = opened.execute_script(
         "return arguments[0].map(q => arguments[1].map(v => window.feedbackForm.checkValue(q, v) === null));",
-        schema, samples)
+        schema,
+        samples,
+    )
     for q, row in zip(form.questions, verdicts):
         for value, page_accepts in zip(samples, row):
             assert page_accepts == (q.check(value) is None), (q.id, value)

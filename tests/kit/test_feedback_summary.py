@@ -41,8 +41,13 @@ def answers_for(form, i: int) -> dict:
 
 
 def answer_file(form, answers: dict, version: int | None = None) -> str:
-    return json.dumps({"schema_version": form.schema_version if version is None else version, "answers": answers,
-                       "updated": "2025-01-01T00:00:00+00:00"})
+    return json.dumps(
+        {
+            "schema_version": form.schema_version if version is None else version,
+            "answers": answers,
+            "updated": "2025-01-01T00:00:00+00:00",
+        }
+    )
 
 
 def put(path, text: str):
@@ -56,8 +61,16 @@ def klass(tmp_path):
     """SUBMISSIONS_DIR with every kind of answer file, and the answers that should count."""
     form, root = load_form(), tmp_path / "submissions"
     counted = []  # the valid answers each readable file contributes
-    for i, where in enumerate(["s01/feedback.json", "s02/deep/er/feedback.json", "s03/feedback.json",
-                               "s04/starter/feedback.json", "s05/feedback.json"], start=1):
+    for i, where in enumerate(
+        [
+            "s01/feedback.json",
+            "s02/deep/er/feedback.json",
+            "s03/feedback.json",
+            "s04/starter/feedback.json",
+            "s05/feedback.json",
+        ],
+        start=1,
+    ):
         answers = answers_for(form, i)
         if i == 3:
             answers["what_to_add"] = SCRIPT
@@ -97,8 +110,10 @@ def fake_grades(root, registry, marks: dict[str, dict[str, float]]):
         for task_id, got in per_task.items():
             task = registry.task(task_id)
             top = task.points.total
-            tests = [ScoredTest(f"{task_id} check {k}", got / 3, top / 3, got == top, "", [task_id, "correctness"])
-                     for k in range(3)]
+            tests = [
+                ScoredTest(f"{task_id} check {k}", got / 3, top / 3, got == top, "", [task_id, "correctness"])
+                for k in range(3)
+            ]
             scores.append(TaskScore(task, "ran", "", got, 0.0, tests, passed=3, total=3))
         write_all(SubmissionScore(student, scores, [], 1.0, {"isolation": "process"}), registry, root / student)
 
@@ -108,8 +123,12 @@ def test_summary_counts_aggregates_names_bad_files_and_joins_grades(klass, tmp_p
     registry = load_registry()
     grades, out = tmp_path / "grades", tmp_path / "summary"
     t1_top, t2_top = registry.task("t1").points.total, registry.task("t2").points.total
-    marks = {"s01": {"t1": t1_top, "t2": t2_top / 2}, "s02": {"t1": 0.4 * t1_top}, "s03": {"t1": 0.7 * t1_top},
-             "no_feedback": {"t1": 0.1 * t1_top}}
+    marks = {
+        "s01": {"t1": t1_top, "t2": t2_top / 2},
+        "s02": {"t1": 0.4 * t1_top},
+        "s03": {"t1": 0.7 * t1_top},
+        "no_feedback": {"t1": 0.1 * t1_top},
+    }
     fake_grades(grades, registry, marks)
     (grades / "lost").mkdir()  # a grading output without results.json: a warning, not a crash
 
@@ -137,8 +156,9 @@ def test_summary_counts_aggregates_names_bad_files_and_joins_grades(klass, tmp_p
     hours_t1 = [2.5 * i + 2 for i in range(1, 7)] + [7]  # k = 2: hours_t1 is the form's third question
     assert form.questions[2].id == "hours_t1"
     assert summary["questions"]["hours_t1"]["mean"] == pytest.approx(statistics.fmean(hours_t1))
-    assert summary["questions"]["ai_tools"]["counts"][form.question("ai_tools").choices[0]] == \
-        sum(form.question("ai_tools").choices[0] in a["ai_tools"] for a in counted if "ai_tools" in a)
+    assert summary["questions"]["ai_tools"]["counts"][form.question("ai_tools").choices[0]] == sum(
+        form.question("ai_tools").choices[0] in a["ai_tools"] for a in counted if "ai_tools" in a
+    )
 
     # Each bad file is named, by student and file, with its reason: in summary.json, on stderr and on the page.
     problems = {p["student"]: p for p in summary["problems"]}
@@ -168,8 +188,10 @@ def test_summary_counts_aggregates_names_bad_files_and_joins_grades(klass, tmp_p
 
     # The plots: valid PNG files beside the page, and the same images embedded in it.
     scale_ids = [q.id for q in form.questions if q.type == "scale"]
-    assert sorted(summary["figures"]) == sorted([f"figures/scale_{q}.png" for q in scale_ids]
-                                                 + ["figures/per_task_hours.png", "figures/difficulty_vs_score.png"])
+    assert sorted(summary["figures"]) == sorted(
+        [f"figures/scale_{q}.png" for q in scale_ids]
+        + ["figures/per_task_hours.png", "figures/difficulty_vs_score.png"]
+    )
     for name in summary["figures"]:
         data = (out / name).read_bytes()
         assert data.startswith(PNG_SIGNATURE) and data[12:16] == b"IHDR" and len(data) > 1000, name
@@ -219,18 +241,22 @@ def test_nothing_to_summarise_exits_2_with_a_message(tmp_path, capsys):
 
 def test_questions_name_their_task():
     form, registry = load_form(), load_registry()
-    assert {q.id: q.task for q in form.questions if q.id.startswith("hours_")} == \
-        {f"hours_{t.id}": t.id for t in registry.tasks}
+    assert {q.id: q.task for q in form.questions if q.id.startswith("hours_")} == {
+        f"hours_{t.id}": t.id for t in registry.tasks
+    }
     assert form.question("difficulty_python_attention").task == "t1"
     assert form.question("difficulty_cuda_gemm").task == "t3"
     assert form.question("finished").task is None
 
 
-@pytest.mark.parametrize("entry, message", [
-    ('id = "a"\ntext = "x"\ntype = "scale"\ntask = "t99"\nrequired = true', "task must be one of the registry"),
-    ('id = "a"\ntext = "x"\ntype = "scale"\ntask = 1\nrequired = true', "task must be one of the registry"),
-    ('id = "a"\ntext = "x"\ntype = "number"\nper_task = true\ntask = "t1"\nrequired = true', "per_task"),
-])
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ('id = "a"\ntext = "x"\ntype = "scale"\ntask = "t99"\nrequired = true', "task must be one of the registry"),
+        ('id = "a"\ntext = "x"\ntype = "scale"\ntask = 1\nrequired = true', "task must be one of the registry"),
+        ('id = "a"\ntext = "x"\ntype = "number"\nper_task = true\ntask = "t1"\nrequired = true', "per_task"),
+    ],
+)
 def test_a_bad_task_field_names_the_question(tmp_path, entry, message):
     path = tmp_path / "feedback.toml"
     path.write_text(f"schema_version = 1\n\n[[question]]\n{entry}\n")

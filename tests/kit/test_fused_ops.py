@@ -21,10 +21,12 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.fixture
 def unfused(monkeypatch):
     """Call an op through its PyTorch definition."""
+
     def run(fn, *args):
         with monkeypatch.context() as m:
             m.setattr(fused_ops, "library", lambda: None)
             return fn(*args)
+
     return run
 
 
@@ -77,6 +79,7 @@ def test_rope_split_rotates_q_and_k_and_splits_the_heads(B, T, H, H_kv, d, unfus
 def _tables(d: int, length: int):
     class Config:  # what rope_tables reads of a model config
         head_dim, rope_theta, rope_scaling = d, 10000.0, None
+
     return rope_tables(Config, length)
 
 
@@ -104,7 +107,7 @@ def test_the_model_with_fused_ops_gives_the_logits_of_the_pytorch_ops(unfused):
 def test_gemv_for_one_token_matches_f_linear_and_is_repeatable(N, K, bias):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.manual_seed(4)
-    w = torch.randn(N, K, device="cuda") / K ** 0.5
+    w = torch.randn(N, K, device="cuda") / K**0.5
     b = torch.randn(N, device="cuda") if bias else None
     x = torch.randn(1, 1, K, device="cuda")
     with torch.no_grad():
@@ -113,4 +116,3 @@ def test_gemv_for_one_token_matches_f_linear_and_is_repeatable(N, K, bias):
         assert torch.equal(fused_ops.linear(x, w, b), got), "the same call twice must give the same bits"
         two_rows = torch.randn(2, K, device="cuda")
         assert torch.equal(fused_ops.linear(two_rows, w, b), F.linear(two_rows, w, b))  # more rows: cuBLAS
-

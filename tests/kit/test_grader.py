@@ -31,7 +31,9 @@ def test_solutions_score_full_and_starter_zero_via_make_grade(tmp_path):
         out = tmp_path / impl
         proc = subprocess.run(
             ["make", "-s", "grade", f"SUBMISSION={impl}", f"OUT={out}", f"PY={sys.executable}", "TASKS=t1"],
-            cwd=REPO, capture_output=True, text=True,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
         )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         results = json.loads((out / "results.json").read_text())
@@ -62,8 +64,12 @@ def test_points_are_shared_over_the_checks_the_checker_collected():
     from grader.grade.scoring import score_task
 
     collected = ["a::test_x[1]", "a::test_x[2]", "a::test_y", "a::test_z"]
-    reported = [TestOutcome("a::test_x[1]", "passed"), TestOutcome("a::test_y", "passed"),
-                TestOutcome("a::test_z", "passed"), TestOutcome("a::test_forged", "passed")]
+    reported = [
+        TestOutcome("a::test_x[1]", "passed"),
+        TestOutcome("a::test_y", "passed"),
+        TestOutcome("a::test_z", "passed"),
+        TestOutcome("a::test_forged", "passed"),
+    ]
     tests, extra = reconcile(collected, reported)
     assert [t.nodeid for t in tests] == collected and extra == ["a::test_forged"]
     assert tests[1].outcome == "failed" and tests[1].check["kind"] == "crash"
@@ -76,10 +82,10 @@ def test_wrong_answer_shows_the_kind_and_size_but_nothing_hidden(tmp_path):
     solution = (REPO / "solutions" / "t1_attention.py").read_text()
     sub = tmp_path / "submission"
     sub.mkdir()
-    (sub / "t1_attention.py").write_text(solution.replace("out = (p @ vf) / torch.where",
-                                                          "out = 1.01 * (p @ vf) / torch.where"))
-    result = grade_submission(sub, tmp_path / "out", replace(CPU_TASKS, select="(naive or flash) and case0"),
-                              log=quiet)
+    (sub / "t1_attention.py").write_text(
+        solution.replace("out = (p @ vf) / torch.where", "out = 1.01 * (p @ vf) / torch.where")
+    )
+    result = grade_submission(sub, tmp_path / "out", replace(CPU_TASKS, select="(naive or flash) and case0"), log=quiet)
     (task,) = result.tasks
     assert 0 < task.score < 10, "only the naive checks should fail"
     results = json.loads((tmp_path / "out" / "results.json").read_text())
@@ -109,14 +115,43 @@ def test_unreadable_submission_still_gets_results_and_exit_2(tmp_path):
     bad = tmp_path / "bob.zip"
     bad.write_bytes(b"PK\x03\x04" + b"\0" * 100)
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "grader.grade.grade", str(bad), "--out", str(out), "--task", "t1",
-                           "--skip-preflight", "--allow-weak-isolation"], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grader.grade.grade",
+            str(bad),
+            "--out",
+            str(out),
+            "--task",
+            "t1",
+            "--skip-preflight",
+            "--allow-weak-isolation",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "not a readable zip" in proc.stderr or "neither a folder nor" in proc.stderr
     results = json.loads((out / "results.json").read_text())
     assert results["score"] == 0 and "bob.zip" in results["output"]
-    missing = subprocess.run([sys.executable, "-m", "grader.grade.grade", str(tmp_path / "nope"), "--out", str(out),
-                              "--task", "t1", "--skip-preflight"], cwd=REPO, capture_output=True, text=True)
+    missing = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grader.grade.grade",
+            str(tmp_path / "nope"),
+            "--out",
+            str(out),
+            "--task",
+            "t1",
+            "--skip-preflight",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert missing.returncode == 2 and "does not exist" in missing.stderr
 
 
@@ -133,8 +168,12 @@ def test_csv_cells_are_never_formulas(tmp_path):
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this host has a GPU")
 def test_preflight_refuses_gpu_tasks_on_a_host_without_a_gpu(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "grader.grade.grade", "solutions", "--out", str(tmp_path),
-                           "--task", "t2"], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "grader.grade.grade", "solutions", "--out", str(tmp_path), "--task", "t2"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 3 and "need a CUDA GPU" in proc.stderr, proc.stderr
 
 
@@ -161,8 +200,11 @@ def test_a_check_that_did_not_run_is_not_run_everywhere_never_zero_or_passed(tmp
     t6, t2 = registry.task("t6"), registry.task("t2")
     skipped = "needs a CUDA GPU: torch.cuda.is_available() is False here"
     timing = [TestOutcome(f"a::test_timing[rule{i}]", "skipped", skipped, is_perf=True) for i in range(len(t6.timing))]
-    run = TaskRun("t6", "ran", tests=[TestOutcome("a::test_cache", "passed"),
-                                      TestOutcome("a::test_values", "skipped", skipped), *timing])
+    run = TaskRun(
+        "t6",
+        "ran",
+        tests=[TestOutcome("a::test_cache", "passed"), TestOutcome("a::test_values", "skipped", skipped), *timing],
+    )
     partly = score_task(t6, run)
     share = t6.points.correctness / 2  # every collected check keeps its share, run here or not
     assert partly.score == pytest.approx(share) and partly.not_run == pytest.approx(share + t6.points.performance)
@@ -191,9 +233,21 @@ def test_the_theory_answers_are_gradable_alone_with_make_grade(tmp_path):
     sub.mkdir()
     (sub / registry.theory.answers_file).write_text(reference_answers("s7654321", registry))
     out = tmp_path / "out"
-    proc = subprocess.run(["make", "-s", "grade", f"SUBMISSION={sub}", f"OUT={out}", f"PY={sys.executable}",
-                           "TASKS=theory", "GRADE_FLAGS=--allow-weak-isolation"], cwd=REPO, capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        [
+            "make",
+            "-s",
+            "grade",
+            f"SUBMISSION={sub}",
+            f"OUT={out}",
+            f"PY={sys.executable}",
+            "TASKS=theory",
+            "GRADE_FLAGS=--allow-weak-isolation",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = json.loads((out / "results.json").read_text())
     assert results["tests"] and all("theory" in t["tags"] for t in results["tests"])

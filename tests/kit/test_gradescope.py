@@ -40,14 +40,32 @@ def unpacked(tmp_path_factory):
 
 def test_the_zip_carries_the_scripts_and_only_the_kit_the_grader_needs(unpacked):
     archive, names, modes, _ = unpacked
-    assert {"setup.sh", "run_autograder", "requirements.txt", "requirements-torch.txt", "gradescope.json",
-            "pyproject.toml"} <= set(names)
+    assert {
+        "setup.sh",
+        "run_autograder",
+        "requirements.txt",
+        "requirements-torch.txt",
+        "gradescope.json",
+        "pyproject.toml",
+    } <= set(names)
     assert modes["run_autograder"] & stat.S_IXUSR and modes["setup.sh"] & stat.S_IXUSR
     assert any(n.startswith("grader/hidden/test_t1") for n in names) and "assignment/tasks.toml" in names
     assert any(n.startswith("assignment/model/checkpoints/") for n in names)  # t7 greedy-decodes the shipped model
     for name in names:
-        assert not name.startswith(("solutions/", "starter/", "tests/", "build/", "dist/", ".venv/", ".kit_cache/",
-                                    "grader/records/", "grader/scripts/", "assignment/text/")), name
+        assert not name.startswith(
+            (
+                "solutions/",
+                "starter/",
+                "tests/",
+                "build/",
+                "dist/",
+                ".venv/",
+                ".kit_cache/",
+                "grader/records/",
+                "grader/scripts/",
+                "assignment/text/",
+            )
+        ), name
         assert "__pycache__" not in name and not name.endswith(".pyc"), name
     assert archive.stat().st_size < 20 * 2**20
     info = json.loads(zipfile.ZipFile(archive).read("gradescope.json"))
@@ -60,8 +78,13 @@ def test_setup_installs_python_bubblewrap_and_the_pinned_cpu_torch(unpacked, tmp
     root = tmp_path / "autograder"
     root.mkdir()
     (root / "source").symlink_to(source)
-    proc = subprocess.run(["bash", str(source / "setup.sh")], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "AUTOGRADER_ROOT": str(root), "KIT_SETUP_DRY_RUN": "1"})
+    proc = subprocess.run(
+        ["bash", str(source / "setup.sh")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "AUTOGRADER_ROOT": str(root), "KIT_SETUP_DRY_RUN": "1"},
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert any("apt-get install" in line and "bubblewrap" in line and "python3-venv" in line for line in lines)
@@ -76,11 +99,18 @@ def run_autograder(source: Path, root: Path, files: dict[str, bytes], sid: str |
     for name, data in files.items():
         (root / "submission" / name).write_bytes(data)
     if sid:
-        (root / "submission_metadata.json").write_text(json.dumps({"id": 1, "users": [
-            {"email": "a@example.edu", "name": "A Student", "sid": sid}]}))
+        (root / "submission_metadata.json").write_text(
+            json.dumps({"id": 1, "users": [{"email": "a@example.edu", "name": "A Student", "sid": sid}]})
+        )
     (root / "source").symlink_to(source)
-    proc = subprocess.run([str(source / "run_autograder")], capture_output=True, text=True, timeout=300, cwd=root,
-                          env={**os.environ, "AUTOGRADER_ROOT": str(root), "KIT_PYTHON": sys.executable})
+    proc = subprocess.run(
+        [str(source / "run_autograder")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+        env={**os.environ, "AUTOGRADER_ROOT": str(root), "KIT_PYTHON": sys.executable},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = json.loads((root / "results" / "results.json").read_text())
     assert "gradescope: wrote" in proc.stdout, proc.stdout + proc.stderr
@@ -162,19 +192,29 @@ def test_leaderboard_entries_are_the_opted_in_figures_of_fully_correct_tasks():
     def graded(alias: str | None, t4_correct: bool = True) -> SubmissionScore:
         def run(task, field, value, correct=True):
             rule = task.timing[1]
-            return TaskRun(task.id, "ran", tests=[
-                TestOutcome("values", "passed" if correct else "failed"),
-                TestOutcome("timing[rule1]", "passed", is_perf=True, timing={"rule": rule.name, "value": 1.0,
-                                                                             field: value})])
+            return TaskRun(
+                task.id,
+                "ran",
+                tests=[
+                    TestOutcome("values", "passed" if correct else "failed"),
+                    TestOutcome(
+                        "timing[rule1]", "passed", is_perf=True, timing={"rule": rule.name, "value": 1.0, field: value}
+                    ),
+                ],
+            )
+
         tasks = [score_task(t4, run(t4, tflops.field, 41.257, t4_correct)), score_task(t6, run(t6, tbt.field, 2.5))]
         return SubmissionScore("s", tasks, [], 0.0, {"leaderboard": alias})
 
     entries = gradescope_results(graded("Speedy"))["leaderboard"]
-    assert entries == [{"name": "t4 FlashAttention (TFLOP/s)", "value": 41.257, "order": "desc"},
-                       {"name": "t6 time between tokens (ms)", "value": 2.5, "order": "asc"}]
+    assert entries == [
+        {"name": "t4 FlashAttention (TFLOP/s)", "value": 41.257, "order": "desc"},
+        {"name": "t6 time between tokens (ms)", "value": 2.5, "order": "asc"},
+    ]
     assert "leaderboard" not in gradescope_results(graded(None))  # not opted in
-    assert [e["name"] for e in gradescope_results(graded("x", t4_correct=False))["leaderboard"]] == \
-        ["t6 time between tokens (ms)"]  # a figure shows only behind a fully correct task
+    assert [e["name"] for e in gradescope_results(graded("x", t4_correct=False))["leaderboard"]] == [
+        "t6 time between tokens (ms)"
+    ]  # a figure shows only behind a fully correct task
     assert leaderboard_alias(b"no\n") is None and leaderboard_alias(b"\n\n") == "anonymous"
     assert leaderboard_alias(b"  Ada  \nignored") == "Ada" and leaderboard_alias(None) is None
 

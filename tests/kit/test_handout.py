@@ -143,8 +143,16 @@ def test_model_chapter_reads_the_shipped_checkpoint_when_there_is_one(tmp_path, 
     from assignment.model.config import ModelConfig
     from assignment.model.llama import Transformer
 
-    config = ModelConfig(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True)
+    config = ModelConfig(
+        vocab_size=97,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        tie_word_embeddings=True,
+    )
     model = Transformer(config)
     save_checkpoint(model, tmp_path / "kit-tiny", dtype=torch.float32)
     monkeypatch.setattr(texts, "KIT_TINY", tmp_path / "kit-tiny")
@@ -229,7 +237,9 @@ def test_the_student_handout_states_the_targets_a_student_can_measure_and_not_th
     assert "The course grades on an NVIDIA H100 80GB HBM3" in html
     assert "Why these limits" not in html and "instructor's copy" not in html
     for task in registry.available:
-        assert task.grading.reasoning[:60] not in html, f"{task.id}: the time limits' reasoning is in the student handout"
+        assert task.grading.reasoning[:60] not in html, (
+            f"{task.id}: the time limits' reasoning is in the student handout"
+        )
 
 
 def test_the_instructor_handout_keeps_the_reasoning(tmp_path, registry):
@@ -324,7 +334,7 @@ def test_the_course_chapters_are_in_place_and_in_the_contents(html):
     front = ["points", "integrity", "prerequisites", "getting-started", "t1"]
     back = ["t7", "theory", "submitting", "debugging", "references"]
     for order in (listed, sections):
-        assert order[:len(front)] == front and order[-len(back):] == back, order
+        assert order[: len(front)] == front and order[-len(back) :] == back, order
     assert listed == sections
 
 
@@ -380,8 +390,12 @@ def test_hours_come_from_the_feedback_summary_once_enough_testers_answered(tmp_p
 
     from handout import hours
 
-    summary = {"questions": {"hours_t1": {"n": 5, "median": 6.5, "min": 2.0, "max": 14.0},
-                             "hours_t2": {"n": hours.MIN_ANSWERS - 1, "median": 30.0, "min": 1.0, "max": 40.0}}}
+    summary = {
+        "questions": {
+            "hours_t1": {"n": 5, "median": 6.5, "min": 2.0, "max": 14.0},
+            "hours_t2": {"n": hours.MIN_ANSWERS - 1, "median": 30.0, "min": 1.0, "max": 40.0},
+        }
+    }
     (tmp_path / "summary.json").write_text(json.dumps(summary))
     questions = hours.read_summary(tmp_path)  # the folder make feedback-summary writes, or the file itself
     assert questions == hours.read_summary(tmp_path / "summary.json")
@@ -431,8 +445,9 @@ def test_the_pdf_contents_show_the_page_each_entry_starts_on(printed, handout_ht
     pdf = printed[0]
     pages = toc_pages.named_destinations(pdf)
     assert pages["t1"] > pages["points"] >= 2 and pages["references"] == count_pages(pdf)
-    first = subprocess.run([pdftotext, "-layout", "-f", "1", "-l", "1", str(pdf), "-"],
-                           capture_output=True, text=True, check=True).stdout
+    first = subprocess.run(
+        [pdftotext, "-layout", "-f", "1", "-l", "1", str(pdf), "-"], capture_output=True, text=True, check=True
+    ).stdout
     lines = [line.split() for line in first.splitlines() if line.strip()]
     printed = {}
     for anchor in toc_pages.toc_targets(handout_html.read_text(encoding="utf-8")):

@@ -113,9 +113,9 @@ def test_every_internal_link_lands_on_an_element(browser):
 
 def test_the_contents_list_every_task_and_each_section_is_anchored_by_its_id(browser, registry):
     listed = browser.execute_script(
-        "return [...document.querySelectorAll('nav.toc a')].map(a => a.getAttribute('href').slice(1))")
-    sections = browser.execute_script(
-        "return [...document.querySelectorAll('section.task')].map(s => s.id)")
+        "return [...document.querySelectorAll('nav.toc a')].map(a => a.getAttribute('href').slice(1))"
+    )
+    sections = browser.execute_script("return [...document.querySelectorAll('section.task')].map(s => s.id)")
     assert sections == list(registry.ids)
     assert [anchor for anchor in listed if anchor in registry.ids] == list(registry.ids)
     for anchor in listed:  # every chapter of the contents is a section of the page
@@ -126,7 +126,8 @@ def test_every_image_loads(browser):
     images = browser.execute_script(IMAGES_JS)
     assert [image["src"] for image in images if not image["ok"]] == []
     figures = browser.execute_script(
-        "return [...document.querySelectorAll('figure svg')].map(s => s.getBoundingClientRect().width)")
+        "return [...document.querySelectorAll('figure svg')].map(s => s.getBoundingClientRect().width)"
+    )
     assert figures and min(figures) > 100, f"an inline figure is not laid out: widths {figures}"
 
 
@@ -143,8 +144,10 @@ def test_nothing_runs_past_the_text_column(browser, layout):
         if layout == "print":
             # The PDF's layout: print styles, and a window as wide as A4's text column.
             browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "print"})
-            browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
-                "width": PRINT_WIDTH, "height": 1100, "deviceScaleFactor": 1, "mobile": False})
+            browser.execute_cdp_cmd(
+                "Emulation.setDeviceMetricsOverride",
+                {"width": PRINT_WIDTH, "height": 1100, "deviceScaleFactor": 1, "mobile": False},
+            )
         problems = browser.execute_script(OVERFLOW_JS, SLACK_PX)
     finally:
         browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": ""})

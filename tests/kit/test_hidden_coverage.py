@@ -42,14 +42,22 @@ def test_t2_shapes_reach_every_path():
     reachable = {path(cols, vec) for cols in sweep for vec in (0, 1) if not vec or cols % 4 == 0}
     shapes = REGISTRY.task("t2").hidden.fixed
     reached = {path(s["cols"], int(s["cols"] % 4 == 0)) for s in shapes}
-    assert reachable <= reached, f"paths no hidden t2 shape reaches on {torch.cuda.get_device_name()}: " \
-                                 f"{sorted(reachable - reached)}"
+    assert reachable <= reached, (
+        f"paths no hidden t2 shape reaches on {torch.cuda.get_device_name()}: {sorted(reachable - reached)}"
+    )
 
 
 def test_t3_shapes_reach_every_tile_configuration_with_both_loaders():
     config = hook("t3_gemm.cu", "t3_gemm_config", (ctypes.c_int,) * 6)
-    reachable = {config(b, m, n, k, ta, tb) for b in (1, 4, 36, 70) for m in (64, 200, 772, 2048, 2047)
-                 for n in (40, 63, 64, 772, 769) for k in (36, 35) for ta in (0, 1) for tb in (0, 1)}
+    reachable = {
+        config(b, m, n, k, ta, tb)
+        for b in (1, 4, 36, 70)
+        for m in (64, 200, 772, 2048, 2047)
+        for n in (40, 63, 64, 772, 769)
+        for k in (36, 35)
+        for ta in (0, 1)
+        for tb in (0, 1)
+    }
     shapes = REGISTRY.task("t3").hidden.fixed
     reached = {config(s["batch"], s["M"], s["N"], s["K"], ta, tb) for s in shapes for ta in (0, 1) for tb in (0, 1)}
     assert reachable <= reached, f"configurations no hidden t3 shape reaches: {sorted(reachable - reached)}"
@@ -58,8 +66,14 @@ def test_t3_shapes_reach_every_tile_configuration_with_both_loaders():
 
 def test_t4_and_t5_shapes_reach_every_kernel_configuration():
     config = hook("t4_flash_attention.cu", "t4_flash_attention_config", (ctypes.c_int,) * 5)
-    reachable = {config(b, h, lq, d, causal) for b in (1, 8, 64) for h in (1, 8, 16) for lq in (1, 777, 1500, 4096)
-                 for d in (32, 64, 128) for causal in (0, 1)}
+    reachable = {
+        config(b, h, lq, d, causal)
+        for b in (1, 8, 64)
+        for h in (1, 8, 16)
+        for lq in (1, 777, 1500, 4096)
+        for d in (32, 64, 128)
+        for causal in (0, 1)
+    }
     reached = set()
     for task_id, causal in (("t4", 0), ("t5", 1)):
         for s in REGISTRY.task(task_id).hidden.fixed:

@@ -33,14 +33,14 @@ def test_records_hold_no_code():
 # run by hand; `grader` alone is the package's (empty) __init__.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("grader.scripts", "grader.notes"),
-    ("grader.tools",),                    # instructor tools that exercise the grader
+    ("grader.tools",),  # instructor tools that exercise the grader
     ("grader.classroom", "grader.release"),  # a class; the student bundle
-    ("handout",),                         # the handout (its facts read grader.grade.config's defaults)
-    ("grader.grade",),                    # one submission
-    ("grader.hidden",),                   # the hidden suites the checker runs
-    ("grader.isolation",),                # the sandboxed worker and what a student is told (the starter's stubs)
-    ("grader.authoring",),                # the starter generator, the shipped model's corpus, training and card
-    ("assignment",),                      # what students get, and what everything runs on
+    ("handout",),  # the handout (its facts read grader.grade.config's defaults)
+    ("grader.grade",),  # one submission
+    ("grader.hidden",),  # the hidden suites the checker runs
+    ("grader.isolation",),  # the sandboxed worker and what a student is told (the starter's stubs)
+    ("grader.authoring",),  # the starter generator, the shipped model's corpus, training and card
+    ("assignment",),  # what students get, and what everything runs on
     ("grader",),
 )
 SCANNED = ("assignment", "grader", "handout")
@@ -51,8 +51,9 @@ def _package_of(name: str) -> tuple[int, str] | None:
     best = None
     for index, packages in enumerate(LAYERS):
         for package in packages:
-            if (name == package or (name.startswith(package + ".") and package != "grader")) and \
-                    (best is None or len(package) > len(best[1])):
+            if (name == package or (name.startswith(package + ".") and package != "grader")) and (
+                best is None or len(package) > len(best[1])
+            ):
                 best = (index, package)
     return best
 
@@ -74,7 +75,7 @@ def _imports(source: str, module: str, is_package: bool = False) -> list[tuple[i
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
             found.extend((node.lineno, f"{base}.{alias.name}") for alias in node.names)
     return found
 
@@ -95,15 +96,20 @@ def test_imports_flow_down_the_layers():
             if target[0] <= home[0]:
                 upward.append(f"{path.relative_to(REPO)}:{line} imports {name} ({home[1]} may not use {target[1]})")
     assert not unplaced, f"modules in no layer (place their package in LAYERS): {unplaced}"
-    assert not upward, "imports against the layers (top down: " + " > ".join("/".join(p) for p in LAYERS) + "):\n" + \
-        "\n".join(upward)
+    assert not upward, (
+        "imports against the layers (top down: " + " > ".join("/".join(p) for p in LAYERS) + "):\n" + "\n".join(upward)
+    )
 
 
 def test_the_layer_check_sees_every_kind_of_import():
-    source = ("from grader.classroom import batch\nimport grader.tools.demo\n\n"
-              "def f():\n    from ..classroom import ledger\n")
+    source = (
+        "from grader.classroom import batch\nimport grader.tools.demo\n\ndef f():\n    from ..classroom import ledger\n"
+    )
     assert _imports(source, "grader.grade.probe") == [
-        (1, "grader.classroom.batch"), (2, "grader.tools.demo"), (5, "grader.classroom.ledger")]
+        (1, "grader.classroom.batch"),
+        (2, "grader.tools.demo"),
+        (5, "grader.classroom.ledger"),
+    ]
     assert _imports("from . import seeds\n", "grader.grade", is_package=True) == [(1, "grader.grade.seeds")]
     assert _package_of("grader.grade.seeds") == (LAYERS.index(("grader.grade",)), "grader.grade")
     assert _package_of("grader.seeds") is None and _package_of("torch.nn") is None

@@ -104,7 +104,7 @@ def test_timed_generations_agree_and_time_every_step(tiny):
     assert (naive.first_logits - cached.first_logits).abs().max().item() <= 1e-5
     with torch.no_grad():  # the greedy tokens are the argmax of the full pass over the sequence so far
         sequence = torch.cat([prompt, torch.tensor([naive.tokens])], dim=1)
-        expected = tiny(sequence).argmax(-1)[0, PROMPT - 1:-1].tolist()
+        expected = tiny(sequence).argmax(-1)[0, PROMPT - 1 : -1].tolist()
     assert naive.tokens == expected
 
 
@@ -122,27 +122,52 @@ def test_transformers_generate_is_timed_per_token_and_agrees(tiny):
 
 
 def generation(ttft, intervals, tokens, logits):
-    return Generation(tokens=tokens, first_logits=torch.tensor([logits]), ttft_ms=ttft, ttft_reps_ms=[ttft],
-                      intervals_ms=intervals)
+    return Generation(
+        tokens=tokens, first_logits=torch.tensor([logits]), ttft_ms=ttft, ttft_reps_ms=[ttft], intervals_ms=intervals
+    )
 
 
 def fake_report():
     config = preset_config("llama-3.2-1b")
-    runs = {"naive": generation(40.0, [20.0, 22.0, 21.0], [5, 6, 7, 8], [1.0, 2.0, 3.0]),
-            "student": "NotImplementedError: TODO(t6) not implemented",
-            "reference": generation(10.0, [2.0, 2.2, 2.1], [5, 6, 7, 8], [1.0, 2.0, 3.0 + 1e-4]),
-            "transformers": generation(50.0, [25.0, 21.0, 23.0], [5, 6, 9, 8], [1.0, 2.5, 3.0])}
+    runs = {
+        "naive": generation(40.0, [20.0, 22.0, 21.0], [5, 6, 7, 8], [1.0, 2.0, 3.0]),
+        "student": "NotImplementedError: TODO(t6) not implemented",
+        "reference": generation(10.0, [2.0, 2.2, 2.1], [5, 6, 7, 8], [1.0, 2.0, 3.0 + 1e-4]),
+        "transformers": generation(50.0, [25.0, 21.0, 23.0], [5, 6, 9, 8], [1.0, 2.5, 3.0]),
+    }
     entry = model_bench.summarize_prompt(128, 129, runs, config, 3000.0)
-    sweep = [{"path": path, "prompt": p, "context": p + 8, "tbt_ms": ms * (1 + p / 4096), "ttft_ms": 1.0,
-              "roofline_tbt_ms": model_bench.roofline_tbt_ms(config, p + 8, 3000.0)}
-             for path, ms in (("naive", 20.0), ("reference", 2.1), ("transformers", 23.0)) for p in (128, 512, 1024)]
+    sweep = [
+        {
+            "path": path,
+            "prompt": p,
+            "context": p + 8,
+            "tbt_ms": ms * (1 + p / 4096),
+            "ttft_ms": 1.0,
+            "roofline_tbt_ms": model_bench.roofline_tbt_ms(config, p + 8, 3000.0),
+        }
+        for path, ms in (("naive", 20.0), ("reference", 2.1), ("transformers", 23.0))
+        for p in (128, 512, 1024)
+    ]
     sweep.append({"path": "reference", "prompt": 4096, "skipped": "OutOfMemoryError: CUDA out of memory"})
-    return {"preset": "llama-3.2-1b", "batch": 1, "parameters": model_bench.parameter_count(config),
-            "weight_bytes": 4 * model_bench.parameter_count(config), "kv_bytes_per_token": 65536,
-            "copy_gbps": 3000.0, "new_tokens": 4, "gpu_name": "NVIDIA H100 80GB HBM3",
-            "paths": {"naive": {"label": "naive (no cache)"}, "reference": {"label": "reference (t6), CUDA graph"},
-                      "student": {"label": "student"}, "transformers": {"label": "transformers (sdpa)"}},
-            "prompts": [entry], "sweep": sweep, "notes": ["student: timed eagerly"]}
+    return {
+        "preset": "llama-3.2-1b",
+        "batch": 1,
+        "parameters": model_bench.parameter_count(config),
+        "weight_bytes": 4 * model_bench.parameter_count(config),
+        "kv_bytes_per_token": 65536,
+        "copy_gbps": 3000.0,
+        "new_tokens": 4,
+        "gpu_name": "NVIDIA H100 80GB HBM3",
+        "paths": {
+            "naive": {"label": "naive (no cache)"},
+            "reference": {"label": "reference (t6), CUDA graph"},
+            "student": {"label": "student"},
+            "transformers": {"label": "transformers (sdpa)"},
+        },
+        "prompts": [entry],
+        "sweep": sweep,
+        "notes": ["student: timed eagerly"],
+    }
 
 
 def test_speedups_roofline_and_agreement_of_a_prompt():
@@ -167,8 +192,11 @@ def test_speedups_roofline_and_agreement_of_a_prompt():
 def test_the_table_reads_well():
     text = model_bench.format_report(fake_report())
     assert "1,235,814,400 parameters" in text and "3000 GB/s" in text
-    lines = {line.split("  ")[1].strip(): line for line in text.splitlines() if line.startswith("  ") and
-             not line.strip().startswith(("path", "note"))}
+    lines = {
+        line.split("  ")[1].strip(): line
+        for line in text.splitlines()
+        if line.startswith("  ") and not line.strip().startswith(("path", "note"))
+    }
     assert "reference (t6), CUDA graph" in lines and "naive (no cache)" in lines
     reference = lines["reference (t6), CUDA graph"]
     for figure in ("10.00", "4.00x", "2.100", "10.00x", "10.95x", "476.2", "1.0e-04", "4/4"):
@@ -200,9 +228,15 @@ def test_plot_only_reprints_a_saved_report(tmp_path, capsys):
 # --------------------------------------------------------------------------- the bench's flags, the profiler
 
 
-@pytest.mark.parametrize("argv", [["--task", "t4", "--model-only"], ["--task", "t5", "--no-model"],
-                                  ["--task", "t6", "--model-only", "--no-model"], ["--task", "t6", "--splits",
-                                                                                   "--model-only"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--task", "t4", "--model-only"],
+        ["--task", "t5", "--no-model"],
+        ["--task", "t6", "--model-only", "--no-model"],
+        ["--task", "t6", "--splits", "--model-only"],
+    ],
+)
 def test_bench_refuses_model_flags_out_of_place(argv, capsys):
     from assignment.perf import bench
 
@@ -222,25 +256,31 @@ def test_profile_t6_reports_both_kernels_of_a_decode_launch():
     assert command[command.index("--launch-count") + 1] == "2"
     assert "dram__throughput.avg.pct_of_peak_sustained_elapsed" in command[command.index("--metrics") + 1]
     assert profile.ncu_command("ncu", "t4", ".")[command.index("--launch-count") + 1] == "1"
-    header = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Section Name",'
-              '"Metric Name","Metric Unit","Metric Value"')
+    header = (
+        '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Section Name",'
+        '"Metric Name","Metric Unit","Metric Value"'
+    )
 
     def row(kernel_id, kernel, metric, unit, value):
         return f'"{kernel_id}","1","python","host","{kernel}","1","7","metrics","{metric}","{unit}","{value}"'
 
-    text = "\n".join([header,
-                      row(0, "decode_split", "gpu__time_duration.sum", "nsecond", "100,000"),
-                      row(0, "decode_split", "dram__bytes_read.sum", "byte", "268,435,456"),
-                      row(0, "decode_split", "dram__bytes_write.sum", "byte", "1,048,576"),
-                      row(1, "decode_combine", "gpu__time_duration.sum", "nsecond", "5,000"),
-                      row(1, "decode_combine", "dram__bytes_read.sum", "byte", "1,048,576"),
-                      row(1, "decode_combine", "dram__bytes_write.sum", "byte", "16,384")])
+    text = "\n".join(
+        [
+            header,
+            row(0, "decode_split", "gpu__time_duration.sum", "nsecond", "100,000"),
+            row(0, "decode_split", "dram__bytes_read.sum", "byte", "268,435,456"),
+            row(0, "decode_split", "dram__bytes_write.sum", "byte", "1,048,576"),
+            row(1, "decode_combine", "gpu__time_duration.sum", "nsecond", "5,000"),
+            row(1, "decode_combine", "dram__bytes_read.sum", "byte", "1,048,576"),
+            row(1, "decode_combine", "dram__bytes_write.sum", "byte", "16,384"),
+        ]
+    )
     kernels = profile.parse_ncu_csv_kernels(text)
     assert [k["_kernel"][0] for k in kernels] == ["decode_split", "decode_combine"]
     assert profile.parse_ncu_csv(text)["_kernel"][0] == "decode_split"  # one kernel, as t2-t5 read it
     report = profile.report("t6", kernels)
     assert "kernel 1 of 2: decode_split" in report and "kernel 2 of 2: decode_combine" in report
-    assert "0.105 ms" in report                                        # the two kernels' time together
+    assert "0.105 ms" in report  # the two kernels' time together
     assert f"{(268_435_456 + 2 * 1_048_576 + 16_384) / 2**20:,.1f} MiB" in report
     assert "GB/s" in report
 
@@ -250,8 +290,16 @@ def test_the_whole_model_table_runs_end_to_end_on_the_cpu(tmp_path, capsys):
     skipped with the reason, the sweep and the plots are made, and the report is JSON."""
     pytest.importorskip("transformers")
     pytest.importorskip("matplotlib")
-    settings = model_bench.Settings(prompts=(8, 12), new_tokens=4, ttft_reps=2, warmup_steps=1, sweep_prompts=(8, 16),
-                                    naive_sweep_prompts=(8,), sweep_steps=2, naive_sweep_steps=2)
+    settings = model_bench.Settings(
+        prompts=(8, 12),
+        new_tokens=4,
+        ttft_reps=2,
+        warmup_steps=1,
+        sweep_prompts=(8, 16),
+        naive_sweep_prompts=(8,),
+        sweep_steps=2,
+        naive_sweep_steps=2,
+    )
     report = model_bench.run(3000.0, out=tmp_path, settings=settings, preset="llama-tiny", device="cpu")
     json.dumps(report)
     assert [entry["prompt"] for entry in report["prompts"]] == [8, 12]
@@ -261,8 +309,11 @@ def test_the_whole_model_table_runs_end_to_end_on_the_cpu(tmp_path, capsys):
         assert "CUDA" in rows["student"]["skipped"] and "CUDA" in rows["reference"]["skipped"]
         assert rows["transformers"]["tokens_equal_naive"] == 4 and rows["transformers"]["agrees"]
         assert len(rows["naive"]["intervals_ms"]) == 3
-    assert {(p["path"], p["prompt"]) for p in report["sweep"]} == {("naive", 8), ("transformers", 8),
-                                                                   ("transformers", 16)}
+    assert {(p["path"], p["prompt"]) for p in report["sweep"]} == {
+        ("naive", 8),
+        ("transformers", 8),
+        ("transformers", 16),
+    }
     assert [Path(p).name for p in report["plots"]] == list(model_bench.PLOT_NAMES)
     out = capsys.readouterr().out
     assert "model, prompt 12 tokens" in out and "transformers (sdpa)" in out and "skipped: ValueError" in out

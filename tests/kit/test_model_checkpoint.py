@@ -14,12 +14,25 @@ from assignment.model.llama import Transformer, decode_one_token, prefill
 from assignment.model.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.kit
-CONFIG = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2,
-              num_key_value_heads=1, head_dim=32, bos_token_id=1, eos_token_id=[2])
-TEXT = ("The history of the world is long. Once upon a time there was a small model that learned to write. "
-        "Naïve café ☕ 🙂 — it read the same text again and again.\n") * 20
-TEMPLATE = ("{{ bos_token }}{% for m in messages %}{{ m['role'] | capitalize }}: {{ m['content'] }}\n{% endfor %}"
-            "{% if add_generation_prompt %}Assistant:{% endif %}")
+CONFIG = dict(
+    vocab_size=300,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=32,
+    bos_token_id=1,
+    eos_token_id=[2],
+)
+TEXT = (
+    "The history of the world is long. Once upon a time there was a small model that learned to write. "
+    "Naïve café ☕ 🙂 — it read the same text again and again.\n"
+) * 20
+TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{{ m['role'] | capitalize }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}Assistant:{% endif %}"
+)
 
 
 def write_tokenizer(folder, add_bos: bool = True) -> None:
@@ -29,16 +42,31 @@ def write_tokenizer(folder, add_bos: bool = True) -> None:
     backend = Backend(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     backend.train_from_iterator([TEXT], trainer)
     if add_bos:
         backend.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
     backend.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps({
-        "bos_token": "<s>", "eos_token": {"__type": "AddedToken", "content": "</s>", "lstrip": False, "normalized": False, "rstrip": False,
-                      "single_word": False, "special": True}, "chat_template": TEMPLATE,
-        "tokenizer_class": "PreTrainedTokenizerFast"}))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "bos_token": "<s>",
+                "eos_token": {
+                    "__type": "AddedToken",
+                    "content": "</s>",
+                    "lstrip": False,
+                    "normalized": False,
+                    "rstrip": False,
+                    "single_word": False,
+                    "special": True,
+                },
+                "chat_template": TEMPLATE,
+                "tokenizer_class": "PreTrainedTokenizerFast",
+            }
+        )
+    )
 
 
 @pytest.fixture
@@ -105,8 +133,9 @@ def test_wrong_shape_is_named(checkpoint):
 
 
 def test_missing_shard_is_named(checkpoint):
-    index = {"weight_map": {name: "model-00001-of-00002.safetensors" for name in
-                            load_file(checkpoint / "model.safetensors")}}
+    index = {
+        "weight_map": {name: "model-00001-of-00002.safetensors" for name in load_file(checkpoint / "model.safetensors")}
+    }
     (checkpoint / "model.safetensors").unlink()
     (checkpoint / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(CheckpointError, match="model-00001-of-00002.safetensors"):
@@ -163,8 +192,9 @@ def test_tokenizer_matches_transformers(checkpoint):
         ids = ours.encode(text)
         assert ours.decode(ids) == theirs.decode(ids, skip_special_tokens=True)
     messages = [{"role": "user", "content": "Tell me about tea."}]
-    assert ours.apply_chat_template(messages) == theirs.apply_chat_template(messages, tokenize=False,
-                                                                            add_generation_prompt=True)
+    assert ours.apply_chat_template(messages) == theirs.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True
+    )
 
 
 def test_cut_utf8_character_decodes_to_replacement_char(checkpoint):
@@ -202,9 +232,12 @@ def test_fused_projections_give_the_same_logits_and_save_the_same_tensors(tmp_pa
     after = model(tokens)
     assert (after - before).abs().max().item() < 1e-6, "fusing q/k/v and gate/up changed the logits"
     attn = model.layers[0].self_attn
-    assert attn.k_proj.weight.data_ptr() == attn.qkv_weight[CONFIG["num_attention_heads"] * CONFIG["head_dim"]:].data_ptr()
+    assert (
+        attn.k_proj.weight.data_ptr()
+        == attn.qkv_weight[CONFIG["num_attention_heads"] * CONFIG["head_dim"] :].data_ptr()
+    )
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, state[name]), f"{name} changed when fusing"
-    save_checkpoint(model, tmp_path, dtype=torch.float32)   # views of one matrix must still save one by one
+    save_checkpoint(model, tmp_path, dtype=torch.float32)  # views of one matrix must still save one by one
     for name, tensor in load_file(tmp_path / "model.safetensors").items():
         assert torch.equal(tensor, state[name.removeprefix("model.")]), name

@@ -21,8 +21,13 @@ from assignment.model.checkpoint import load_checkpoint  # noqa: E402
 from assignment.model.llama import decode_one_token, prefill  # noqa: E402
 
 pytestmark = pytest.mark.kit
-LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 32}
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 32,
+}
 # Largest |logit difference| allowed, per the dtype the model computes in. float32: both sides do the same
 # float32 operations in a different order (measured 2.4e-7 to 4.8e-7 on the CPU). bfloat16: every
 # layer rounds to 8 significant bits and the two round at different places (measured 3.9e-3 to 7.8e-3).
@@ -54,19 +59,29 @@ VARIANTS = [
     Variant("llama-bias-d64", heads=2, kv_heads=1, head_dim=64, extra={"attention_bias": True, "mlp_bias": True}),
     Variant("mistral-gqa", architecture="mistral", kv_heads=2, extra={"sliding_window": 4096}),
     Variant("llama-gqa-bf16", kv_heads=2, dtype=torch.bfloat16),
-    Variant("llama3-rope-tied-bf16-sharded", kv_heads=2, tied=True, rope=LLAMA3_ROPE, shard=True,
-            dtype=torch.bfloat16),
+    Variant("llama3-rope-tied-bf16-sharded", kv_heads=2, tied=True, rope=LLAMA3_ROPE, shard=True, dtype=torch.bfloat16),
 ]
 
 
 def build_reference(variant: Variant, folder) -> transformers.PreTrainedModel:
-    cls_config, cls_model = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
-                             "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM)}[
-        variant.architecture]
-    config = cls_config(vocab_size=VOCAB, hidden_size=variant.heads * variant.head_dim, intermediate_size=160,
-                        num_hidden_layers=2, num_attention_heads=variant.heads, num_key_value_heads=variant.kv_heads,
-                        head_dim=variant.head_dim, max_position_embeddings=128, tie_word_embeddings=variant.tied,
-                        rms_norm_eps=1e-5, rope_scaling=variant.rope, **variant.extra)
+    cls_config, cls_model = {
+        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+        "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
+    }[variant.architecture]
+    config = cls_config(
+        vocab_size=VOCAB,
+        hidden_size=variant.heads * variant.head_dim,
+        intermediate_size=160,
+        num_hidden_layers=2,
+        num_attention_heads=variant.heads,
+        num_key_value_heads=variant.kv_heads,
+        head_dim=variant.head_dim,
+        max_position_embeddings=128,
+        tie_word_embeddings=variant.tied,
+        rms_norm_eps=1e-5,
+        rope_scaling=variant.rope,
+        **variant.extra,
+    )
     torch.manual_seed(0)
     model = cls_model(config).eval()
     with torch.no_grad():  # random norms too, so a swapped or missing norm weight shows
@@ -94,11 +109,17 @@ def test_logits_match_transformers(variant, device, tmp_path):
     ours = load_checkpoint(tmp_path, device=device, dtype=variant.dtype, max_seq_len=64, max_batch_size=2).model
     tokens = torch.randint(0, VOCAB, (2, PROMPT + DECODE_STEPS), generator=torch.Generator().manual_seed(1)).to(device)
     with torch.no_grad():
-        expected = reference(tokens).logits.float()                                # (2, T, V)
-        worst = {"prefill": (prefill(ours, tokens[:, :PROMPT], torch.arange(PROMPT, device=device))
-                             - expected[:, PROMPT - 1]).abs().max().item()}
+        expected = reference(tokens).logits.float()  # (2, T, V)
+        worst = {
+            "prefill": (
+                prefill(ours, tokens[:, :PROMPT], torch.arange(PROMPT, device=device)) - expected[:, PROMPT - 1]
+            )
+            .abs()
+            .max()
+            .item()
+        }
         for p in range(PROMPT, PROMPT + DECODE_STEPS):
-            logits = decode_one_token(ours, tokens[:, p:p + 1], torch.tensor([p], device=device))
+            logits = decode_one_token(ours, tokens[:, p : p + 1], torch.tensor([p], device=device))
             worst[f"decode@{p}"] = (logits - expected[:, p]).abs().max().item()
     tolerance = TOLERANCE[variant.dtype]
     bad = {step: err for step, err in worst.items() if not err <= tolerance}

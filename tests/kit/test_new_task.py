@@ -143,17 +143,29 @@ expect = {{ status = "ran", below_full = true }}
 replace = [["    return x * alpha\\n", "    return x * 2.5\\n"]]
 '''
 
-HAND_WRITTEN = {"assignment/tasks.toml", f"assignment/tasks/{NEW}.py", f"solutions/{FILE}",
-                f"assignment/text/{NEW}.md", f"tests/test_{NEW}_scale.py", f"grader/hidden/test_{NEW}_hidden.py",
-                f"grader/fixtures/{NEW}.toml"}
+HAND_WRITTEN = {
+    "assignment/tasks.toml",
+    f"assignment/tasks/{NEW}.py",
+    f"solutions/{FILE}",
+    f"assignment/text/{NEW}.md",
+    f"tests/test_{NEW}_scale.py",
+    f"grader/hidden/test_{NEW}_hidden.py",
+    f"grader/fixtures/{NEW}.toml",
+}
 GENERATED = {f"starter/{FILE}"}
 
 
 def _run(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
     import os
 
-    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "KIT_CACHE_DIR": str(cwd / ".kit_cache"), **env})
+    return subprocess.run(
+        argv,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "KIT_CACHE_DIR": str(cwd / ".kit_cache"), **env},
+    )
 
 
 def _copy_of_the_kit(tmp_path: Path) -> Path:
@@ -167,8 +179,11 @@ def _copy_of_the_kit(tmp_path: Path) -> Path:
         if name and source.is_file() and not name.startswith("grader/records/"):
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, copy / name)
-    for command in (["git", "init", "-q"], ["git", "add", "-A"],
-                    ["git", "-c", "user.name=kit", "-c", "user.email=kit@localhost", "commit", "-qm", "copy"]):
+    for command in (
+        ["git", "init", "-q"],
+        ["git", "add", "-A"],
+        ["git", "-c", "user.name=kit", "-c", "user.email=kit@localhost", "commit", "-qm", "copy"],
+    ):
         subprocess.run(command, cwd=copy, check=True, capture_output=True)
     return copy
 
@@ -180,9 +195,14 @@ def _add_the_task(copy: Path) -> None:
     text = re.sub(r"^total_points = \d+", f"total_points = {total + POINTS}", text, count=1, flags=re.M)
     last_task_ends = text.index("\n[theory]") if "\n[theory]" in text else len(text)
     registry.write_text(text[:last_task_ends] + REGISTRY_ENTRY + text[last_task_ends:])
-    for path, body in ((f"assignment/tasks/{NEW}.py", TASK_MODULE), (f"solutions/{FILE}", SOLUTION),
-                       (f"assignment/text/{NEW}.md", TEXT), (f"tests/test_{NEW}_scale.py", PUBLIC_TEST),
-                       (f"grader/hidden/test_{NEW}_hidden.py", HIDDEN_TEST), (f"grader/fixtures/{NEW}.toml", FIXTURES)):
+    for path, body in (
+        (f"assignment/tasks/{NEW}.py", TASK_MODULE),
+        (f"solutions/{FILE}", SOLUTION),
+        (f"assignment/text/{NEW}.md", TEXT),
+        (f"tests/test_{NEW}_scale.py", PUBLIC_TEST),
+        (f"grader/hidden/test_{NEW}_hidden.py", HIDDEN_TEST),
+        (f"grader/fixtures/{NEW}.toml", FIXTURES),
+    ):
         (copy / path).write_text(textwrap.dedent(body))
 
 
@@ -196,24 +216,35 @@ def test_a_new_task_takes_seven_files_and_runs_end_to_end(tmp_path):
     changed = {line[3:] for line in _run(["git", "status", "--porcelain", "-uall"], copy).stdout.splitlines()}
     assert changed == HAND_WRITTEN | GENERATED, (
         f"adding a task touched {sorted(changed - GENERATED)} by hand (want the seven files {sorted(HAND_WRITTEN)}) "
-        f"and generated {sorted(changed & GENERATED)}")
+        f"and generated {sorted(changed & GENERATED)}"
+    )
 
     public = [python, "-m", "pytest", f"tests/test_{NEW}_scale.py", "-q", "-p", "no:cacheprovider"]
     passed = _run(public, copy, IMPL="solutions")
-    assert passed.returncode == 0 and " passed" in passed.stdout, f"public tests on the solution:\n{passed.stdout[-3000:]}"
+    assert passed.returncode == 0 and " passed" in passed.stdout, (
+        f"public tests on the solution:\n{passed.stdout[-3000:]}"
+    )
     todo = _run(public, copy, IMPL="starter")
     assert todo.returncode != 0 and re.search(r"\b2 todo in ", todo.stdout), (
-        f"both public tests must stop at the starter's TODO:\n{todo.stdout[-3000:]}")
+        f"both public tests must stop at the starter's TODO:\n{todo.stdout[-3000:]}"
+    )
 
-    hidden = _run([python, "-m", "pytest", f"grader/hidden/test_{NEW}_hidden.py", "-q", "-p", "no:cacheprovider"], copy,
-                  IMPL="solutions")
-    assert hidden.returncode == 0 and " passed" in hidden.stdout, f"hidden tests on the solution:\n{hidden.stdout[-3000:]}"
+    hidden = _run(
+        [python, "-m", "pytest", f"grader/hidden/test_{NEW}_hidden.py", "-q", "-p", "no:cacheprovider"],
+        copy,
+        IMPL="solutions",
+    )
+    assert hidden.returncode == 0 and " passed" in hidden.stdout, (
+        f"hidden tests on the solution:\n{hidden.stdout[-3000:]}"
+    )
 
     handout = _run([python, "-m", "handout.render", "--no-pdf", "--out", str(copy / "build" / "handout")], copy)
     page = copy / "build" / "handout" / "handout.html"
     assert page.is_file() and "Scale a tensor" in page.read_text(), (
-        f"the handout has no section for {NEW}:\n{handout.stdout[-2000:]}{handout.stderr[-2000:]}")
+        f"the handout has no section for {NEW}:\n{handout.stdout[-2000:]}{handout.stderr[-2000:]}"
+    )
 
     graded = _run([python, "-m", "grader.tools.adversarial", "--only", f"{NEW}-forgets-alpha"], copy)
     assert graded.returncode == 0 and "1/1 fixtures caught" in graded.stdout, (
-        f"the grader on a buggy {NEW}:\n{graded.stdout[-3000:]}{graded.stderr[-3000:]}")
+        f"the grader on a buggy {NEW}:\n{graded.stdout[-3000:]}{graded.stderr[-3000:]}"
+    )

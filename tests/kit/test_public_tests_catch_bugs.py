@@ -21,8 +21,8 @@ BUGS = {
         "test_large_logits_do_not_overflow",
     ),
     "materialises the score matrix": (
-        "    neg_inf = float(\"-inf\")\n    for q0 in range(0, lq, block_q):",
-        "    neg_inf = float(\"-inf\")\n    _ = q.float() @ k.float().transpose(-2, -1)\n    for q0 in range(0, lq, block_q):",
+        '    neg_inf = float("-inf")\n    for q0 in range(0, lq, block_q):',
+        '    neg_inf = float("-inf")\n    _ = q.float() @ k.float().transpose(-2, -1)\n    for q0 in range(0, lq, block_q):',
         "test_tiled_version_never_allocates_the_score_matrix",
     ),
     "NaN in fully masked rows": (
@@ -39,9 +39,25 @@ def test_public_t1_test_catches(bug, tmp_path):
     assert old in SOLUTION, f"test setup: the solution changed, update the planted bug {bug!r}"
     (tmp_path / "t1_attention.py").write_text(SOLUTION.replace(old, new))
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", str(REPO / "tests" / "test_t1_attention.py"), "-q", "-p", "no:cacheprovider",
-         "-k", test_name, "-c", str(REPO / "pyproject.toml"), "--rootdir", str(REPO)],
-        capture_output=True, text=True, cwd=REPO, env={**os.environ, "IMPL": str(tmp_path)},
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(REPO / "tests" / "test_t1_attention.py"),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            test_name,
+            "-c",
+            str(REPO / "pyproject.toml"),
+            "--rootdir",
+            str(REPO),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "IMPL": str(tmp_path)},
     )
     assert proc.returncode == 1, f"{test_name} did not catch '{bug}':\n{proc.stdout[-1500:]}"
     assert "failed" in proc.stdout

@@ -12,7 +12,7 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.kit
 
-TESTS = '''
+TESTS = """
 import pytest
 
 @pytest.mark.t1
@@ -27,19 +27,35 @@ def test_wrong_answer():
 @pytest.mark.t7
 def test_other_not_implemented():
     raise NotImplementedError("something else entirely")
-'''
+"""
 
 
 def test_todo_failures_are_summed_up_per_task_and_still_fail_the_run(tmp_path):
     (tmp_path / "test_sample.py").write_text(TESTS)
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     env.pop("IMPL", None)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "assignment.pytest_plugin", "-p", "no:cacheprovider",
-                           "--rootdir", str(tmp_path), str(tmp_path / "test_sample.py")],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "assignment.pytest_plugin",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path / "test_sample.py"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     out = proc.stdout
     assert proc.returncode == 1, out
     assert "t1: 3 tests stop at a TODO(t1) region not written yet (first: t1: naive attention" in out
     assert "2 failed" in out and "3 todo" in out, out.splitlines()[-1]
-    assert out.count("raise NotImplementedError(\"t1:") == 0  # no traceback for a stub
+    assert out.count('raise NotImplementedError("t1:') == 0  # no traceback for a stub
     assert "a real failure keeps its traceback" in out and "something else entirely" in out

@@ -11,8 +11,10 @@ from assignment.cuda import regions, rules
 from assignment.cuda.regions import Region, RegionError
 from assignment.markers import apply_levels
 
-pytestmark = [pytest.mark.kit, pytest.mark.skipif(shutil.which("g++") is None,
-                                                 reason="the rules read regions with the host compiler g++")]
+pytestmark = [
+    pytest.mark.kit,
+    pytest.mark.skipif(shutil.which("g++") is None, reason="the rules read regions with the host compiler g++"),
+]
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 REPO = Path(__file__).resolve().parents[2]
 CUDA_FILES = ["t2_softmax.cu", "t3_gemm.cu", "t4_flash_attention.cu", "t6_decode_attention.cu"]
@@ -26,69 +28,75 @@ def check(code: str) -> list[rules.Problem]:
     return rules.check_regions([body(code)])
 
 
-@pytest.mark.parametrize("code", [
-    "x = a[i] + b;",
-    "#pragma unroll\nfor (int i = 0; i < 4; ++i) { s += v[i]; }",
-    "#pragma unroll 4\nfor (;;) { break; }",
-    "  #  pragma unroll (8)\nfor (;;) { break; }",
-    "// a comment with } and #include and asm\nx = 1;",
-    "/* a block\n   comment with asm and { */ x = 2;",
-    "printf(\"%d }\\n\", x);",
-    "const char c = '}';",
-    "const char q = '\\'';",
-    "int big = 1'000'000;",  # digit separators are not character literals
-    "const char* s = \"// not a comment /* nor this */ asm static\";",
-    "y = R\"x(raw } string)x\";",
-    "x = a <% 1 %>;",  # digraphs are brackets, read as the compiler reads them
-    "__shared__ __align__(16) float tile[64];",
-    "auto f = [&](float y) { return y * 2.f; };",
-    "if (threadIdx.x == 0) { __syncthreads(); }",
-    "float cube = 1.f, cubic = cube;",  # names that only begin like a library's
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "x = a[i] + b;",
+        "#pragma unroll\nfor (int i = 0; i < 4; ++i) { s += v[i]; }",
+        "#pragma unroll 4\nfor (;;) { break; }",
+        "  #  pragma unroll (8)\nfor (;;) { break; }",
+        "// a comment with } and #include and asm\nx = 1;",
+        "/* a block\n   comment with asm and { */ x = 2;",
+        'printf("%d }\\n", x);',
+        "const char c = '}';",
+        "const char q = '\\'';",
+        "int big = 1'000'000;",  # digit separators are not character literals
+        'const char* s = "// not a comment /* nor this */ asm static";',
+        'y = R"x(raw } string)x";',
+        "x = a <% 1 %>;",  # digraphs are brackets, read as the compiler reads them
+        "__shared__ __align__(16) float tile[64];",
+        "auto f = [&](float y) { return y * 2.f; };",
+        "if (threadIdx.x == 0) { __syncthreads(); }",
+        "float cube = 1.f, cubic = cube;",  # names that only begin like a library's
+    ],
+)
 def test_device_code_is_accepted(code):
     assert check(code) == []
 
 
-@pytest.mark.parametrize("code, why", [
-    ("#include <cstdio>", "preprocessor"),
-    ("#define N 4", "preprocessor"),
-    ("/* a comment first */ #include \"/etc/passwd\"", "preprocessor"),  # a directive after a comment is one
-    ("%:define X 1", "preprocessor"),
-    ("  # 5 \"kit.cuh\"", "preprocessor"),  # a line marker is a directive too
-    ("#pragma GCC optimize(\"O0\")", "preprocessor"),
-    ("x = a ## b;", "not allowed in code"),
-    ("asm volatile(\"trap;\");", "inline assembly"),
-    ("__asm__ (\"nop\");", "inline assembly"),
-    ("static float cache[4];", "outlives a call"),
-    ("extern __shared__ float dyn[];", "declarations outside"),
-    ("__device__ float g;", "new device functions"),
-    ("float* p = (float*)malloc(16);", "allocation"),
-    ("float* p = new float[4];", "allocation"),
-    ("cudaMemcpyAsync(a, b, 4, cudaMemcpyDeviceToDevice);", "CUDA runtime"),
-    ("cublasSgemm(h);", "library calls"),
-    ("cub::WarpReduce<float> r;", "library code"),
-    ("} int evil() { return 0; } void f() {", "closes something"),
-    ("x = (a + b;", "not closed"),
-    ("/* open", "not closed inside the region"),
-    ("y = R\"x(open", "not closed inside the region"),
-    ("y = R\"x(two\nlines)x\";", "span lines"),
-    ("const char* s = \"open;", "not closed on its line"),
-    ("x = 1; \\", "backslash"),
-    ("x = 1; // a comment that goes on \\", "backslash"),
-    ("x = 1; \\   ", "backslash"),  # gcc joins a backslash and trailing spaces to the next line too
-    ("st\\u0061tic int x;", "cannot read"),
-    ("int ａ = 1;", "ASCII"),
-    ("int $x = 1;", "ASCII"),
-    ("_Pragma(\"unroll\")", "pragmas"),
-    ("template <int N> struct S {};", "templates"),
-])
+@pytest.mark.parametrize(
+    "code, why",
+    [
+        ("#include <cstdio>", "preprocessor"),
+        ("#define N 4", "preprocessor"),
+        ('/* a comment first */ #include "/etc/passwd"', "preprocessor"),  # a directive after a comment is one
+        ("%:define X 1", "preprocessor"),
+        ('  # 5 "kit.cuh"', "preprocessor"),  # a line marker is a directive too
+        ('#pragma GCC optimize("O0")', "preprocessor"),
+        ("x = a ## b;", "not allowed in code"),
+        ('asm volatile("trap;");', "inline assembly"),
+        ('__asm__ ("nop");', "inline assembly"),
+        ("static float cache[4];", "outlives a call"),
+        ("extern __shared__ float dyn[];", "declarations outside"),
+        ("__device__ float g;", "new device functions"),
+        ("float* p = (float*)malloc(16);", "allocation"),
+        ("float* p = new float[4];", "allocation"),
+        ("cudaMemcpyAsync(a, b, 4, cudaMemcpyDeviceToDevice);", "CUDA runtime"),
+        ("cublasSgemm(h);", "library calls"),
+        ("cub::WarpReduce<float> r;", "library code"),
+        ("} int evil() { return 0; } void f() {", "closes something"),
+        ("x = (a + b;", "not closed"),
+        ("/* open", "not closed inside the region"),
+        ('y = R"x(open', "not closed inside the region"),
+        ('y = R"x(two\nlines)x";', "span lines"),
+        ('const char* s = "open;', "not closed on its line"),
+        ("x = 1; \\", "backslash"),
+        ("x = 1; // a comment that goes on \\", "backslash"),
+        ("x = 1; \\   ", "backslash"),  # gcc joins a backslash and trailing spaces to the next line too
+        ("st\\u0061tic int x;", "cannot read"),
+        ("int ａ = 1;", "ASCII"),
+        ("int $x = 1;", "ASCII"),
+        ('_Pragma("unroll")', "pragmas"),
+        ("template <int N> struct S {};", "templates"),
+    ],
+)
 def test_escapes_are_rejected(code, why):
     problems = check(code)
     assert problems and any(why in p.message for p in problems), (code, problems)
 
 
 def test_problems_name_the_students_line():
-    problems = rules.check_regions([body("x = 1;\ny = 2;\nasm(\"nop\");", first_line=40)])
+    problems = rules.check_regions([body('x = 1;\ny = 2;\nasm("nop");', first_line=40)])
     assert [p.line for p in problems] == [42]
     opened = rules.check_regions([body("x = 1;\n/* left open\ny = 2;", first_line=10)])
     assert [p.line for p in opened] == [11] and "not closed" in opened[0].message
@@ -117,11 +125,14 @@ __global__ void k(float* out) {
 
 
 @needs_nvcc
-@pytest.mark.parametrize("region, why", [
-    ("  v = 2.f;", None),
-    ("  SPIN();", "expands to 'asm'"),
-    ("  v = v + KIT_WRAP", "does not read the same"),  # its call would take the kit's next line as arguments
-])
+@pytest.mark.parametrize(
+    "region, why",
+    [
+        ("  v = 2.f;", None),
+        ("  SPIN();", "expands to 'asm'"),
+        ("  v = v + KIT_WRAP", "does not read the same"),  # its call would take the kit's next line as arguments
+    ],
+)
 def test_what_a_region_expands_to_and_the_kit_code_around_it(region, why):
     text = KIT_FILE.replace("  v = 1.f;", region)
     problems = rules.check_expansion(text, [(6, 8)], "t2_softmax.cu", "sm_80")
@@ -157,7 +168,9 @@ def test_splicing_the_solutions_gives_the_kit_file_and_the_starter_gives_its_stu
 def test_changes_outside_the_regions_are_reported_and_have_no_effect():
     kit = (REPO / "solutions" / "t3_gemm.cu").read_text()
     student = kit.replace('#include "kit.cuh"\n', '#include "kit.cuh"\n#include <cublas_v2.h>\n')
-    student = student.replace("return (int)dispatch_trans<128, 128, 16, 8, 8>", "return (int)dispatch_trans<64, 64, 8, 4, 4>")
+    student = student.replace(
+        "return (int)dispatch_trans<128, 128, 16, 8, 8>", "return (int)dispatch_trans<64, 64, 8, 4, 4>"
+    )
     spliced = regions.splice(kit, student, ("t3",), filename="t3_gemm.cu")
     assert spliced.text == apply_levels(kit, "t3_gemm.cu")
     assert len(spliced.ignored_outside) == 2

@@ -57,7 +57,9 @@ def test_gap_in_task_ids_is_rejected(tmp_path):
 
 def test_points_that_do_not_add_up(tmp_path):
     path = write_variant(tmp_path, "total_points = 120", "total_points = 99")
-    with pytest.raises(RegistryError, match=r"course.total_points.*add up to 100 and the theory's to 20 \(120 in all\)"):
+    with pytest.raises(
+        RegistryError, match=r"course.total_points.*add up to 100 and the theory's to 20 \(120 in all\)"
+    ):
         load_registry(path)
 
 
@@ -93,9 +95,22 @@ def test_pytest_rejects_a_test_with_an_unknown_task_marker(tmp_path):
     test_file.write_text("import pytest\n\n@pytest.mark.t9\ndef test_x():\n    pass\n")
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", str(test_file), "-q", "-c", str(root / "pyproject.toml"),
-         "--rootdir", str(root), "-p", "no:cacheprovider"],
-        capture_output=True, text=True, cwd=root,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(test_file),
+            "-q",
+            "-c",
+            str(root / "pyproject.toml"),
+            "--rootdir",
+            str(root),
+            "-p",
+            "no:cacheprovider",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=root,
     )
     assert proc.returncode != 0
     assert re.search(r"'t9'", proc.stdout + proc.stderr), proc.stdout + proc.stderr
@@ -107,7 +122,7 @@ def test_hidden_shapes_are_fixed_edge_cases_plus_shapes_drawn_from_the_seed():
     assert first == again and first != other, "the drawn shapes must follow the seed and only the seed"
     assert first[: len(task.hidden.fixed)] == task.hidden.fixed
     assert len(first) == len(task.hidden)
-    for shape in first[len(task.hidden.fixed):]:
+    for shape in first[len(task.hidden.fixed) :]:
         for key, spec in task.hidden.ranges.items():
             if isinstance(spec, list):
                 assert spec[0] <= shape[key] <= spec[1]
@@ -132,21 +147,30 @@ def test_kv_heads_are_drawn_as_divisors_of_the_query_heads():
     shapes = hidden.draw(7)
     assert all(s["H"] % s["H_kv"] == 0 for s in shapes)
     # Every kind of attention turns up: multi-head, multi-query and grouped (1 < H_kv < H).
-    assert {("mha" if s["H_kv"] == s["H"] else "mqa" if s["H_kv"] == 1 else "gqa") for s in shapes if s["H"] > 1} \
-        == {"mha", "mqa", "gqa"}
+    assert {("mha" if s["H_kv"] == s["H"] else "mqa" if s["H_kv"] == 1 else "gqa") for s in shapes if s["H"] > 1} == {
+        "mha",
+        "mqa",
+        "gqa",
+    }
     for task_id in ("t4", "t5"):
         task = load_registry().task(task_id)
-        kinds = {("mha" if s["H_kv"] == s["H"] else "mqa" if s["H_kv"] == 1 else "gqa")
-                 for s in task.hidden.fixed if s["H"] > 1}
+        kinds = {
+            ("mha" if s["H_kv"] == s["H"] else "mqa" if s["H_kv"] == 1 else "gqa")
+            for s in task.hidden.fixed
+            if s["H"] > 1
+        }
         assert kinds == {"mha", "mqa", "gqa"}, f"{task_id}'s fixed hidden shapes miss a kind of attention: {kinds}"
         assert all(s["H"] % s["H_kv"] == 0 for s in task.public_shapes + task.hidden_shapes(3))
 
 
-@pytest.mark.parametrize("spec, why", [
-    ('{ divisor_of = "Lq2" }', "hidden.draw.H_kv"),             # no such key
-    ('{ divisor_of = "Lk" }', "hidden.draw.H_kv"),              # drawn after H_kv
-    ('{ divisor_of = "H", choice = [1] }', "hidden.draw.H_kv"),  # one kind of spec at a time
-])
+@pytest.mark.parametrize(
+    "spec, why",
+    [
+        ('{ divisor_of = "Lq2" }', "hidden.draw.H_kv"),  # no such key
+        ('{ divisor_of = "Lk" }', "hidden.draw.H_kv"),  # drawn after H_kv
+        ('{ divisor_of = "H", choice = [1] }', "hidden.draw.H_kv"),  # one kind of spec at a time
+    ],
+)
 def test_a_malformed_divisor_draw_is_rejected(tmp_path, spec, why):
     path = write_variant(tmp_path, T4_DRAW, T4_DRAW.replace('{ divisor_of = "H" }', spec))
     with pytest.raises(RegistryError, match=why):
@@ -154,20 +178,24 @@ def test_a_malformed_divisor_draw_is_rejected(tmp_path, spec, why):
 
 
 def test_a_fixed_shape_whose_kv_heads_do_not_divide_the_query_heads_is_rejected(tmp_path):
-    path = write_variant(tmp_path, "{ B = 2, H = 6, H_kv = 2, Lq = 300, Lk = 257 }",
-                         "{ B = 2, H = 6, H_kv = 4, Lq = 300, Lk = 257 }")
+    path = write_variant(
+        tmp_path, "{ B = 2, H = 6, H_kv = 2, Lq = 300, Lk = 257 }", "{ B = 2, H = 6, H_kv = 4, Lq = 300, Lk = 257 }"
+    )
     with pytest.raises(RegistryError, match=r"task t4: field 'hidden.shapes\[9\].H_kv': must divide H \(= 6\)"):
         load_registry(path)
 
 
-@pytest.mark.parametrize("entry, error", [
-    ("float32 = { atol = -1e-6, rtol = 1e-5 }", r"field 'tolerance.float32.atol': must be a number >= 0"),
-    ("float32 = { atol = 1e-6, rtol = true }", r"field 'tolerance.float32.rtol': must be a number >= 0"),
-    ("float32 = { atol = 1e-6, rtol = nan }", r"field 'tolerance.float32.rtol': must be a number >= 0"),
-    ("float32 = { atol = 1e-6 }", r"field 'tolerance.float32': must be a table \{ atol = ..., rtol = ... \}"),
-    ("float32 = { atol = 1e-6, rtol = 1e-5, max_mean_error_ratio = 2 }", r"field 'tolerance.float32': must be"),
-    ("float32 = 1e-6", r"field 'tolerance.float32': must be a table"),
-])
+@pytest.mark.parametrize(
+    "entry, error",
+    [
+        ("float32 = { atol = -1e-6, rtol = 1e-5 }", r"field 'tolerance.float32.atol': must be a number >= 0"),
+        ("float32 = { atol = 1e-6, rtol = true }", r"field 'tolerance.float32.rtol': must be a number >= 0"),
+        ("float32 = { atol = 1e-6, rtol = nan }", r"field 'tolerance.float32.rtol': must be a number >= 0"),
+        ("float32 = { atol = 1e-6 }", r"field 'tolerance.float32': must be a table \{ atol = ..., rtol = ... \}"),
+        ("float32 = { atol = 1e-6, rtol = 1e-5, max_mean_error_ratio = 2 }", r"field 'tolerance.float32': must be"),
+        ("float32 = 1e-6", r"field 'tolerance.float32': must be a table"),
+    ],
+)
 def test_a_tolerance_is_a_table_of_non_negative_bounds(tmp_path, entry, error):
     with pytest.raises(RegistryError, match=r"task t2: " + error):
         load_registry(write_variant(tmp_path, "float32 = { atol = 1e-6, rtol = 1e-5 }", entry))
@@ -199,9 +227,12 @@ def test_the_student_edition_of_the_registry_has_no_hidden_shapes_or_reasoning(t
     assert all(len(t.hidden) == 0 for t in student.tasks)
     assert [t.points for t in student.tasks] == [t.points for t in load_registry().tasks]
     instructor = load_registry()
-    assert [r.student for t in student.tasks for r in t.timing] == [r.student for t in instructor.tasks for r in t.timing]
-    assert [r.thresholds for t in student.tasks for r in t.timing] == \
-        [r.thresholds for t in instructor.tasks for r in t.timing]
+    assert [r.student for t in student.tasks for r in t.timing] == [
+        r.student for t in instructor.tasks for r in t.timing
+    ]
+    assert [r.thresholds for t in student.tasks for r in t.timing] == [
+        r.thresholds for t in instructor.tasks for r in t.timing
+    ]
     assert instructor.hidden_seed_salt and student.hidden_seed_salt is None
     assert "[hidden_seed]" not in text and instructor.hidden_seed_salt not in text
 
@@ -228,7 +259,7 @@ def test_every_timing_rule_of_an_available_task_has_a_student_target(tmp_path):
         load_registry(write_variant(tmp_path, line, ""))
     with pytest.raises(RegistryError, match=r"task t3: field 'timing\[0\].student.baseline': must be one of"):
         load_registry(write_variant(tmp_path, line, line.replace('"cuBLAS"', '"the reference"')))
-    speedup = 'naive = 0.815, '
+    speedup = "naive = 0.815, "
     with pytest.raises(RegistryError, match=r"task t4: field 'timing\[0\].student.naive': is missing"):
         load_registry(write_variant(tmp_path, speedup, ""))
 
@@ -261,16 +292,16 @@ def test_every_available_task_has_learning_objectives_and_a_time_estimate(tmp_pa
     objectives = load_registry().task("t2").objectives
     text = REGISTRY_PATH.read_text()
     start = text.index("objectives = [", text.index('id = "t2"'))
-    block = text[start:text.index("]\n", start) + 2]
+    block = text[start : text.index("]\n", start) + 2]
     with pytest.raises(RegistryError, match=r"task t2: field 'objectives': is missing"):
         load_registry(write_variant(tmp_path, block, ""))
     with pytest.raises(RegistryError, match=r"task t2: field 'objectives': must be a list of non-empty strings"):
         load_registry(write_variant(tmp_path, block, 'objectives = ["", "x"]\n'))
     assert objectives and all("  " not in o for o in objectives)
-    hours = 'estimated_hours = [4, 8]\n'
+    hours = "estimated_hours = [4, 8]\n"
     assert hours in text
     with pytest.raises(RegistryError, match=r"task t1: field 'estimated_hours': must be \[low, high\]"):
-        load_registry(write_variant(tmp_path, hours, 'estimated_hours = [8, 4]\n'))
+        load_registry(write_variant(tmp_path, hours, "estimated_hours = [8, 4]\n"))
     with pytest.raises(RegistryError, match=r"task t1: field 'estimated_hours': is missing"):
         load_registry(write_variant(tmp_path, hours, ""))
 
@@ -301,8 +332,9 @@ def test_the_student_edition_keeps_the_objectives_hours_and_policy(tmp_path):
     (tmp_path / "tasks.toml").write_text(student_edition(REGISTRY_PATH.read_text()))
     student = load_registry(tmp_path / "tasks.toml")
     assert student.integrity_policy == instructor.integrity_policy
-    assert [(t.objectives, t.estimated_hours) for t in student.tasks] == \
-        [(t.objectives, t.estimated_hours) for t in instructor.tasks]
+    assert [(t.objectives, t.estimated_hours) for t in student.tasks] == [
+        (t.objectives, t.estimated_hours) for t in instructor.tasks
+    ]
 
 
 def test_the_student_edition_is_the_registry_less_exactly_the_instructor_parts(tmp_path):
@@ -322,8 +354,9 @@ def test_the_student_edition_is_the_registry_less_exactly_the_instructor_parts(t
             rule.pop("open_reasoning", None)
     expected["course"]["edition"] = "student"
     edition = student_edition(text)
-    assert edition.startswith("# The assignment registry, student edition (generated by `make release`; do not "
-                              "edit).\n")
+    assert edition.startswith(
+        "# The assignment registry, student edition (generated by `make release`; do not edit).\n"
+    )
     assert tomllib.loads(edition) == expected
 
     def keys(value):

@@ -33,8 +33,18 @@ def copy_of(bundle: Path, tmp_path: Path) -> Path:
 def test_the_bundle_has_the_student_layout_and_passes_the_manifest_check(built):
     bundle, archive = built
     assert sorted(p.name for p in bundle.iterdir()) == sorted(
-        ["starter", "assignment", "tests", "README.md", "Makefile", "pyproject.toml", "handout.html", ".gitignore",
-         "MANIFEST.json"])
+        [
+            "starter",
+            "assignment",
+            "tests",
+            "README.md",
+            "Makefile",
+            "pyproject.toml",
+            "handout.html",
+            ".gitignore",
+            "MANIFEST.json",
+        ]
+    )
     registry = load_registry(bundle / "assignment" / "tasks.toml")
     assert registry.edition == "student" and all(len(t.hidden) == 0 for t in registry.tasks)
     assert registry.hidden_seed_salt is None and registry.theory.salt  # students draw theory questions, not seeds
@@ -56,26 +66,36 @@ def test_the_bundle_is_a_copy_of_the_student_folders(built):
     # What ships is decided by the layout: assignment/ (less the handout's sources and the full registry), starter/
     # and the public tests, each file as the repository has it; the bundle adds only generated files.
     bundle, _ = built
-    tracked = subprocess.run(["git", "-C", str(REPO_ROOT), "ls-files", "assignment", "starter", "tests"],
-                             capture_output=True, text=True, check=True).stdout.split()
-    copied = [n for n in tracked if not n.startswith(("assignment/text/", "tests/kit/")) and n != "assignment/tasks.toml"]
+    tracked = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "ls-files", "assignment", "starter", "tests"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    copied = [
+        n for n in tracked if not n.startswith(("assignment/text/", "tests/kit/")) and n != "assignment/tasks.toml"
+    ]
     assert [n for n in copied if (bundle / n).read_bytes() != (REPO_ROOT / n).read_bytes()] == []
     added = {p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()} - set(copied)
     assert {n for n in added if "/" in n} == {"assignment/tasks.toml"} | {
-        f"assignment/cuda/kit/{Path(n).name}" for n in copied if n.startswith("starter/") and n.endswith(".cu")}
+        f"assignment/cuda/kit/{Path(n).name}" for n in copied if n.startswith("starter/") and n.endswith(".cu")
+    }
 
 
 def test_every_module_of_the_bundle_imports_without_the_instructors_tree(built, tmp_path):
     bundle = copy_of(built[0], tmp_path)
-    script = ("import importlib, pkgutil, assignment\n"
-              "names = [m.name for m in pkgutil.walk_packages(assignment.__path__, 'assignment.')\n"
-              "         if not m.name.endswith('__main__')]\n"
-              "for name in names:\n    importlib.import_module(name)\n"
-              "import sys\nassert not [m for m in sys.modules if m.split('.')[0] in ('grader', 'handout')]\n"
-              "print(len(names))\n")
+    script = (
+        "import importlib, pkgutil, assignment\n"
+        "names = [m.name for m in pkgutil.walk_packages(assignment.__path__, 'assignment.')\n"
+        "         if not m.name.endswith('__main__')]\n"
+        "for name in names:\n    importlib.import_module(name)\n"
+        "import sys\nassert not [m for m in sys.modules if m.split('.')[0] in ('grader', 'handout')]\n"
+        "print(len(names))\n"
+    )
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("IMPL", "PYTHONPATH")}
-    done = subprocess.run([sys.executable, "-c", script], cwd=bundle, capture_output=True, text=True, env=env,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=bundle, capture_output=True, text=True, env=env, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert int(done.stdout.split()[-1]) > 40
 
@@ -83,32 +103,64 @@ def test_every_module_of_the_bundle_imports_without_the_instructors_tree(built, 
 def test_no_target_a_student_runs_rewrites_their_files(built):
     bundle, _ = built
     listed = subprocess.run(["make", "-C", str(bundle), "-pRrq", "PY=true"], capture_output=True, text=True).stdout
-    targets = {line.split(":")[0] for line in listed.splitlines() if line and not line.startswith(("#", "\t", "."))
-               and ":" in line and "=" not in line.split(":")[0]}
+    targets = {
+        line.split(":")[0]
+        for line in listed.splitlines()
+        if line and not line.startswith(("#", "\t", ".")) and ":" in line and "=" not in line.split(":")[0]
+    }
     assert {"test", "bench", "report", "submit", "feedback"} <= targets
     assert not targets & {"starter", "check-starter", "release", "grade", "selfcheck"}
 
 
-@pytest.mark.parametrize("plant, expected", [
-    (lambda b: (b / "solutions").mkdir() or (b / "solutions" / "t1_attention.py").write_text("x = 1\n"),
-     "not part of a student bundle"),
-    (lambda b: (b / "tests" / "kit").mkdir() or (b / "tests" / "kit" / "test_x.py").write_text(""), "instructor-only"),
-    (lambda b: (b / "starter" / "notes.py").write_text((REPO_ROOT / "solutions" / "t1_attention.py").read_text()),
-     "solution marker"),
-    (lambda b: (b / "README.md").write_text(load_registry().task("t3").timing[0].reasoning), "rubric reasoning"),
-    (lambda b: (b / "assignment" / "extra.toml").write_text(
-        (REPO_ROOT / "assignment" / "tasks.toml").read_text().split("[task.hidden]")[1][:400]), "hidden shapes"),
-    (lambda b: (b / "assignment" / "tasks.toml").write_text((REPO_ROOT / "assignment" / "tasks.toml").read_text()),
-     "student edition"),
-    (lambda b: (b / "starter" / "t2_softmax.cu").write_text((REPO_ROOT / "solutions" / "t2_softmax.cu").read_text()
-                                                            .replace("BEGIN SOLUTION", "").replace("END SOLUTION", "")),
-     "(solution code)"),
-    (lambda b: (b / "handout.html").write_text("compare with solutions/t4_flash_attention.cu"), "solutions/"),
-    (lambda b: (b / "assignment" / "seed.txt").write_text(load_registry().hidden_seed_salt), "hidden seeds' salt"),
-    (lambda b: (b / "assignment" / "tasks.toml").write_text((b / "assignment" / "tasks.toml").read_text() +
-                                                            "\n[hidden_seed]\nsalt = \"a-salt-that-is-long-enough\"\n"),
-     "the salt must never ship"),
-])
+@pytest.mark.parametrize(
+    "plant, expected",
+    [
+        (
+            lambda b: (b / "solutions").mkdir() or (b / "solutions" / "t1_attention.py").write_text("x = 1\n"),
+            "not part of a student bundle",
+        ),
+        (
+            lambda b: (b / "tests" / "kit").mkdir() or (b / "tests" / "kit" / "test_x.py").write_text(""),
+            "instructor-only",
+        ),
+        (
+            lambda b: (b / "starter" / "notes.py").write_text(
+                (REPO_ROOT / "solutions" / "t1_attention.py").read_text()
+            ),
+            "solution marker",
+        ),
+        (lambda b: (b / "README.md").write_text(load_registry().task("t3").timing[0].reasoning), "rubric reasoning"),
+        (
+            lambda b: (b / "assignment" / "extra.toml").write_text(
+                (REPO_ROOT / "assignment" / "tasks.toml").read_text().split("[task.hidden]")[1][:400]
+            ),
+            "hidden shapes",
+        ),
+        (
+            lambda b: (b / "assignment" / "tasks.toml").write_text(
+                (REPO_ROOT / "assignment" / "tasks.toml").read_text()
+            ),
+            "student edition",
+        ),
+        (
+            lambda b: (b / "starter" / "t2_softmax.cu").write_text(
+                (REPO_ROOT / "solutions" / "t2_softmax.cu")
+                .read_text()
+                .replace("BEGIN SOLUTION", "")
+                .replace("END SOLUTION", "")
+            ),
+            "(solution code)",
+        ),
+        (lambda b: (b / "handout.html").write_text("compare with solutions/t4_flash_attention.cu"), "solutions/"),
+        (lambda b: (b / "assignment" / "seed.txt").write_text(load_registry().hidden_seed_salt), "hidden seeds' salt"),
+        (
+            lambda b: (b / "assignment" / "tasks.toml").write_text(
+                (b / "assignment" / "tasks.toml").read_text() + '\n[hidden_seed]\nsalt = "a-salt-that-is-long-enough"\n'
+            ),
+            "the salt must never ship",
+        ),
+    ],
+)
 def test_the_manifest_check_refuses_what_must_not_ship(built, tmp_path, plant, expected):
     bundle = copy_of(built[0], tmp_path)
     plant(bundle)
@@ -119,9 +171,19 @@ def test_the_manifest_check_refuses_what_must_not_ship(built, tmp_path, plant, e
 def _bundle_make_test(bundle: Path, report: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("IMPL", "PYTHONPATH")}
     return subprocess.run(
-        ["make", "-C", str(bundle), "test", f"PY={sys.executable}",
-         f"PYTEST_ARGS=-q -p no:cacheprovider --json-report --json-report-file={report}"],
-        capture_output=True, text=True, env=env, timeout=900)
+        [
+            "make",
+            "-C",
+            str(bundle),
+            "test",
+            f"PY={sys.executable}",
+            f"PYTEST_ARGS=-q -p no:cacheprovider --json-report --json-report-file={report}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
 
 
 @pytest.mark.slow  # the bundle's own make test, twice: make test-slow

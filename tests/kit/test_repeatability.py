@@ -19,15 +19,24 @@ def _graded(folder: Path, t3_correct: float, t3_value: float | None, t1_correct:
     """A make grade output folder with t1 (no timing) and t3 (one timing rule)."""
     folder.mkdir(parents=True)
     perf = RULE_T3.points_for(t3_value) if t3_value is not None else 0.0
-    tests = [{"name": "t1 check", "score": t1_correct, "max_score": 10, "tags": ["t1", "correctness"]},
-             {"name": "t3 check", "score": t3_correct, "max_score": 10, "tags": ["t3", "correctness"]},
-             {"name": f"t3 performance: {RULE_T3.name}", "score": perf, "max_score": 5, "tags": ["t3", "performance"]},
-             {"name": "theory q1", "score": 1, "max_score": 1, "tags": ["theory"]}]
+    tests = [
+        {"name": "t1 check", "score": t1_correct, "max_score": 10, "tags": ["t1", "correctness"]},
+        {"name": "t3 check", "score": t3_correct, "max_score": 10, "tags": ["t3", "correctness"]},
+        {"name": f"t3 performance: {RULE_T3.name}", "score": perf, "max_score": 5, "tags": ["t3", "performance"]},
+        {"name": "theory q1", "score": 1, "max_score": 1, "tags": ["theory"]},
+    ]
     timing = [{"rule": RULE_T3.name, "metric": RULE_T3.metric, "value": t3_value}] if t3_value is not None else []
     (folder / "results.json").write_text(json.dumps({"tests": tests}))
-    (folder / "grading.json").write_text(json.dumps({"tasks": {
-        "t1": {"status": "ran", "score": t1_correct, "timing": []},
-        "t3": {"status": "ran", "score": t3_correct + perf, "timing": timing}}}))
+    (folder / "grading.json").write_text(
+        json.dumps(
+            {
+                "tasks": {
+                    "t1": {"status": "ran", "score": t1_correct, "timing": []},
+                    "t3": {"status": "ran", "score": t3_correct + perf, "timing": timing},
+                }
+            }
+        )
+    )
     return folder
 
 
@@ -70,8 +79,13 @@ def test_spread():
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "grader.tools.repeatability", *map(str, args)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "grader.tools.repeatability", *map(str, args)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_the_command_reports_and_fails_on_a_spread(tmp_path):

@@ -40,8 +40,15 @@ from assignment.markers import strip_solutions
 pytestmark = pytest.mark.kit
 REPO = Path(__file__).resolve().parents[2]
 REGISTRY = load_registry()
-GPU = {"torch": "2.11.0+cu130", "cuda": "13.0", "name": "NVIDIA H100 80GB HBM3", "capability": "sm_90",
-       "sm_count": 132, "l2_bytes": 50 * 2**20, "memory_bytes": 80 * 2**30}
+GPU = {
+    "torch": "2.11.0+cu130",
+    "cuda": "13.0",
+    "name": "NVIDIA H100 80GB HBM3",
+    "capability": "sm_90",
+    "sm_count": 132,
+    "l2_bytes": 50 * 2**20,
+    "memory_bytes": 80 * 2**30,
+}
 NO_GPU = {"torch": torch.__version__, "cuda": None, "name": None}
 COPY_GBPS = 2970.0
 GENERATED = " FlashAttention keeps each tile of K and V in shared memory and never writes the score matrix."
@@ -49,16 +56,23 @@ GPU_STEPS = ["bench_t2", "bench_t3", "bench_t4", "scaling_t4", "profile_t4", "be
 ALL_STEPS = [*GPU_STEPS, "generate_t7"]
 
 # Seed 000's shapes: (student ms, naive PyTorch ms, SDPA ms, naive CUDA ms) per (causal, B, L).
-ATTENTION_MS = {(False, 4, 128): (0.050, 0.1295, 0.040, 0.575), (False, 64, 4096): (3.0, 23.34, 4.5, 4.35),
-                (True, 4, 128): (0.040, 0.070, 0.050, 0.200), (True, 64, 4096): (1.6, 3.44, 2.4, 3.2)}
+ATTENTION_MS = {
+    (False, 4, 128): (0.050, 0.1295, 0.040, 0.575),
+    (False, 64, 4096): (3.0, 23.34, 4.5, 4.35),
+    (True, 4, 128): (0.040, 0.070, 0.050, 0.200),
+    (True, 64, 4096): (1.6, 3.44, 2.4, 3.2),
+}
 # t6's model table: (TTFT ms, TBT ms) per prompt and path.
-MODEL_MS = {128: {"naive": (36.0, 31.2), "student": (10.0, 10.0), "reference": (9.0, 8.0), "transformers": (30.0, 25.0)},
-            1024: {"naive": (300.0, 60.0), "student": (75.0, 12.0), "reference": (70.0, 11.0),
-                   "transformers": (150.0, 30.0)}}
+MODEL_MS = {
+    128: {"naive": (36.0, 31.2), "student": (10.0, 10.0), "reference": (9.0, 8.0), "transformers": (30.0, 25.0)},
+    1024: {"naive": (300.0, 60.0), "student": (75.0, 12.0), "reference": (70.0, 11.0), "transformers": (150.0, 30.0)},
+}
 KIT_DIGEST = steps.kit_digest  # the real one (the autouse fixture below holds the kit's digest still)
-PROFILE_TABLE = ("t4 kernel: flash_attention_forward   shape: {'B': 4}\n"
-                 "  kernel time                           1.234 ms   gpu__time_duration.sum\n"
-                 "  measured / ideal                       1.05 x")
+PROFILE_TABLE = (
+    "t4 kernel: flash_attention_forward   shape: {'B': 4}\n"
+    "  kernel time                           1.234 ms   gpu__time_duration.sum\n"
+    "  measured / ideal                       1.05 x"
+)
 
 
 # --------------------------------------------------------------------------- what the real commands write
@@ -66,11 +80,17 @@ PROFILE_TABLE = ("t4 kernel: flash_attention_forward   shape: {'B': 4}\n"
 
 def png() -> bytes:
     """A valid 2x2 PNG."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
     raw = b"".join(b"\0" + b"\xff\x00\x00" * 2 for _ in range(2))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )
 
 
 def result(name: str, ms: float, flops=None, nbytes=None) -> dict:
@@ -78,8 +98,14 @@ def result(name: str, ms: float, flops=None, nbytes=None) -> dict:
 
 
 def row(label: str, timings: dict[str, float], flops=None, nbytes=None, notes=()) -> dict:
-    return {"label": label, "flops": flops, "bytes_moved": nbytes, "notes": list(notes), "error": None,
-            "results": {name: result(name, ms, flops, nbytes) for name, ms in timings.items()}}
+    return {
+        "label": label,
+        "flops": flops,
+        "bytes_moved": nbytes,
+        "notes": list(notes),
+        "error": None,
+        "results": {name: result(name, ms, flops, nbytes) for name, ms in timings.items()},
+    }
 
 
 def attention_rows(causal: bool) -> list[dict]:
@@ -87,9 +113,14 @@ def attention_rows(causal: bool) -> list[dict]:
     for B, H, L, d in cases.ATTENTION_SHAPES:
         flops, nbytes = cases.attention_work(B, H, L, L, d, causal)
         mine, naive, sdpa, naive_cuda = ATTENTION_MS.get((causal, B, L), (1.0, 2.0, 1.1, 1.5))
-        rows.append(row(views.attention_label(B, H, L, d, causal), {"SDPA": sdpa, "naive pytorch": naive,
-                                                                     "naive cuda": naive_cuda, "student": mine},
-                        flops, nbytes))
+        rows.append(
+            row(
+                views.attention_label(B, H, L, d, causal),
+                {"SDPA": sdpa, "naive pytorch": naive, "naive cuda": naive_cuda, "student": mine},
+                flops,
+                nbytes,
+            )
+        )
     return rows
 
 
@@ -97,13 +128,24 @@ def model_table() -> dict:
     config = preset_config(model_bench.PRESET)
     prompts = []
     for prompt, paths in MODEL_MS.items():
-        runs = {name: model_bench.Generation(list(range(8)), torch.tensor([[1.0, 2.0]]), ttft, [ttft], [tbt] * 8)
-                for name, (ttft, tbt) in paths.items()}
+        runs = {
+            name: model_bench.Generation(list(range(8)), torch.tensor([[1.0, 2.0]]), ttft, [ttft], [tbt] * 8)
+            for name, (ttft, tbt) in paths.items()
+        }
         prompts.append(model_bench.summarize_prompt(prompt, prompt + 64, runs, config, COPY_GBPS))
-    return {"preset": model_bench.PRESET, "copy_gbps": COPY_GBPS, "prompts": prompts, "sweep": [], "notes": [],
-            "paths": {"naive": {"label": "naive (no cache)"}, "student": {"label": "student (t6), CUDA graph"},
-                      "reference": {"label": "reference (t6), CUDA graph"},
-                      "transformers": {"label": "transformers (sdpa)"}}}
+    return {
+        "preset": model_bench.PRESET,
+        "copy_gbps": COPY_GBPS,
+        "prompts": prompts,
+        "sweep": [],
+        "notes": [],
+        "paths": {
+            "naive": {"label": "naive (no cache)"},
+            "student": {"label": "student (t6), CUDA graph"},
+            "reference": {"label": "reference (t6), CUDA graph"},
+            "transformers": {"label": "transformers (sdpa)"},
+        },
+    }
 
 
 def standings(task_id: str) -> list[dict]:
@@ -121,11 +163,22 @@ def bench_json(task: str) -> dict:
         rows = attention_rows(task == "t5")
     elif task == "t6":
         flops, nbytes = cases.decode_work(1, 32, 8, 8192, 64)
-        rows = [row("decode B1 H32 H_kv8 L8192 d64 (KV bytes/s)", {"naive pytorch": 0.167, "pytorch grouped": 0.27,
-                                                                  "SDPA": 1.0, "student": 0.0521}, flops, nbytes)]
+        rows = [
+            row(
+                "decode B1 H32 H_kv8 L8192 d64 (KV bytes/s)",
+                {"naive pytorch": 0.167, "pytorch grouped": 0.27, "SDPA": 1.0, "student": 0.0521},
+                flops,
+                nbytes,
+            )
+        ]
     elif task == "t2":
-        rows = [row("softmax 65536x1024", {"pytorch": 0.18, "naive pytorch": 0.9, "student": 0.182},
-                    nbytes=8.0 * 65536 * 1024)]
+        rows = [
+            row(
+                "softmax 65536x1024",
+                {"pytorch": 0.18, "naive pytorch": 0.9, "student": 0.182},
+                nbytes=8.0 * 65536 * 1024,
+            )
+        ]
     else:
         rows = [row("gemm 4096^3", {"cuBLAS": 2.67, "student": 3.14}, flops=2.0 * 4096**3)]
     data = {"task": task, "quick": False, "gpu": GPU, "copy_gbps": COPY_GBPS, "implementation": "x", "cases": rows}
@@ -169,9 +222,15 @@ class FakeRunner:
         if module == "profile":
             return 0, PROFILE_TABLE + "\n", ""
         prompt = argv[argv.index("--prompt") + 1]
-        return 0, prompt + GENERATED + "\n", ("-- prompt tokens: 28 | model calls: 1 prefill + 17 decode | TTFT 12.5 ms"
-                                              " | time between tokens 3.20 ms | 250.0 tokens/s\n"
-                                              "-- cuda, float32, attention reference, greedy, seed 0\n")
+        return (
+            0,
+            prompt + GENERATED + "\n",
+            (
+                "-- prompt tokens: 28 | model calls: 1 prefill + 17 decode | TTFT 12.5 ms"
+                " | time between tokens 3.20 ms | 250.0 tokens/s\n"
+                "-- cuda, float32, attention reference, greedy, seed 0\n"
+            ),
+        )
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -191,8 +250,9 @@ def impl(tmp_path) -> Path:
 
 
 def settings(tmp_path: Path, impl: Path, **options) -> steps.Settings:
-    return steps.Settings(impl=impl, out=tmp_path / "out", build=tmp_path / "build",
-                          feedback=tmp_path / "feedback.json", **options)
+    return steps.Settings(
+        impl=impl, out=tmp_path / "out", build=tmp_path / "build", feedback=tmp_path / "feedback.json", **options
+    )
 
 
 def make(tmp_path, impl, runner, gpu=GPU, **options) -> tuple[str, str, list[str]]:
@@ -218,8 +278,9 @@ def answers(form, leave_out: str | None = None) -> dict:
 
 def write_feedback(tmp_path, leave_out=None):
     form = load_form()
-    (tmp_path / "feedback.json").write_text(json.dumps({"schema_version": form.schema_version,
-                                                         "answers": answers(form, leave_out)}))
+    (tmp_path / "feedback.json").write_text(
+        json.dumps({"schema_version": form.schema_version, "answers": answers(form, leave_out)})
+    )
     return form
 
 
@@ -257,8 +318,9 @@ def test_report_shows_seed_000s_numbers_from_the_students_runs(tmp_path, impl):
     assert "TTFT 12.5 ms" in md and "time between tokens 3.20 ms" in md
     assert PROFILE_TABLE.splitlines()[1].strip() in md
     plots = re.findall(r"^- `(\S+\.png)`", md, re.MULTILINE)
-    assert plots == [f"{t}_{kind}.png" for t in ("t4", "t5") for kind in ("time", "tflops", "roofline")] + \
-        list(model_bench.PLOT_NAMES)
+    assert plots == [f"{t}_{kind}.png" for t in ("t4", "t5") for kind in ("time", "tflops", "roofline")] + list(
+        model_bench.PLOT_NAMES
+    )
     for q in form.questions:
         assert q.text in md
     assert "Tiling in shared memory was the hardest part (finished)" not in md  # a choice shows its choice
@@ -320,8 +382,19 @@ def test_model_and_rule_constants_match_what_the_bench_runs():
 
 def test_without_a_gpu_the_gpu_steps_are_skipped_and_t7_runs_for_real(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("IMPL", "solutions")
-    code = cli.main(["--out", str(tmp_path / "out"), "--build", str(tmp_path / "build"), "--feedback",
-                     str(tmp_path / "none.json"), "--max-tokens", "4"], gpu=NO_GPU)
+    code = cli.main(
+        [
+            "--out",
+            str(tmp_path / "out"),
+            "--build",
+            str(tmp_path / "build"),
+            "--feedback",
+            str(tmp_path / "none.json"),
+            "--max-tokens",
+            "4",
+        ],
+        gpu=NO_GPU,
+    )
     printed = capsys.readouterr().out
     assert code == 0, printed
     md = (tmp_path / "out" / "REPORT.md").read_text()
@@ -337,12 +410,31 @@ def test_without_a_gpu_the_gpu_steps_are_skipped_and_t7_runs_for_real(tmp_path, 
 
 
 def test_a_failed_step_shows_its_last_lines_and_the_report_is_still_written(tmp_path, impl, capsys):
-    crash = "\n".join(f"line {i}" for i in range(100)) + "\nRuntimeError: CUDA error: an illegal memory access was encountered"
-    runner = FakeRunner(fail={"bench_t3": (1, "gemm 4096^3\n", crash),
-                              "scaling_t5": (steps.TIMEOUT_RC, "B16 L1024 ...\n", "[report] stopped after 900 s")},
-                        impossible=("t4",))
-    code = cli.main(["--impl", str(impl), "--out", str(tmp_path / "out"), "--build", str(tmp_path / "build"),
-                     "--feedback", str(tmp_path / "none.json")], runner=runner, gpu=GPU)
+    crash = (
+        "\n".join(f"line {i}" for i in range(100))
+        + "\nRuntimeError: CUDA error: an illegal memory access was encountered"
+    )
+    runner = FakeRunner(
+        fail={
+            "bench_t3": (1, "gemm 4096^3\n", crash),
+            "scaling_t5": (steps.TIMEOUT_RC, "B16 L1024 ...\n", "[report] stopped after 900 s"),
+        },
+        impossible=("t4",),
+    )
+    code = cli.main(
+        [
+            "--impl",
+            str(impl),
+            "--out",
+            str(tmp_path / "out"),
+            "--build",
+            str(tmp_path / "build"),
+            "--feedback",
+            str(tmp_path / "none.json"),
+        ],
+        runner=runner,
+        gpu=GPU,
+    )
     assert code == 0
     md = (tmp_path / "out" / "REPORT.md").read_text()
     skipped = md.split("### Skipped")[1].split("\n## ")[0]
@@ -358,8 +450,9 @@ def test_a_failed_step_shows_its_last_lines_and_the_report_is_still_written(tmp_
     assert "exit status 1" in log and "line 5\n" in log
 
     again = FakeRunner()
-    cli.main(["--impl", str(impl), "--out", str(tmp_path / "out"), "--build", str(tmp_path / "build")],
-             runner=again, gpu=GPU)
+    cli.main(
+        ["--impl", str(impl), "--out", str(tmp_path / "out"), "--build", str(tmp_path / "build")], runner=again, gpu=GPU
+    )
     assert again.calls == ["bench_t3", "bench_t4", "scaling_t5"]  # failures are not cached
 
 
@@ -389,8 +482,7 @@ def test_a_partly_done_task_runs_what_is_done(tmp_path, impl):
     (impl / "t4_flash_attention.cu").write_text(text)
     runner = FakeRunner()
     md, _, _ = make(tmp_path, impl, runner)
-    assert runner.calls == ["bench_t2", "bench_t3", "bench_t4", "scaling_t4", "profile_t4", "bench_t6",
-                            "generate_t7"]
+    assert runner.calls == ["bench_t2", "bench_t3", "bench_t4", "scaling_t4", "profile_t4", "bench_t6", "generate_t7"]
     assert "t5 not implemented (TODO regions left)" in md and "**7.78×**" in md
     assert "Not measured: t5 not implemented (TODO regions left)" in md
 
@@ -416,14 +508,20 @@ def test_an_unknown_task_or_a_broken_gpu_probe_is_said_plainly(tmp_path, capsys)
 
 def test_the_real_runner_stops_a_hanging_step_at_its_limit(tmp_path):
     run = steps.command_runner()
-    hang = ("import subprocess, sys, time; print('started', flush=True); "
-            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)")
+    hang = (
+        "import subprocess, sys, time; print('started', flush=True); "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+    )
     start = time.monotonic()
     code, out, err = run([sys.executable, "-c", hang], timeout_s=1.5, env=steps.step_env(tmp_path), cwd=tmp_path)
     assert code == steps.TIMEOUT_RC and "started" in out and "time limit" in err
     assert time.monotonic() - start < 12  # the child it started (holding the same pipes) went with it
-    code, out, err = run([sys.executable, "-c", "import sys; print('hi'); sys.exit(3)"], timeout_s=30,
-                         env=steps.step_env(tmp_path), cwd=tmp_path)
+    code, out, err = run(
+        [sys.executable, "-c", "import sys; print('hi'); sys.exit(3)"],
+        timeout_s=30,
+        env=steps.step_env(tmp_path),
+        cwd=tmp_path,
+    )
     assert (code, out) == (3, "hi\n")
 
 

@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 FULL, WHY = sandbox.probe(sandbox.find_bwrap())
 needs_bwrap = pytest.mark.skipif(not FULL, reason=f"bubblewrap cannot run here: {WHY}")
 
-PROBE = '''
+PROBE = """
 import os
 import socket
 import torch
@@ -61,10 +61,10 @@ def forge():
 def shout(n):
     print("x" * (n * 2**20), flush=True)
     return torch.ones(1)
-'''
+"""
 
 
-KIT_PROBE = '''
+KIT_PROBE = """
 import os
 import torch
 
@@ -88,7 +88,7 @@ def pieces(model, count):
 
 def listed(model, count):
     return list(pieces(model, count))
-'''
+"""
 
 
 @pytest.fixture()
@@ -173,8 +173,11 @@ def test_a_drained_stream_is_stamped_by_the_checker_which_keeps_the_call_log(pro
     result = kit_call(probe_worker, "pieces", model, 3, drain=True)
     assert result.value == ["piece 0", "piece 1", "piece 2"] and result.steps == [1, 2, 3]
     assert [c["op"] for c in result.calls] == ["prefill", "decode", "decode", "decode"]
-    assert {k: result.calls[0][k] for k in ("op", "positions", "tokens")} == \
-        {"op": "prefill", "positions": [0, 1], "tokens": [1, 2]}
+    assert {k: result.calls[0][k] for k in ("op", "positions", "tokens")} == {
+        "op": "prefill",
+        "positions": [0, 1],
+        "tokens": [1, 2],
+    }
     assert [c["at"] for c in result.calls] == sorted(c["at"] for c in result.calls)
     with pytest.raises(WorkerFailure, match="an iterator") as info:
         kit_call(probe_worker, "pieces", model, 3)

@@ -79,15 +79,27 @@ def test_levelling_is_a_fixed_point_and_a_file_without_open_blocks_is_unchanged(
     assert apply_levels(plain, "t2_softmax.cu", {"t2": "guided"}) == plain
 
 
-@pytest.mark.parametrize("source, message", [
-    ("// BEGIN OPEN t3: a\n// BEGIN OPEN t3: b\n// END OPEN\n// END OPEN\n", r"x\.cu:2: BEGIN OPEN inside the OPEN block"),
-    ("// BEGIN SOLUTION t3: a\n// BEGIN OPEN t3: b\n// END OPEN\n// END SOLUTION\n", r"x\.cu:2: BEGIN OPEN inside a BEGIN SOLUTION"),
-    ("// BEGIN OPEN t4: a\n// BEGIN SOLUTION t5: b\n// END SOLUTION\n// END OPEN\n", r"x\.cu:2: a t5 region inside the OPEN block of t4"),
-    ("// BEGIN OPEN t3: a\nint x;\n", r"x\.cu:1: BEGIN OPEN t3 is never closed"),
-    ("// BEGIN OPEN t3: a\n// END OPEN\n// END OPEN\n", r"x\.cu:3: END OPEN without a matching BEGIN OPEN"),
-    ("// BEGIN OPEN\n// END OPEN\n", r"x\.cu:1: BEGIN OPEN needs a task id"),
-    ("// BEGIN OPEN t3: a\n// END OPEN\n// BEGIN GUIDED t3\n", r"x\.cu:3: BEGIN GUIDED t3 is never closed"),
-])
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        (
+            "// BEGIN OPEN t3: a\n// BEGIN OPEN t3: b\n// END OPEN\n// END OPEN\n",
+            r"x\.cu:2: BEGIN OPEN inside the OPEN block",
+        ),
+        (
+            "// BEGIN SOLUTION t3: a\n// BEGIN OPEN t3: b\n// END OPEN\n// END SOLUTION\n",
+            r"x\.cu:2: BEGIN OPEN inside a BEGIN SOLUTION",
+        ),
+        (
+            "// BEGIN OPEN t4: a\n// BEGIN SOLUTION t5: b\n// END SOLUTION\n// END OPEN\n",
+            r"x\.cu:2: a t5 region inside the OPEN block of t4",
+        ),
+        ("// BEGIN OPEN t3: a\nint x;\n", r"x\.cu:1: BEGIN OPEN t3 is never closed"),
+        ("// BEGIN OPEN t3: a\n// END OPEN\n// END OPEN\n", r"x\.cu:3: END OPEN without a matching BEGIN OPEN"),
+        ("// BEGIN OPEN\n// END OPEN\n", r"x\.cu:1: BEGIN OPEN needs a task id"),
+        ("// BEGIN OPEN t3: a\n// END OPEN\n// BEGIN GUIDED t3\n", r"x\.cu:3: BEGIN GUIDED t3 is never closed"),
+    ],
+)
 def test_malformed_open_markers_name_file_and_line(source, message):
     with pytest.raises(MarkerError, match=message):
         apply_levels(source, "x.cu", {"t3": "open", "t4": "open", "t5": "guided"})
@@ -118,7 +130,9 @@ def test_an_open_task_scores_time_with_its_open_thresholds():
 
 
 def test_a_task_set_open_without_open_blocks_is_refused():
-    with pytest.raises(MarkerError, match="t4: set to the open scaffolding level, but no solution file has a BEGIN OPEN"):
+    with pytest.raises(
+        MarkerError, match="t4: set to the open scaffolding level, but no solution file has a BEGIN OPEN"
+    ):
         render_starter(REPO / "solutions", load_registry(), levels={"t4": "open"})
 
 
@@ -139,8 +153,11 @@ def test_the_open_starter_has_one_region_for_t3_and_no_solution_code(open_starte
     assert todo_counts(text, "t3_gemm.cu") == {"t3": 1}
     assert [r.task for r in regions.student_regions(text, "t3_gemm.cu")] == ["t3"]
     levels = open_levels.open_levels(load_registry())
-    leaked = [line for _, line in solution_lines((REPO / "solutions/t3_gemm.cu").read_text(), "t3_gemm.cu", levels)
-              if len(line.strip()) >= 30 and line in text.splitlines()]
+    leaked = [
+        line
+        for _, line in solution_lines((REPO / "solutions/t3_gemm.cu").read_text(), "t3_gemm.cu", levels)
+        if len(line.strip()) >= 30 and line in text.splitlines()
+    ]
     assert not leaked, f"solution lines of the open region are in the open starter: {leaked[:3]}"
     assert "Design (read this first)" not in text, "the reference's design notes are guided-level text"
     guided = (REPO / "starter/t3_gemm.cu").read_text()
@@ -163,8 +180,12 @@ def test_the_open_fixtures_are_valid_region_bodies_for_the_open_starter():
     registry = load_registry()
     levels = open_levels.open_levels(registry)
     found = open_levels.fixtures(registry)
-    assert {f.name for f in found} >= {"no_double_buffer", "shared_register_blocking_scalar", "no_shared_memory",
-                                       "shared_no_register_blocking"}
+    assert {f.name for f in found} >= {
+        "no_double_buffer",
+        "shared_register_blocking_scalar",
+        "no_shared_memory",
+        "shared_no_register_blocking",
+    }
     for fixture in found:
         text = open_levels.student_text(fixture.file, fixture.task, fixture.body, levels)
         assert todo_counts(text, fixture.file) == {}, fixture.name
@@ -177,12 +198,26 @@ def test_the_open_starter_and_fixtures_compile(open_starter, tmp_path):
     registry = load_registry()
     levels = open_levels.open_levels(registry)
     sources = {"starter": (open_starter / "t3_gemm.cu").read_text()}
-    sources |= {f.name: open_levels.student_text(f.file, f.task, f.body, levels) for f in open_levels.fixtures(registry)}
+    sources |= {
+        f.name: open_levels.student_text(f.file, f.task, f.body, levels) for f in open_levels.fixtures(registry)
+    }
     for name, text in sources.items():
         path = tmp_path / f"{name}.cu"
         path.write_text(text)
-        result = subprocess.run(["nvcc", "-std=c++17", "-arch=sm_90", f"-I{REPO / 'assignment/cuda/include'}", "-c",
-                                 str(path), "-o", str(tmp_path / f"{name}.o")], capture_output=True, text=True)
+        result = subprocess.run(
+            [
+                "nvcc",
+                "-std=c++17",
+                "-arch=sm_90",
+                f"-I{REPO / 'assignment/cuda/include'}",
+                "-c",
+                str(path),
+                "-o",
+                str(tmp_path / f"{name}.o"),
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert result.returncode == 0, f"{name} does not compile:\n{result.stderr[-1500:]}"
 
 
@@ -199,6 +234,6 @@ def test_the_handout_says_when_a_task_is_open(tmp_path):
     from handout.render import render_html
 
     html = render_html(registry_with(t3="open"))
-    section = html[html.index('id="t3"'):html.index('id="t4"')]
+    section = html[html.index('id="t3"') : html.index('id="t4"')]
     assert "set at the <strong>open</strong> level" in section and section.count("TODO(t3)") >= 1
-    assert "set at the <strong>open</strong> level" not in html[html.index('id="t2"'):html.index('id="t3"')]
+    assert "set at the <strong>open</strong> level" not in html[html.index('id="t2"') : html.index('id="t3"')]

@@ -33,7 +33,7 @@ def no_env_salt(monkeypatch):
 def registry_without_salt(tmp_path: Path):
     text = REGISTRY_PATH.read_text()
     path = tmp_path / "tasks.toml"
-    path.write_text(text[:text.index("\n[hidden_seed]\n")])
+    path.write_text(text[: text.index("\n[hidden_seed]\n")])
     return load_registry(path)
 
 
@@ -48,8 +48,11 @@ def test_a_seed_is_the_same_for_the_same_student_and_task_and_differs_otherwise(
     seed = seeds.derive(salt, "s1234567", "t1")
     assert seed == seeds.derive(salt, "  S1234567 ", "t1")  # ids are trimmed and lower-cased
     assert 0 <= seed < 2**31
-    others = {seeds.derive(salt, "s1234568", "t1"), seeds.derive(salt, "s1234567", "t2"),
-              seeds.derive(seeds.Salt("another salt of the course 2027", "test"), "s1234567", "t1")}
+    others = {
+        seeds.derive(salt, "s1234568", "t1"),
+        seeds.derive(salt, "s1234567", "t2"),
+        seeds.derive(seeds.Salt("another salt of the course 2027", "test"), "s1234567", "t1"),
+    }
     assert seed not in others and len(others) == 3
     many = {seeds.derive(salt, f"s{i}", "t1") for i in range(2000)}
     assert len(many) == 2000  # no collisions among a class
@@ -79,9 +82,11 @@ def test_grading_records_the_seeds_and_where_the_id_came_from_never_the_salt(tmp
     sub = tmp_path / "bob"
     sub.mkdir()
     (sub / registry.theory.answers_file).write_text(answers_of("s7654321"))
-    cases = [(QUICK, "s7654321", "the student_id of"),  # the theory answers name the submission
-             (replace(QUICK, student_id="S1"), "s1", "--student-id"),
-             (replace(QUICK, student_id="s1", grading_id="ada@example.edu"), "ada@example.edu", "the grader's caller")]
+    cases = [
+        (QUICK, "s7654321", "the student_id of"),  # the theory answers name the submission
+        (replace(QUICK, student_id="S1"), "s1", "--student-id"),
+        (replace(QUICK, student_id="s1", grading_id="ada@example.edu"), "ada@example.edu", "the grader's caller"),
+    ]
     for config, grading_id, id_from in cases:
         out = tmp_path / f"out-{grading_id}"
         result = grade_submission(sub, out, config, registry, log=lambda *a, **k: None)
@@ -105,7 +110,22 @@ def test_without_a_usable_salt_nothing_is_graded(tmp_path, no_env_salt):
     with pytest.raises(PreflightError, match=r"\[hidden_seed\] salt"):
         grade_submission(tmp_path, tmp_path / "out", QUICK, registry_without_salt(tmp_path), log=lambda *a, **k: None)
     assert not (tmp_path / "out").exists()
-    proc = subprocess.run([sys.executable, "-m", "grader.grade.grade", str(tmp_path), "--out", str(tmp_path / "cli"),
-                           "--task", "t1", "--skip-preflight", "--allow-weak-isolation"], cwd=REPO, capture_output=True,
-                          text=True, env={**os.environ, seeds.SALT_ENV: "too short"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grader.grade.grade",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "cli"),
+            "--task",
+            "t1",
+            "--skip-preflight",
+            "--allow-weak-isolation",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, seeds.SALT_ENV: "too short"},
+    )
     assert proc.returncode == 3 and f"{seeds.SALT_ENV} is set but shorter" in proc.stderr, proc.stderr

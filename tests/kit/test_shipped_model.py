@@ -22,8 +22,12 @@ from assignment.impl import REPO_ROOT
 from assignment.model import DEFAULT_CHECKPOINT, load_checkpoint
 from grader.authoring.model_card import continue_prompt
 
-pytestmark = [pytest.mark.kit, pytest.mark.skipif(not (DEFAULT_CHECKPOINT / "config.json").is_file(),
-                                                  reason=f"no shipped checkpoint at {DEFAULT_CHECKPOINT}")]
+pytestmark = [
+    pytest.mark.kit,
+    pytest.mark.skipif(
+        not (DEFAULT_CHECKPOINT / "config.json").is_file(), reason=f"no shipped checkpoint at {DEFAULT_CHECKPOINT}"
+    ),
+]
 PROMPTS = ("The history of", "Once upon a time", "The most important thing", "In the morning")
 ENGLISH_BAR = 0.8
 # Sampled text must also vary: a model that repeats a few words ("time time time") passes the word bar.
@@ -60,8 +64,15 @@ def continue_text(prompt: str, temperature: float, tokens: int = 60, seed: int =
 
 def test_the_checkpoint_is_small_and_complete():
     files = {p.name: p.stat().st_size for p in DEFAULT_CHECKPOINT.iterdir()}
-    for needed in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                   "generation_config.json", "MODEL_CARD.md", "words.txt.gz"):
+    for needed in (
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+        "MODEL_CARD.md",
+        "words.txt.gz",
+    ):
         assert needed in files, f"the shipped checkpoint lacks {needed}"
     assert sum(files.values()) <= SIZE_LIMIT_BYTES, f"the shipped checkpoint takes {sum(files.values())} bytes"
     assert shipped().config.head_dim in (32, 64, 128), "the shipped model must suit the t4-t6 kernels"
@@ -72,8 +83,10 @@ def test_the_checkpoint_is_small_and_complete():
 def test_continuations_are_english(prompt, temperature):
     text = continue_text(prompt, temperature)
     fraction, unknown = english_fraction(text)
-    assert fraction >= ENGLISH_BAR, (f"{prompt!r} (temperature {temperature}) continued as {text!r}: only "
-                                     f"{fraction:.0%} English words (unknown: {unknown[:10]})")
+    assert fraction >= ENGLISH_BAR, (
+        f"{prompt!r} (temperature {temperature}) continued as {text!r}: only "
+        f"{fraction:.0%} English words (unknown: {unknown[:10]})"
+    )
     if temperature > 0:
         words = [w.lower() for w in WORD.findall(text)]
         distinct = len(set(words)) / len(words)
@@ -85,9 +98,24 @@ def test_make_generate_prints_english_from_the_shipped_model():
     env = {**os.environ, "IMPL": "solutions", "PYTHONPATH": str(REPO_ROOT)}
     if not (REPO_ROOT / "solutions" / "t7_generate.py").is_file():
         pytest.skip("no solutions/t7_generate.py in this tree")
-    done = subprocess.run([sys.executable, "-m", "assignment.model.generate", "--prompt", "The history of",
-                           "--max-tokens", "40", "--device", "cpu"], capture_output=True, text=True, env=env,
-                          timeout=300, cwd=REPO_ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "assignment.model.generate",
+            "--prompt",
+            "The history of",
+            "--max-tokens",
+            "40",
+            "--device",
+            "cpu",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=REPO_ROOT,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("The history of")
     fraction, unknown = english_fraction(done.stdout)

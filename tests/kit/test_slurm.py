@@ -31,9 +31,18 @@ def script_for(task_ids: tuple[str, ...], **options) -> str:
     tasks = slurm.graded_tasks(registry, task_ids)
     chunks = [["a", "b"], ["c"]]
     limit = slurm.slurm_time(slurm.time_limit_s(tasks, 2))
-    return slurm.grade_script(submissions=Path("/class"), out=Path("/out"), run_dir=Path("/out/slurm/r"),
-                              chunks=chunks, tasks=tasks, task_ids=task_ids, options=slurm.SlurmOptions(**options),
-                              time_limit=limit, gres=slurm.default_gres(tasks), keep_done=True)
+    return slurm.grade_script(
+        submissions=Path("/class"),
+        out=Path("/out"),
+        run_dir=Path("/out/slurm/r"),
+        chunks=chunks,
+        tasks=tasks,
+        task_ids=task_ids,
+        options=slurm.SlurmOptions(**options),
+        time_limit=limit,
+        gres=slurm.default_gres(tasks),
+        keep_done=True,
+    )
 
 
 def test_a_gpu_is_asked_for_only_when_a_gpu_task_is_graded():
@@ -43,7 +52,7 @@ def test_a_gpu_is_asked_for_only_when_a_gpu_task_is_graded():
     assert "--gres" not in cpu and "#SBATCH --cpus-per-task=4" in cpu
     assert "#SBATCH --array=0-1\n" in cpu
     assert '/out/slurm/r/chunks/"$SLURM_ARRAY_TASK_ID".txt' in cpu
-    assert "--no-collect --task t1 --task t7 --jobs 1 --keep-done --only \"${IDS[@]}\"" in cpu
+    assert '--no-collect --task t1 --task t7 --jobs 1 --keep-done --only "${IDS[@]}"' in cpu
     throttled = script_for(("t1",), max_running=3, partition="gpu", account="cs101")
     assert "#SBATCH --array=0-1%3" in throttled and "#SBATCH --partition=gpu" in throttled
     assert "#SBATCH --account=cs101" in throttled
@@ -75,8 +84,10 @@ def test_without_sbatch_the_error_says_where_to_run(tmp_path, monkeypatch):
 def cluster(tmp_path_factory):
     missing = missing_programs()
     if missing:
-        pytest.skip(f"Slurm is not installed here ({', '.join(missing)} not on PATH): apt-get install "
-                    f"--no-install-recommends {PACKAGES}")
+        pytest.skip(
+            f"Slurm is not installed here ({', '.join(missing)} not on PATH): apt-get install "
+            f"--no-install-recommends {PACKAGES}"
+        )
     if os.geteuid() != 0:
         pytest.skip("a local Slurm needs root (slurmd runs jobs as their owner)")
     local = LocalSlurm(tmp_path_factory.mktemp("slurm"))
@@ -106,8 +117,20 @@ def test_a_class_is_graded_through_a_job_array_and_a_collect_job(cluster, tmp_pa
         (submissions / student / "t1_attention.py").write_text((REPO / impl / "t1_attention.py").read_text())
     # One element per submission; each takes every CPU of the node, so the two run one after the other (two
     # gradings side by side on a 2-core machine take longer than one after the other).
-    argv = [str(submissions), "--out", str(out), "--task", "t1", "--allow-weak-isolation", "--slurm",
-            "--chunk-size", "1", "--cpus-per-task", str(cluster.node.cpus), "--wait"]
+    argv = [
+        str(submissions),
+        "--out",
+        str(out),
+        "--task",
+        "t1",
+        "--allow-weak-isolation",
+        "--slurm",
+        "--chunk-size",
+        "1",
+        "--cpus-per-task",
+        str(cluster.node.cpus),
+        "--wait",
+    ]
     assert batch.main(argv) == 0, capsys.readouterr()
     first = slurm.last_round(out)
     assert first["chunks"] == [["alice"], ["bob"]] and first["gres"] is None

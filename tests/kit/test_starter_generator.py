@@ -63,8 +63,11 @@ def test_cuda_region_becomes_kit_todo_and_keeps_stub_lines():
     [
         ("# BEGIN SOLUTION t1\nx = 1\n", r"x\.py:1: BEGIN SOLUTION t1 is never closed"),
         ("x = 1\n# END SOLUTION\n", r"x\.py:2: END SOLUTION without a matching BEGIN"),
-        ("# BEGIN SOLUTION t1\n# BEGIN SOLUTION t1\n# END SOLUTION\n", r"x\.py:2: BEGIN SOLUTION inside the region "
-                                                                       r"opened at x\.py:1"),
+        (
+            "# BEGIN SOLUTION t1\n# BEGIN SOLUTION t1\n# END SOLUTION\n",
+            r"x\.py:2: BEGIN SOLUTION inside the region "
+            r"opened at x\.py:1",
+        ),
         ("# BEGIN SOLUTION\n# END SOLUTION\n", r"x\.py:1: BEGIN SOLUTION needs a task id"),
         ("// BEGIN SOLUTION t1\n", r"x\.py:1: use '#' comments"),
     ],

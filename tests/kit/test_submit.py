@@ -53,9 +53,14 @@ def packed(tmp_path_factory):
     """The solutions as a bundle, packed once through the command line: (bundle root, zip, output)."""
     root = tmp_path_factory.mktemp("bundle")
     make_bundle(root)
-    proc = subprocess.run([sys.executable, "-m", "assignment.submit", "--impl", str(root / "starter"),
-                           "--root", str(root)], check=False, cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, "KIT_CUDA_ARCH": ARCH})
+    proc = subprocess.run(
+        [sys.executable, "-m", "assignment.submit", "--impl", str(root / "starter"), "--root", str(root)],
+        check=False,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KIT_CUDA_ARCH": ARCH},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return root, root / "submission.zip", proc.stdout + proc.stderr
 
@@ -94,9 +99,27 @@ def test_the_grader_scores_the_zip_as_the_folder(packed, tmp_path):
     scores = {}
     for label, submission in (("folder", root / "starter"), ("zip", archive)):
         out = tmp_path / label
-        proc = subprocess.run([sys.executable, "-m", "grader.grade.grade", str(submission), "--out", str(out),
-                               "--task", "t1", "--task", "t7", "--seed", "11", *flags],
-                              check=False, cwd=REPO, capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "grader.grade.grade",
+                str(submission),
+                "--out",
+                str(out),
+                "--task",
+                "t1",
+                "--task",
+                "t7",
+                "--seed",
+                "11",
+                *flags,
+            ],
+            check=False,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         results = json.loads((out / "results.json").read_text())
         scores[label] = {task: sum(t["score"] for t in results["tests"] if task in t["tags"]) for task in ("t1", "t7")}
@@ -174,7 +197,7 @@ def test_a_cuda_file_that_does_not_compile_is_an_error_with_nvccs_first_lines(tm
     broken = "    v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));"
     assert broken in text
     path.write_text(text.replace(broken, broken.replace("offset)", "ofset)")))
-    line = text[:text.index(broken)].count("\n") + 1
+    line = text[: text.index(broken)].count("\n") + 1
     code, output = run_submit(tmp_path, capsys)
     assert code == 1 and not (tmp_path / "submission.zip").exists()
     assert f"t2_softmax.cu: nvcc rejects your t2 regions in the kit's file ({ARCH}):" in output
@@ -205,7 +228,7 @@ def test_a_region_the_grader_cannot_splice_is_an_error(tmp_path, capsys, monkeyp
     path = student / "t3_gemm.cu"
     marker = re.search(r"^\s*// TODO\(t3\):.*\n", path.read_text(), re.MULTILINE)
     text = path.read_text()
-    path.write_text(text[:marker.end()] + "#include <cstdio>\n" + text[marker.end():])
+    path.write_text(text[: marker.end()] + "#include <cstdio>\n" + text[marker.end() :])
     code, output = run_submit(tmp_path / "bundle", capsys)
     assert code == 1, output
     assert "t3_gemm.cu" in output and "preprocessor lines are not allowed in a TODO region" in output

@@ -51,8 +51,12 @@ def test_a_todo_says_why_it_was_not_measured():
 def test_the_decode_step_rule_reads_the_model_table_and_counts_the_graders_round_trip():
     task, rule = _rule("t6", 1)
     assert targets.is_model_rule(rule) and targets.rule_case(task, rule, None, None) is None
-    report = {"prompts": [{"prompt": 128, "rows": {"naive": {"tbt_ms": 20.0}, "student": {"tbt_ms": 2.0}}},
-                          {"prompt": 1024, "rows": {"naive": {"tbt_ms": 74.0}, "student": {"tbt_ms": 2.5}}}]}
+    report = {
+        "prompts": [
+            {"prompt": 128, "rows": {"naive": {"tbt_ms": 20.0}, "student": {"tbt_ms": 2.0}}},
+            {"prompt": 1024, "rows": {"naive": {"tbt_ms": 74.0}, "student": {"tbt_ms": 2.5}}},
+        ]
+    }
     speed, mine, base, why = targets.model_speed(rule, report)
     assert why is None and (mine, base) == (2.5, 74.0)
     assert speed == pytest.approx(74.0 / (2.5 + rule.student.overhead_ms))

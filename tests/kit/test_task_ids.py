@@ -24,7 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 ROOTS = ("assignment", "grader", "handout")
 TASK_ID = re.compile(r"(?<![A-Za-z0-9])t[1-9][0-9]*(?![0-9])")
 # The task's own places, and the registry (it defines the ids and says what they look like in its errors).
-OWN = re.compile(r"^(assignment/tasks/.*|assignment/registry\.py|.*/t[1-9][0-9]*_[^/]*\.py|.*/test_t[1-9][0-9]*_[^/]*\.py)$")
+OWN = re.compile(
+    r"^(assignment/tasks/.*|assignment/registry\.py|.*/t[1-9][0-9]*_[^/]*\.py|.*/test_t[1-9][0-9]*_[^/]*\.py)$"
+)
 # Tools and records beside the kit's code, not the kit: an instructor's device scripts and notes.
 NOT_KIT_CODE = re.compile(r"^grader/(benchmarks|records|scripts|notes)/")
 # Still to move, file -> occurrences: the model's attention seam names the tasks whose code it runs (ATTN=t1|t5|t6),
@@ -42,9 +44,14 @@ REMAINING = {
 
 def occurrences(path: Path) -> list[tuple[int, str]]:
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
@@ -78,18 +85,29 @@ def kit_code() -> dict[str, list[tuple[int, str]]]:
 
 def test_the_scan_sees_ids_in_strings_and_names_but_not_in_docstrings(tmp_path):
     sample = tmp_path / "sample.py"
-    sample.write_text('"""t4 in a docstring."""\nFILE = "t4_flash_attention.cu"\ndef student_t5():\n'
-                      '    """t5 here too."""\n    return t6_cache_class\n# t7 in a comment\nx = "at1" + "t10"\n'
-                      'print("make bench T=t2 prints it")\n')
-    assert sorted(text for _, text in occurrences(sample)) == ["student_t5", "t10", "t4_flash_attention.cu",
-                                                              "t6_cache_class"]
+    sample.write_text(
+        '"""t4 in a docstring."""\nFILE = "t4_flash_attention.cu"\ndef student_t5():\n'
+        '    """t5 here too."""\n    return t6_cache_class\n# t7 in a comment\nx = "at1" + "t10"\n'
+        'print("make bench T=t2 prints it")\n'
+    )
+    assert sorted(text for _, text in occurrences(sample)) == [
+        "student_t5",
+        "t10",
+        "t4_flash_attention.cu",
+        "t6_cache_class",
+    ]
 
 
 def test_no_task_id_in_the_kits_code_outside_the_tasks_own_places():
     found = kit_code()
     new = {name: hits for name, hits in found.items() if len(hits) > REMAINING.get(name, 0)}
-    assert not new, "a task id in the kit's code (move it into the task's module, assignment/tasks/<id>.py):\n" + \
-        "\n".join(f"  {name}: " + ", ".join(f"line {line} {text!r}" for line, text in hits) for name, hits in new.items())
-    fewer = {name: (count, len(found.get(name, ()))) for name, count in REMAINING.items()
-             if len(found.get(name, ())) < count}
+    assert not new, (
+        "a task id in the kit's code (move it into the task's module, assignment/tasks/<id>.py):\n"
+        + "\n".join(
+            f"  {name}: " + ", ".join(f"line {line} {text!r}" for line, text in hits) for name, hits in new.items()
+        )
+    )
+    fewer = {
+        name: (count, len(found.get(name, ()))) for name, count in REMAINING.items() if len(found.get(name, ())) < count
+    }
     assert not fewer, f"fewer task ids than REMAINING says (lower its counts): {fewer}"

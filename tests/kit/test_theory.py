@@ -26,8 +26,14 @@ from grader.grade.config import GradeConfig
 from grader.grade.grade import grade_submission
 from grader.grade.report import csv_row, gradescope_results, instructor_record, write_all
 from grader.grade.scoring import SubmissionScore
-from grader.grade.theory import (answer_key, grade_theory, online_softmax_key, reference_answers, smem_footprint,
-                                 split_kv_key)
+from grader.grade.theory import (
+    answer_key,
+    grade_theory,
+    online_softmax_key,
+    reference_answers,
+    smem_footprint,
+    split_kv_key,
+)
 
 pytestmark = pytest.mark.kit
 REPO = Path(__file__).resolve().parents[2]
@@ -56,11 +62,19 @@ def test_the_same_id_gets_the_same_questions_in_any_process():
     first = questions_for("alice", THEORY)
     assert first == questions_for("  Alice ", THEORY), "the id is trimmed and lower-cased"
     # Another interpreter with another hash seed: nothing may depend on hash() or the process.
-    code = ("import json; from assignment.registry import load_registry; "
-            "from assignment.theory.questions import questions_for; "
-            "print(json.dumps([[q.text, q.params] for q in questions_for('alice', load_registry().theory)]))")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
-                          env={**os.environ, "PYTHONHASHSEED": "12345"})
+    code = (
+        "import json; from assignment.registry import load_registry; "
+        "from assignment.theory.questions import questions_for; "
+        "print(json.dumps([[q.text, q.params] for q in questions_for('alice', load_registry().theory)]))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+    )
     assert json.loads(proc.stdout) == json.loads(json.dumps([[q.text, q.params] for q in first]))
 
 
@@ -71,17 +85,28 @@ def test_the_numbers_are_pinned_across_python_versions_and_machines():
         pytest.skip("the registry's salt changed: every student's numbers changed with it")
     hbm, smem, roofline, online, split = questions_for("s0000001", THEORY)[:5]
     assert (hbm.params["N"], hbm.params["d"], hbm.params["M"]) == (9216, 64, 16384)
-    assert (smem.params["gpu"], smem.params["Br"], smem.params["d"], smem.params["pad"], smem.params["Bc"]) == \
-        ("NVIDIA H100 (sm_90)", 64, 128, 4, 64)
-    assert (roofline.params["model"], roofline.params["gpu"], roofline.params["dtype"], roofline.params["T"],
-            roofline.params["C"]) == ("Llama-3.2-3B", "NVIDIA A100 SXM 80GB", "fp32", 128, 2048)
+    assert (smem.params["gpu"], smem.params["Br"], smem.params["d"], smem.params["pad"], smem.params["Bc"]) == (
+        "NVIDIA H100 (sm_90)",
+        64,
+        128,
+        4,
+        64,
+    )
+    assert (
+        roofline.params["model"],
+        roofline.params["gpu"],
+        roofline.params["dtype"],
+        roofline.params["T"],
+        roofline.params["C"],
+    ) == ("Llama-3.2-3B", "NVIDIA A100 SXM 80GB", "fp32", 128, 2048)
     assert online.params["blocks"] == [[-1.0, 0.0, 0.0], [2.0, 1.5], [-2.0, -1.0]]
     assert split.params["lse"] == [5.0, 4.0, 6.0, 5.5]
 
 
 def test_different_ids_get_different_numbers():
-    drawn = {sid: [json.dumps(q.params, sort_keys=True) for q in questions_for(sid, THEORY) if not q.written]
-             for sid in IDS}
+    drawn = {
+        sid: [json.dumps(q.params, sort_keys=True) for q in questions_for(sid, THEORY) if not q.written] for sid in IDS
+    }
     assert len({tuple(v) for v in drawn.values()}) == len(IDS), "two ids got the very same questions"
     for position, kind in enumerate(k.name for k in THEORY.kinds):
         distinct = len({v[position] for v in drawn.values()})
@@ -126,8 +151,11 @@ def test_the_keys_are_finite_and_in_range_for_many_ids():
             if question.kind == "smem":
                 _, largest, resident = key.values()
                 assert largest >= 16 and largest % 16 == 0 and resident >= 0
-                assert smem_footprint(question.params, largest) <= question.params["per_block"] < \
-                    smem_footprint(question.params, largest + 16)
+                assert (
+                    smem_footprint(question.params, largest)
+                    <= question.params["per_block"]
+                    < smem_footprint(question.params, largest + 16)
+                )
             else:  # away from 0, so that a relative tolerance means something
                 assert all(v >= 0.05 for v in key.values()), (sid, question.kind, key)
 
@@ -135,8 +163,12 @@ def test_the_keys_are_finite_and_in_range_for_many_ids():
 def test_hbm_and_smem_keys_on_a_case_worked_by_hand():
     hbm = next(q for q in questions_for("s0000001", THEORY) if q.kind == "hbm")
     # N = 9216, d = 64, M = 16384: B = 16384 // 256 = 64, 144 passes; standard 4N^2 + 4Nd.
-    assert list(answer_key(hbm).values()) == [4 * 9216**2 + 4 * 9216 * 64, 64, 144,
-                                              2 * 9216 * 64 + 144 * 2 * 9216 * 64 + 9216]
+    assert list(answer_key(hbm).values()) == [
+        4 * 9216**2 + 4 * 9216 * 64,
+        64,
+        144,
+        2 * 9216 * 64 + 144 * 2 * 9216 * 64 + 9216,
+    ]
     smem = next(q for q in questions_for("s0000001", THEORY) if q.kind == "smem")
     # Br 64, d 128, p 4, Bc 64: (64 + 128) * 132 + 64 * 68 floats = 29696 floats = 118784 bytes on an H100.
     # Largest B_c: 4 * (8704 + 328 B_c) <= 232448 gives B_c <= 150.6, so 144; one block per SM (233472 bytes).
@@ -179,13 +211,30 @@ def test_the_split_kv_key_is_attention_over_all_the_keys():
 def test_the_roofline_key_on_a_small_model_worked_by_hand():
     from grader.grade.theory import roofline_key
 
-    p = {"hidden": 4, "layers": 1, "heads": 2, "kv_heads": 1, "head_dim": 2, "intermediate": 8, "vocab": 10,
-         "bytes_per_value": 2, "peak": 100e12, "bandwidth": 1e12, "T": 3, "C": 5}
+    p = {
+        "hidden": 4,
+        "layers": 1,
+        "heads": 2,
+        "kv_heads": 1,
+        "head_dim": 2,
+        "intermediate": 8,
+        "vocab": 10,
+        "bytes_per_value": 2,
+        "peak": 100e12,
+        "bandwidth": 1e12,
+        "T": 3,
+        "C": 5,
+    }
     weights = 4 * 2 * (2 * 2 + 2 * 1) + 3 * 4 * 8 + 4 * 10  # 48 + 96 + 40 = 184
     prefill_flops, prefill_bytes = 2 * weights * 3 + 4 * 2 * 2 * 3 * 3, 2 * (weights + 2 * 1 * 2 * 3)
     decode_flops, decode_bytes = 2 * weights + 4 * 2 * 2 * 1 * 5, 2 * (weights + 2 * 1 * 2 * 5)
-    expected = [prefill_flops / prefill_bytes, prefill_flops / prefill_bytes * 1e12 / 1e12,
-                decode_flops / decode_bytes, decode_flops / decode_bytes, decode_bytes / 1e12 * 1e3]
+    expected = [
+        prefill_flops / prefill_bytes,
+        prefill_flops / prefill_bytes * 1e12 / 1e12,
+        decode_flops / decode_bytes,
+        decode_flops / decode_bytes,
+        decode_bytes / 1e12 * 1e3,
+    ]
     assert roofline_key(p) == pytest.approx(expected, rel=1e-12)
 
 
@@ -197,7 +246,8 @@ def test_the_reference_answers_score_full_marks(student_id):
     result = grade_theory(reference_answers(student_id, REGISTRY).encode(), REGISTRY)
     assert result.student_id == normalise_id(student_id) and not result.review
     assert result.score == pytest.approx(result.numeric_max) and result.numeric_max == pytest.approx(
-        THEORY.points - THEORY.proof_points)
+        THEORY.points - THEORY.proof_points
+    )
     assert all(t.passed for t in result.numeric), [t.output for t in result.numeric if not t.passed]
     (manual,) = result.manual
     assert manual.max_score == THEORY.proof_points and manual.rubric == THEORY.rubric
@@ -226,8 +276,9 @@ def test_counts_are_exact_and_real_numbers_may_be_rounded():
         key = answer_key(question)[part.key]
         if question.rtol == 0:
             off_by_one = grade_theory(keyed_file(sid, {part.key: key + 1}), REGISTRY)
-            assert not next(t for t in off_by_one.numeric if t.name.startswith(f"theory Q{question.number} "
-                                                                               f"{part.label}")).passed
+            assert not next(
+                t for t in off_by_one.numeric if t.name.startswith(f"theory Q{question.number} {part.label}")
+            ).passed
         else:
             rounded = float(f"{key:.5g}")
             assert all(t.passed for t in grade_theory(keyed_file(sid, {part.key: rounded}), REGISTRY).numeric)
@@ -248,12 +299,12 @@ def test_answers_written_as_strings_are_read_and_garbage_is_reported():
 def test_a_missing_or_unreadable_answers_file_scores_zero_with_the_reason():
     cases = {
         None: "no theory_answers.toml in the submission",
-        b"student_id = \"alice\"\n[answers\n": "is not valid TOML",
+        b'student_id = "alice"\n[answers\n': "is not valid TOML",
         b"\xff\xfe\x00": "is not UTF-8",
         b"[answers]\nq1a = 1\n": "names no student_id",
         b"student_id = 7\n": "student_id must be a string",
-        b"student_id = \"not valid!\"\n": "not a valid id",
-        b"student_id = \"alice\"\nanswers = 3\n": "'answers' must be a table",
+        b'student_id = "not valid!"\n': "not a valid id",
+        b'student_id = "alice"\nanswers = 3\n': "'answers' must be a table",
     }
     for data, reason in cases.items():
         result = grade_theory(data, REGISTRY)
@@ -274,8 +325,9 @@ def test_an_answers_file_of_another_id_is_graded_against_the_submission_and_flag
 def test_answers_survive_a_rewrite_whatever_they_hold():
     questions = questions_for("alice", THEORY)
     proof = "Quotes ''' and \\frac{a}{b}\n\nsecond paragraph"
-    kept = answers.Answers("alice", {"q1a": 1.5e16, "q1b": "12,288", "q2a": 7, "zz": "an old key"},
-                           {"q6": proof, "q7": "old"})
+    kept = answers.Answers(
+        "alice", {"q1a": 1.5e16, "q1b": "12,288", "q2a": 7, "zz": "an old key"}, {"q6": proof, "q7": "old"}
+    )
     again = answers.parse(answers.render("alice", questions, REGISTRY, kept), "x")
     assert again.answers["q1a"] == 1.5e16 and again.answers["q1b"] == "12,288" and again.answers["zz"] == "an old key"
     assert {k: v.strip() for k, v in again.written.items()} == kept.written and again.student_id == "alice"
@@ -309,8 +361,9 @@ def test_results_json_grades_csv_grading_json_and_the_html_show_the_theory(tmp_p
     assert manual_test["status"] == "passed" and "pending" in manual_test["output"] and manual_test["score"] == 0
     empty = SubmissionScore("alice", [], [], 1.0, {}, grade_theory(keyed_file("alice", written=""), REGISTRY))
     assert [t["status"] for t in gradescope_results(empty)["tests"] if "manual" in t["tags"]] == ["failed"]
-    assert results["manual"] == [{"name": manual_test["name"], "key": "q6", "max_score": THEORY.proof_points,
-                                  "status": "pending"}]
+    assert results["manual"] == [
+        {"name": manual_test["name"], "key": "q6", "max_score": THEORY.proof_points, "status": "pending"}
+    ]
     assert all(t["status"] == "passed" for t in theory_tests if t is not manual_test)
     text = json.dumps(results)
     assert all(item.criterion not in text for item in THEORY.rubric), "the rubric stays with the instructor"
@@ -361,8 +414,14 @@ def test_an_unreadable_submission_scores_the_theory_zero_with_the_reason(tmp_pat
 
 
 def run_theory(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "assignment.theory", *args], check=False, cwd=REPO,
-                          capture_output=True, text=True, env={**{k: v for k, v in os.environ.items() if k != "STUDENT_ID"}, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "assignment.theory", *args],
+        check=False,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**{k: v for k, v in os.environ.items() if k != "STUDENT_ID"}, **(env or {})},
+    )
 
 
 def test_make_theory_prints_the_questions_and_keeps_answers_already_written(tmp_path):
@@ -404,15 +463,17 @@ def test_make_theory_without_an_id_or_with_another_students_file_says_so_and_tou
     bad = run_theory("--answers", str(path), "--id", "bob")
     assert bad.returncode == 2 and "is not valid TOML" in bad.stderr and "left as it is" in bad.stderr
     assert path.read_text() == broken, "a file it cannot read is never rewritten"
-    dry = subprocess.run(["make", "-n", "theory", "ID=zed", "PY=python3"], check=False, cwd=REPO,
-                         capture_output=True, text=True)
+    dry = subprocess.run(
+        ["make", "-n", "theory", "ID=zed", "PY=python3"], check=False, cwd=REPO, capture_output=True, text=True
+    )
     assert '-m assignment.theory --id "zed"' in dry.stdout, dry.stdout + dry.stderr
 
 
 def test_make_submit_warns_about_missing_and_unreadable_theory_answers(tmp_path):
     def checks_for(data: bytes | None) -> submit.Checks:
-        packed = submit.PackedFile(THEORY.answers_file, (), tmp_path / THEORY.answers_file, data,
-                                   check="not found" if data is None else "ok")
+        packed = submit.PackedFile(
+            THEORY.answers_file, (), tmp_path / THEORY.answers_file, data, check="not found" if data is None else "ok"
+        )
         checks = submit.Checks([packed])
         submit.theory_warning(checks, REGISTRY)
         return checks
@@ -437,12 +498,20 @@ def test_the_student_side_computes_no_answer():
     assert rubric == {item.criterion for item in THEORY.rubric}, "the release check looks for the rubric's text"
     for path in sorted((REPO / "assignment" / "theory").glob("*.py")):
         tree = ast.parse(path.read_text())
-        imported = {alias.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
-                    for alias in node.names} | {node.module for node in ast.walk(tree)
-                                                if isinstance(node, ast.ImportFrom) and node.module}
+        imported = {
+            alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+            for alias in node.names
+        } | {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
         assert not any(name.startswith("grader") for name in imported), path
-        calls = {f"{node.func.value.id}.{node.func.attr}" for node in ast.walk(tree) if isinstance(node, ast.Call)
-                 and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)}
+        calls = {
+            f"{node.func.value.id}.{node.func.attr}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+        }
         assert not calls & {"math.exp", "math.log", "math.ceil", "math.floor", "math.fsum"}, (path, calls)
     # Nothing a student sees holds a key value (the real-valued ones could not appear by chance).
     for sid in IDS[:10]:
@@ -474,7 +543,7 @@ def test_the_registry_validates_the_theory_and_the_student_edition_drops_the_rub
     with pytest.raises(RegistryError, match=r"field 'theory.questions.flops'.*not a kind of question"):
         load_variant("split_kv = {", "flops = {")
     with pytest.raises(RegistryError, match=r"field 'theory.rubric.items'.*award 5 points but the proof is worth 4"):
-        load_variant("{ points = 1, criterion = \"Base case", "{ points = 2, criterion = \"Base case")
+        load_variant('{ points = 1, criterion = "Base case', '{ points = 2, criterion = "Base case')
     with pytest.raises(RegistryError, match=r"field 'theory.answers_file'.*course.submit_files"):
         load_variant('answers_file = "theory_answers.toml"', 'answers_file = "answers.toml"')
     with pytest.raises(RegistryError, match=r"field 'course.total_points'.*the theory's to 21"):

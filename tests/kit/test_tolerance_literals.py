@@ -32,8 +32,11 @@ def tolerance_literals(source: str) -> list[tuple[int, str]]:
         if isinstance(node, ast.Call):
             pairs = [(keyword.arg, keyword.value) for keyword in node.keywords if keyword.arg in TOLERANCE_KEYS]
         elif isinstance(node, ast.Dict):
-            pairs = [(key.value, value) for key, value in zip(node.keys, node.values)
-                     if isinstance(key, ast.Constant) and key.value in TOLERANCE_KEYS]
+            pairs = [
+                (key.value, value)
+                for key, value in zip(node.keys, node.values)
+                if isinstance(key, ast.Constant) and key.value in TOLERANCE_KEYS
+            ]
         else:
             continue
         for name, value in pairs:
@@ -49,14 +52,16 @@ def task_test_files() -> list[Path]:
 
 
 def test_the_scan_finds_written_bounds_and_passes_exact_and_read_ones():
-    source = "\n".join([
-        "assert_close(a, b, atol=1e-4, rtol=0, name='O')",
-        "assert torch.allclose(a, b, atol=-2e-5)",
-        "checks.check_values(shape, d, False, seed, {'atol': 3e-4, 'rtol': 3})",
-        "assert_close(a, b, atol=0, rtol=0.0, name='exact')",
-        "assert_close(a, b, **TASK.tol('large_logits'), name='O')",
-        "tol = {'atol': TOL['atol'] * k ** 0.5, 'rtol': TOL['rtol'], **extra}",
-    ])
+    source = "\n".join(
+        [
+            "assert_close(a, b, atol=1e-4, rtol=0, name='O')",
+            "assert torch.allclose(a, b, atol=-2e-5)",
+            "checks.check_values(shape, d, False, seed, {'atol': 3e-4, 'rtol': 3})",
+            "assert_close(a, b, atol=0, rtol=0.0, name='exact')",
+            "assert_close(a, b, **TASK.tol('large_logits'), name='O')",
+            "tol = {'atol': TOL['atol'] * k ** 0.5, 'rtol': TOL['rtol'], **extra}",
+        ]
+    )
     assert tolerance_literals(source) == [(1, "atol=0.0001"), (2, "atol=-2e-05"), (3, "atol=0.0003"), (3, "rtol=3")]
 
 
@@ -64,8 +69,13 @@ def test_no_task_test_writes_a_tolerance_the_registry_should_hold():
     files = task_test_files()
     names = {p.name for p in files}
     assert {"test_t1_attention.py", "test_t1_hidden.py", "attention_checks.py"} <= names, names
-    found = [f"{path.relative_to(REPO)}:{line}: {what}" for path in files
-             for line, what in tolerance_literals(path.read_text(encoding="utf-8"))]
-    assert not found, ("tolerances written in a test instead of read from the registry: give each a named entry in "
-                       "its task's [task.tolerance] (assignment/tasks.toml, with why it is that value) and pass "
-                       "**TASK.tol(name):\n  " + "\n  ".join(found))
+    found = [
+        f"{path.relative_to(REPO)}:{line}: {what}"
+        for path in files
+        for line, what in tolerance_literals(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, (
+        "tolerances written in a test instead of read from the registry: give each a named entry in "
+        "its task's [task.tolerance] (assignment/tasks.toml, with why it is that value) and pass "
+        "**TASK.tol(name):\n  " + "\n  ".join(found)
+    )

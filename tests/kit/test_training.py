@@ -31,28 +31,40 @@ def test_whitespace_is_normalised_to_one_line():
 
 
 def test_words_are_lowercase_letters_with_inner_apostrophes():
-    assert corpus.words_of("Don\u2019t stop: it's 3 o'clock -- 'quoted' CamelCase") == \
-        ["don't", "stop", "it's", "o'clock", "quoted", "camelcase"]
+    assert corpus.words_of("Don\u2019t stop: it's 3 o'clock -- 'quoted' CamelCase") == [
+        "don't",
+        "stop",
+        "it's",
+        "o'clock",
+        "quoted",
+        "camelcase",
+    ]
 
 
-@pytest.mark.parametrize("paragraph", [
-    "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want.",
-    '"Yes, very."',
-    "The file /etc/apt/sources.list lists the places where APT looks for packages, one line per source.",
-])
+@pytest.mark.parametrize(
+    "paragraph",
+    [
+        "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want.",
+        '"Yes, very."',
+        "The file /etc/apt/sources.list lists the places where APT looks for packages, one line per source.",
+    ],
+)
 def test_sentences_are_prose(paragraph):
     assert corpus.is_prose(paragraph, min_words=2)
 
 
-@pytest.mark.parametrize("paragraph", [
-    "for (int i = 0; i < n; ++i) { total += x[i]; }",
-    "def f(x): return x.strip().split('=')[0] if x else None",
-    "1.2.3 Installing the system 14 1.2.4 Configuring the network 15 1.2.5 Users 16",
-    "Chapter 4 Installation",                                   # a heading: no sentence end
-    "$ apt-get install foo && dpkg -L foo | grep bin",
-    "The program printed fuck and then crashed, as usual.",     # blocked word
-    "Too short.",
-])
+@pytest.mark.parametrize(
+    "paragraph",
+    [
+        "for (int i = 0; i < n; ++i) { total += x[i]; }",
+        "def f(x): return x.strip().split('=')[0] if x else None",
+        "1.2.3 Installing the system 14 1.2.4 Configuring the network 15 1.2.5 Users 16",
+        "Chapter 4 Installation",  # a heading: no sentence end
+        "$ apt-get install foo && dpkg -L foo | grep bin",
+        "The program printed fuck and then crashed, as usual.",  # blocked word
+        "Too short.",
+    ],
+)
 def test_code_tables_headings_and_blocked_words_are_not(paragraph):
     assert not corpus.is_prose(paragraph)
 
@@ -82,33 +94,58 @@ def test_plain_text_paragraphs_are_split_at_blank_lines():
 
 def test_duplicate_paragraphs_are_dropped_across_documents_and_case_but_short_ones_stay():
     notice = "This page is part of the manual, see the licence."
-    docs = [Document("a", [notice, '"Yes, sir."']), Document("b", [notice.upper().replace(",", "")]),
-            Document("c", ["A unique paragraph of several words here.", '"Yes, sir."', notice])]
+    docs = [
+        Document("a", [notice, '"Yes, sir."']),
+        Document("b", [notice.upper().replace(",", "")]),
+        Document("c", ["A unique paragraph of several words here.", '"Yes, sir."', notice]),
+    ]
     kept = list(corpus.dedupe(docs, set()))
     assert [(d.name, d.paragraphs) for d in kept] == [
-        ("a", [notice, '"Yes, sir."']), ("c", ["A unique paragraph of several words here.", '"Yes, sir."'])]
+        ("a", [notice, '"Yes, sir."']),
+        ("c", ["A unique paragraph of several words here.", '"Yes, sir."']),
+    ]
 
 
 def test_novels_are_cut_into_chapters_without_title_pages_or_italics_marks():
-    lines = ["EMMA", "", "VOLUME I", "", "CHAPTER I", "", "Emma was _very_ clever,", "and rich.", "", "Yes.",
-             "", "Chapter 2", "", "Second chapter text.", "", "END OF VOLUME I"]
+    lines = [
+        "EMMA",
+        "",
+        "VOLUME I",
+        "",
+        "CHAPTER I",
+        "",
+        "Emma was _very_ clever,",
+        "and rich.",
+        "",
+        "Yes.",
+        "",
+        "Chapter 2",
+        "",
+        "Second chapter text.",
+        "",
+        "END OF VOLUME I",
+    ]
     chapters = corpus.split_chapters(lines, "Emma")
     assert [(d.name, d.paragraphs) for d in chapters] == [
         ("Emma, chapter 1", ["Emma was very clever, and rich.", "Yes."]),
-        ("Emma, chapter 2", ["Second chapter text."])]
+        ("Emma, chapter 2", ["Second chapter text."]),
+    ]
 
 
 def test_jargon_entries_lose_headwords_grammar_and_braces(tmp_path):
-    text = ("   Front matter that is skipped.\n\n   :(TM): //\n\n   [Usenet] Trademark sign.\n\n"
-            "   :fry: v.\n\n   1. vi. To fail. See {magic smoke}.\n\n   2. vt. To cause to fail.\n\n"
-            "   :frob: /frob/, n.\n\n   A thing.\n")
+    text = (
+        "   Front matter that is skipped.\n\n   :(TM): //\n\n   [Usenet] Trademark sign.\n\n"
+        "   :fry: v.\n\n   1. vi. To fail. See {magic smoke}.\n\n   2. vt. To cause to fail.\n\n"
+        "   :frob: /frob/, n.\n\n   A thing.\n"
+    )
     doc_dir = tmp_path / "usr/share/doc/jargon-text"
     doc_dir.mkdir(parents=True)
     (doc_dir / "jargon.txt.gz").write_bytes(gzip.compress(text.encode()))
     docs = corpus.jargon_documents(tmp_path)
     assert [(d.name, d.paragraphs) for d in docs] == [
         ("Jargon File, (t", ["[Usenet] Trademark sign."]),
-        ("Jargon File, fr", ["To fail. See magic smoke.", "To cause to fail.", "A thing."])]
+        ("Jargon File, fr", ["To fail. See magic smoke.", "To cause to fail.", "A thing."]),
+    ]
 
 
 def test_validation_takes_whole_documents_near_the_fraction_deterministically():
@@ -182,8 +219,9 @@ def _made_up_documents(count: int, seed: int) -> list[Document]:
     def sentence() -> str:
         return f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)}."
 
-    return [Document(f"doc {seed}-{i}", [" ".join(sentence() for _ in range(6)) for _ in range(5)])
-            for i in range(count)]
+    return [
+        Document(f"doc {seed}-{i}", [" ".join(sentence() for _ in range(6)) for _ in range(5)]) for i in range(count)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -195,8 +233,9 @@ def checkpoint(tmp_path_factory) -> Path:
     source = corpus.Source("made-up-text", "sentences the test makes up", lambda _: [], "CC0-1.0", "")
     built = corpus.BuiltSource(source, "1.0", train=_made_up_documents(40, 0), val=_made_up_documents(4, 1))
     corpus.write_corpus([built], root / "corpus")
-    assert train.main(["--corpus", str(root / "corpus"), "--out", str(root / "ckpt"), "--smoke",
-                       "--device", "cpu"]) == 0
+    assert (
+        train.main(["--corpus", str(root / "corpus"), "--out", str(root / "ckpt"), "--smoke", "--device", "cpu"]) == 0
+    )
     return root / "ckpt"
 
 
@@ -209,9 +248,18 @@ def test_the_corpus_writer_lists_sources_and_words(checkpoint):
 
 
 def test_the_smoke_run_writes_every_file(checkpoint):
-    for name in ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
-                 "tokenizer_config.json", "training_log.csv", "loss.png", "MODEL_CARD.md", "SOURCES.json",
-                 "words.txt.gz"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "training_log.csv",
+        "loss.png",
+        "MODEL_CARD.md",
+        "SOURCES.json",
+        "words.txt.gz",
+    ):
         assert (checkpoint / name).is_file(), name
     assert (checkpoint / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = list(csv.DictReader((checkpoint / "training_log.csv").open()))
@@ -221,16 +269,37 @@ def test_the_smoke_run_writes_every_file(checkpoint):
 def test_config_json_has_the_hugging_face_keys(checkpoint):
     config = json.loads((checkpoint / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"] and config["model_type"] == "llama"
-    for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "max_position_embeddings",
-                "tie_word_embeddings", "bos_token_id", "eos_token_id", "torch_dtype"):
+    for key in (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "rms_norm_eps",
+        "rope_theta",
+        "max_position_embeddings",
+        "tie_word_embeddings",
+        "bos_token_id",
+        "eos_token_id",
+        "torch_dtype",
+    ):
         assert key in config, key
     assert config["torch_dtype"] == "bfloat16" and config["head_dim"] in (32, 64, 128)
 
 
-@pytest.mark.parametrize("text", ["Plain English.", "", "caf\u00e9 na\u00efve \u00fcber \u2014 \u201cquotes\u201d",
-                                  "emoji \U0001F642\U0001F680 and \u65e5\u672c\u8a9e", "\ttabs\n\nnew  lines \r\n",
-                                  "\x00\x7f control"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Plain English.",
+        "",
+        "caf\u00e9 na\u00efve \u00fcber \u2014 \u201cquotes\u201d",
+        "emoji \U0001f642\U0001f680 and \u65e5\u672c\u8a9e",
+        "\ttabs\n\nnew  lines \r\n",
+        "\x00\x7f control",
+    ],
+)
 def test_the_tokenizer_round_trips_any_utf8_and_starts_with_bos(checkpoint, text):
     from tokenizers import Tokenizer
 
@@ -259,15 +328,25 @@ def test_the_kit_loads_the_checkpoint_and_its_tokenizer_settings(checkpoint):
 def test_transformers_reads_the_tokenizer(checkpoint):
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
     tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
-    text = "Once upon a time \U0001F642"
+    text = "Once upon a time \U0001f642"
     ids = tokenizer(text).input_ids
     assert ids[0] == tokenizer.bos_token_id and tokenizer.decode(ids, skip_special_tokens=True) == text
 
 
 def test_the_model_card_records_data_model_and_run(checkpoint):
     card = (checkpoint / "MODEL_CARD.md").read_text()
-    for needle in ("made-up-text", "CC0-1.0", "![training and validation loss](loss.png)", "--smoke",
-                   "best validation loss", "num_key_value_heads", "PyTorch", "Once upon a time", "greedy", "sampled"):
+    for needle in (
+        "made-up-text",
+        "CC0-1.0",
+        "![training and validation loss](loss.png)",
+        "--smoke",
+        "best validation loss",
+        "num_key_value_heads",
+        "PyTorch",
+        "Once upon a time",
+        "greedy",
+        "sampled",
+    ):
         assert needle in card, needle
 
 
