@@ -32,6 +32,22 @@ class Workload:
             found["naive"] = self.naive
         return found
 
+    def time(self, rule, record: dict, **measure_kwargs) -> float:
+        """Time registry rule ``rule`` on these candidates, every student output checked, into ``record``; its
+        value (assignment.testing.run_timing_rule)."""
+        from assignment.testing import run_timing_rule
+
+        return run_timing_rule(
+            rule,
+            self.candidates(),
+            self.make_inputs,
+            check=self.check,
+            flops=self.flops,
+            bytes_moved=self.bytes_moved,
+            record=record,
+            **measure_kwargs,
+        )
+
 
 def generator(seed: int):
     """A CUDA generator seeded with ``seed``: the inputs of one timed call."""

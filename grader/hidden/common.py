@@ -15,7 +15,7 @@ from assignment.cuda import sanitize
 from assignment.cuda.kernels import Kernels
 from assignment.pytest_plugin import grading_seed
 from assignment.registry import Task
-from assignment.testing import local_memory_of, run_timing_rule
+from assignment.testing import local_memory_of
 from grader.hidden.workloads import workload
 
 
@@ -50,18 +50,9 @@ def check_local_memory(filename: str, tasks: tuple[str, ...]) -> None:
 
 def time_rule(task: Task, rule, record: dict, student_model=None, **measure_kwargs) -> None:
     """Time one registry rule into ``record``; ``student_model``: the student's decode path for t6's model rule
-    (workloads.StudentDecoder). How the student's path ran (workload notes) joins the record."""
+    (assignment.perf.workload.StudentDecoder). How the student's path ran (workload notes) joins the record."""
     record["timing"] = {"rule": rule.name, "metric": rule.metric}  # named even when the timing fails
     work = workload(task.id, rule, Kernels(), task.tol("float32"), student_model=student_model)
     record["timing"].update(work.notes)
-    run_timing_rule(
-        rule,
-        work.candidates(),
-        work.make_inputs,
-        check=work.check,
-        flops=work.flops,
-        bytes_moved=work.bytes_moved,
-        record=record,
-        **measure_kwargs,
-    )
+    work.time(rule, record, **measure_kwargs)
     record["timing"].update(work.notes)

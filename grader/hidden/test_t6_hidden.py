@@ -693,7 +693,7 @@ def test_decode_step_replays_in_a_cuda_graph(seed):
 
 
 class WorkerDecoder:
-    """The student's decode path of the model timing rule: a session in the worker (workloads.StudentDecoder)."""
+    """The student's decode path of the model timing rule: a session in the worker (assignment.perf.workload.StudentDecoder)."""
 
     def setup(self, preset: str, seed: int, prompt: torch.Tensor, max_seq_len: int) -> dict:
         info = student().timing_setup(preset, seed, prompt, max_seq_len)

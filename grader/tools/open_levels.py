@@ -109,7 +109,6 @@ def _check_values(kernels, task: str) -> str:
 
 def calibrate(task_id: str, repeats: int, registry: Registry) -> list[dict]:
     from assignment.cuda.kernels import Kernels
-    from assignment.testing import run_timing_rule
     from grader.hidden.workloads import workload
 
     task = registry.task(task_id)
@@ -137,16 +136,7 @@ def calibrate(task_id: str, repeats: int, registry: Registry) -> list[dict]:
                 values = []
                 for _ in range(repeats):
                     record: dict = {}
-                    work = workload(task_id, rule, kernels, task.tol("float32"))
-                    run_timing_rule(
-                        rule,
-                        work.candidates(),
-                        work.make_inputs,
-                        check=work.check,
-                        flops=work.flops,
-                        bytes_moved=work.bytes_moved,
-                        record=record,
-                    )
+                    workload(task_id, rule, kernels, task.tol("float32")).time(rule, record)
                     values.append(record["timing"]["value"])
                     row.setdefault("student_ms", []).append(record["timing"]["student_ms"])
                 opened = _open_rule(rule)
