@@ -1,11 +1,11 @@
 """Adding a task takes seven files (issue 26): a throwaway task built from a template in a copy of the kit.
 
-The copy gets t8, "scale a tensor", as an instructor would add it: its registry entry, its task module, its
-solution file, its handout text, its public test, its hidden test and its fixtures, and nothing else. Then the
-kit's own commands take it from there: the starter is generated, the public tests pass on the solution and
-fail cleanly on the starter, the hidden suite passes on the solution, the handout renders its section, and the
-grader grades a buggy submission of it below full marks. ``git status`` in the copy shows the seven files, plus
-the starter file the generator wrote.
+The copy gets the next task id, "scale a tensor", as an instructor would add it: its registry entry, its task
+module, its solution file, its handout text, its public test, its hidden test and its fixtures, and nothing
+else. Then the kit's own commands take it from there: the starter is generated, the public tests pass on the
+solution and fail cleanly on the starter, the hidden suite passes on the solution, the handout renders its
+section, and the grader grades a buggy submission of it below full marks. ``git status`` in the copy shows the
+seven files, plus the starter file the generator wrote.
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from assignment.registry import load_registry
+
 pytestmark = [pytest.mark.kit, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-NEW = "t8"
+NEW = f"t{len(load_registry().tasks) + 1}"  # the next id: the registry numbers its tasks without gaps
 FILE = f"{NEW}_scale.py"
 POINTS = 5
 
