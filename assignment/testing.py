@@ -169,6 +169,37 @@ def assert_close(actual, expected, *, atol, rtol, name, hint="", layout="") -> f
     return result.max_error
 
 
+def same_precision_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, scale: float | None = None
+) -> torch.Tensor:
+    """Attention as PyTorch computes it in q's dtype (fp16 or bf16), every intermediate rounded to it: the scores,
+    the probabilities and O (the FlashAttention repository's reference without upcasting). Its error against the
+    exact answer is what a fair fp16/bf16 kernel is measured by. Rows that see no key give O = 0."""
+    kd, vd = expand_kv_heads(k, q), expand_kv_heads(v, q)
+    lq, lk, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    scores = (q @ kd.transpose(-2, -1)) * scale
+    if causal:
+        i = torch.arange(lq, device=q.device)[:, None]
+        j = torch.arange(lk, device=q.device)[None, :]
+        scores = scores.masked_fill(j > i + (lk - lq), float("-inf"))
+    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a fully masked row: 0/0 -> 0
+    return probs @ vd
+
+
+def assert_close_to_precision(
+    actual, expected, same_precision, *, max_error_ratio: float, atol: float, name, hint="", layout=""
+) -> float:
+    """``actual`` (fp16/bf16) against the exact ``expected``: every element within ``max_error_ratio`` times the
+    largest error of ``same_precision`` (PyTorch in the same dtype, ``same_precision_attention``), plus ``atol``.
+    The FlashAttention repository's rule: as accurate as the framework's own low-precision arithmetic, up to a
+    factor."""
+    baseline = max_abs_error(same_precision, expected)
+    bound = max_error_ratio * baseline + atol
+    named = f"{name} (allowed: {max_error_ratio:g} x PyTorch's own {actual.dtype} error {baseline:.3g} + {atol:g})"
+    return assert_close(actual, expected, atol=bound, rtol=0.0, name=named, hint=hint, layout=layout)
+
+
 def assert_repeatable(run, repeats: int, message: str) -> None:
     """Call ``run`` 1 + ``repeats`` times; every result (a tensor or a tuple of tensors) must be bitwise equal
     to the first. A race in a kernel shows up as a result that moves between identical calls."""

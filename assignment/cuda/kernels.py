@@ -109,11 +109,19 @@ def _check_status(code: int, kernel: str) -> None:
 # --------------------------------------------------------------------------- argument checks (no GPU needed)
 
 
-def check_tensor(kernel: str, name: str, value, ndim: tuple[int, ...] | None = None) -> torch.Tensor:
+FP32_ONLY = (torch.float32,)
+
+
+def check_tensor(
+    kernel: str, name: str, value, ndim: tuple[int, ...] | None = None, dtypes: tuple[torch.dtype, ...] = FP32_ONLY
+) -> torch.Tensor:
+    """``value`` is a tensor of one of ``dtypes`` (float32 unless the kernel says otherwise) and ``ndim``."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{kernel}: {name} must be a torch.Tensor, got {type(value).__name__}")
-    if value.dtype != torch.float32:
-        raise TypeError(f"{kernel}: {name} must be torch.float32 (the kernels are fp32), got {value.dtype}")
+    if value.dtype not in dtypes:
+        wanted = " or ".join(str(t) for t in dtypes)
+        why = " (the kernels are fp32)" if dtypes == FP32_ONLY else ""
+        raise TypeError(f"{kernel}: {name} must be {wanted}{why}, got {value.dtype}")
     if ndim is not None and value.dim() not in ndim:
         wanted = " or ".join(f"{n}-D" for n in ndim)
         raise ValueError(f"{kernel}: {name} must be {wanted}, got shape {tuple(value.shape)}")
@@ -258,10 +266,15 @@ class KernelsBase:
         return _functions[key]
 
 
-def attention_shapes(kernel: str, q, k, v) -> tuple[int, int, int, int, int, int]:
-    """(B, H, H_kv, Lq, Lk, d) of q (B, H, Lq, d) and k, v (B, H_kv, Lk, d), H_kv dividing H."""
+def attention_shapes(
+    kernel: str, q, k, v, dtypes: tuple[torch.dtype, ...] = FP32_ONLY
+) -> tuple[int, int, int, int, int, int]:
+    """(B, H, H_kv, Lq, Lk, d) of q (B, H, Lq, d) and k, v (B, H_kv, Lk, d), H_kv dividing H; q, k and v of one
+    dtype, one of ``dtypes``."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        check_tensor(kernel, name, t, (4,))
+        check_tensor(kernel, name, t, (4,), dtypes)
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"{kernel}: q, k and v must have one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
     B, H, Lq, d = q.shape
     H_kv, Lk = k.shape[1], k.shape[2]
     check_shape(kernel, "k", k, (B, H_kv, Lk, d), "(B, H_kv, Lk, d) with q's B and d")

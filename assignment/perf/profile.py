@@ -88,8 +88,8 @@ def launch_one(task: str) -> None:
     profile, kernels = _profile(task), Kernels()
     gen = torch.Generator().manual_seed(0)
 
-    def upload(*dims):  # CPU random numbers + a memcpy: no CUDA kernel besides the student's
-        return torch.randn(*dims, generator=gen).cuda()
+    def upload(*dims, dtype=torch.float32):  # CPU random numbers + a memcpy: no CUDA kernel besides the student's
+        return torch.randn(*dims, generator=gen).to(dtype).cuda()
 
     profile.launch(kernels, profile.shape, upload)
     torch.cuda.synchronize()

@@ -27,7 +27,7 @@ class Profile:
     """``make profile``'s one launch: a shape big enough to be representative and small enough to replay.
 
     ``launch(kernels, shape, upload)`` runs the task's kernels once on inputs made by ``upload(*dims)`` (CPU
-    random numbers and a copy: no CUDA kernel but the student's); ``ideal_bytes(shape)`` is what a perfect
+    random numbers and a copy: no CUDA kernel but the student's; ``dtype=``: another element type than float32); ``ideal_bytes(shape)`` is what a perfect
     kernel moves through DRAM (every input read once, every output written once)."""
 
     shape: Mapping[str, Any]

@@ -149,6 +149,8 @@ def summary_lines(result: SubmissionScore) -> list[str]:
         status = {"ran": f"{ts.passed}/{ts.total} checks passed", "not_run": NOT_RUN_TAG}.get(ts.status, ts.status)
         if ts.status == "ran" and not ts.complete:
             status += f"; {ts.not_run:.2f} points not run here"
+        if ts.task.bonus:
+            status += "; bonus points, on top of the total"
         line = f"{ts.task.id} {ts.task.title:<34} {ts.score:6.2f} / {ts.max_score:<5g} {status}"
         if ts.reason:
             first = ts.reason.strip().splitlines()[0]

@@ -248,7 +248,9 @@ class SubmissionScore:
         return sum(t.score for t in self.tasks) + (self.theory.score if self.theory else 0.0)
 
     def max_score(self, registry: Registry) -> float:
-        return sum(t.max_score for t in self.tasks) + (self.theory.max_score if self.theory else 0.0)
+        """The points this grading could give, bonus tasks' aside (they come on top)."""
+        regular = sum(t.max_score for t in self.tasks if not t.task.bonus)
+        return regular + (self.theory.max_score if self.theory else 0.0)
 
     @property
     def review(self) -> list[str]:

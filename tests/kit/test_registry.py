@@ -32,8 +32,9 @@ def write_variant(tmp_path: Path, old: str, new: str, count: int = 1) -> Path:
 
 def test_real_registry_is_valid_and_complete():
     registry = load_registry()
-    assert registry.ids == ("t1", "t2", "t3", "t4", "t5", "t6", "t7")
-    assert sum(t.points.total for t in registry.tasks) + registry.theory.points == registry.total_points
+    assert registry.ids == ("t1", "t2", "t3", "t4", "t5", "t6", "t7", "t8")
+    regular = sum(t.points.total for t in registry.tasks if not t.bonus)
+    assert regular + registry.theory.points == registry.total_points
     assert registry.task("t1").available
 
 
@@ -60,6 +61,20 @@ def test_points_that_do_not_add_up(tmp_path):
     with pytest.raises(
         RegistryError, match=r"course.total_points.*add up to 100 and the theory's to 20 \(120 in all\)"
     ):
+        load_registry(path)
+
+
+def test_a_bonus_task_counts_on_top_of_the_total(tmp_path):
+    # t7 made a bonus task: its 10 points leave the total (110 now adds up) and stay the task's own.
+    path = write_variant(tmp_path, 'id = "t7"\n', 'id = "t7"\nbonus = true\n')
+    with pytest.raises(RegistryError, match=r"course.total_points': is 120 but the tasks' points add up to 90"):
+        load_registry(path)
+    path.write_text(path.read_text().replace("total_points = 120", "total_points = 110"))
+    registry = load_registry(path)
+    assert registry.task("t7").bonus and not registry.task("t6").bonus
+    assert registry.task("t7").points.total == 10
+    path.write_text(path.read_text().replace("bonus = true", 'bonus = "yes"'))
+    with pytest.raises(RegistryError, match=r"task t7: field 'bonus': must be true or false"):
         load_registry(path)
 
 

@@ -1,0 +1,237 @@
+"""t8, FlashAttention on tensor cores: the FlashAttention-2 forward pass in fp16 and bf16 with fp32 accumulation,
+on ``mma.sync`` tensor-core instructions, causal or not, grouped-query heads; in TFLOP/s against PyTorch's own
+FlashAttention-2 (SDPA's FLASH_ATTENTION backend, named explicitly) with cuDNN's beside it."""
+
+from __future__ import annotations
+
+import math
+from ctypes import c_float, c_int, c_void_p
+from functools import partial
+
+import torch
+
+from assignment.cuda import kernels as kern
+from assignment.tasks import BenchVariant, Leaderboard, Profile, TaskCode
+
+CUDA_FILE = "t8_flash_attention_tc.cu"
+DTYPES = (torch.float16, torch.bfloat16)
+HEAD_DIMS = (64, 128)  # one fragment tile per 16 dims: the kernel is built for these two
+FLASH_TC = kern.Export(
+    CUDA_FILE,
+    "t8_flash_attention_forward",
+    (c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int, c_int, c_int, c_int, c_int, c_int, c_float, c_int, c_int),
+)
+# The configuration (template instance) a call takes, -1 for a refused one: the hidden suite proves its shapes
+# reach every one of them on the GPU it runs on.
+FLASH_TC_CONFIG = kern.Export(CUDA_FILE, "t8_flash_attention_config", (c_int,) * 6, module=False)
+
+
+class Kernels:
+    """t8's wrappers: methods of ``assignment.cuda.kernels.Kernels``."""
+
+    def flash_attention_tc(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        causal: bool = False,
+        scale: float | None = None,
+        out: torch.Tensor | None = None,
+        lse: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """FlashAttention forward on tensor cores: q (B,H,Lq,d), k and v (B,H_kv,Lk,d), all float16 or all
+        bfloat16, d 64 or 128 -> (o (B,H,Lq,d) in q's dtype, lse (B,H,Lq) float32, natural log).
+
+        As t4/t5's ``flash_attention``: query head h reads KV head h // (H // H_kv); causal: query i sees keys
+        j <= i + Lk - Lq (bottom-right alignment); a row that sees no key gives O = 0 and LSE = -inf.
+        """
+        kernel = "t8_flash_attention_forward"
+        state = self.require(FLASH_TC, ("t8",), kernel)
+        B, H, H_kv, Lq, Lk, d = kern.attention_shapes(kernel, q, k, v, DTYPES)
+        if d not in HEAD_DIMS:
+            raise ValueError(f"{kernel}: head dimension d must be one of {HEAD_DIMS}, got {d}")
+        if out is None:
+            o = torch.empty_like(q)
+        else:
+            o = kern.check_tensor(kernel, "out", out, dtypes=(q.dtype,))
+        kern.check_shape(kernel, "out", o, (B, H, Lq, d), "like q")
+        lse = (
+            torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)
+            if lse is None
+            else kern.check_tensor(kernel, "lse", lse)
+        )
+        kern.check_shape(kernel, "lse", lse, (B, H, Lq), "(B, H, Lq)")
+        device = kern.check_layout_and_device(kernel, q=q, k=k, v=v, out=o, lse=lse)
+        kern.check_int32(kernel, B=B, H=H, Lq=Lq, Lk=Lk, **{"B*H": B * H})
+        scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+        if o.numel() == 0 or Lk == 0:  # no query rows, or rows that see no key: zeros and LSE -inf
+            return o.zero_(), lse.fill_(float("-inf"))
+        kern.launch(
+            self.function(FLASH_TC, state),
+            device,
+            kernel,
+            q.data_ptr(),
+            k.data_ptr(),
+            v.data_ptr(),
+            o.data_ptr(),
+            lse.data_ptr(),
+            B,
+            H,
+            H_kv,
+            Lq,
+            Lk,
+            d,
+            scale,
+            int(bool(causal)),
+            int(q.dtype == torch.bfloat16),
+        )
+        return o, lse
+
+
+# --------------------------------------------------------------------------- the baselines: PyTorch's own kernels
+
+
+def sdpa_backend(backend: str, qkv, causal: bool):
+    """PyTorch's SDPA through exactly one backend (``FLASH_ATTENTION``: FlashAttention-2; ``CUDNN_ATTENTION``),
+    never a silent fallback. Grouped K/V heads go in as they are (enable_gqa) where the backend takes them, and
+    repeated to q's heads (a copy, inside the timed call) where it does not."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v = qkv
+    with sdpa_kernel(getattr(SDPBackend, backend)):
+        if k.shape[1] == q.shape[1]:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        try:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+        except RuntimeError:
+            group = q.shape[1] // k.shape[1]
+            k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+# (B, H, H_kv, L, d): the issue's two shapes, multi-head and Llama 3's grouped heads over a long context.
+BENCH_SHAPES = [(8, 16, 16, 4096, 64), (8, 16, 16, 4096, 128), (1, 32, 8, 8192, 64), (1, 32, 8, 8192, 128)]
+QUICK_SHAPES = [(2, 16, 16, 2048, 64), (2, 16, 16, 2048, 128), (1, 32, 8, 2048, 128)]
+# fp16/bf16 against PyTorch's fp16/bf16: the outputs of two correct kernels differ by a few ulps of the dtype
+BENCH_MAX_RELATIVE_ERROR = 2e-2
+
+
+def attention_case(student, reference, B, H, H_kv, L, d, causal: bool, dtype):
+    from assignment.perf.cases import Case, attention_work
+
+    def make(i):
+        gen = torch.Generator(device="cuda").manual_seed(1000 + i)
+        q = torch.randn(B, H, L, d, device="cuda", generator=gen, dtype=dtype)
+        k, v = (torch.randn(B, H_kv, L, d, device="cuda", generator=gen, dtype=dtype) for _ in range(2))
+        return q, k, v
+
+    candidates = {
+        "SDPA": partial(sdpa_backend, "FLASH_ATTENTION", causal=causal),  # the baseline: FlashAttention-2
+        "SDPA cuDNN": partial(sdpa_backend, "CUDNN_ATTENTION", causal=causal),
+        "student": lambda qkv: student.flash_attention_tc(*qkv, causal=causal)[0],
+    }
+    if reference is not None:
+        candidates["reference"] = lambda qkv: reference.flash_attention_tc(*qkv, causal=causal)[0]
+    flops, bytes_moved = attention_work(B, H, L, L, d, causal, H_kv)
+    bytes_moved /= 2  # 2-byte elements (attention_work counts 4); the LSE's share is negligible
+    name = "bf16" if dtype == torch.bfloat16 else "fp16"
+    label = f"{'causal ' if causal else ''}{name} attention B{B} H{H} H_kv{H_kv} L{L} d{d}"
+    return Case(
+        label,
+        make,
+        candidates,
+        flops,
+        bytes_moved,
+        metric="TFLOP/s",
+        percent_of="SDPA",
+        notes=["SDPA: PyTorch's FlashAttention-2 (backend FLASH_ATTENTION); SDPA cuDNN: the CUDNN_ATTENTION backend"],
+        max_relative_error=BENCH_MAX_RELATIVE_ERROR,
+    )
+
+
+def bench_cases(dtype, student, reference, quick: bool) -> list:
+    shapes = QUICK_SHAPES if quick else BENCH_SHAPES
+    return [
+        attention_case(student, reference, *shape, causal=causal, dtype=dtype)
+        for shape in shapes
+        for causal in (False, True)
+    ]
+
+
+def rule_case(rule, student, reference):
+    s = rule.shape
+    dtype = getattr(torch, s["dtype"])
+    case = attention_case(
+        student, reference, s["B"], s["H"], s.get("H_kv", s["H"]), s["L"], s["d"], bool(s["causal"]), dtype
+    )
+    case.label = f"t8 rule: {case.label}"
+    return case
+
+
+def timing_workload(rule, student, reference, tolerance, base: int, student_model=None):
+    from assignment.perf.workload import LAYOUT, Workload, generator
+    from assignment.testing import assert_close
+
+    s = rule.shape
+    causal = bool(s["causal"])
+    dtype = getattr(torch, s["dtype"])
+    H_kv = s.get("H_kv", s["H"])
+
+    def make(i):
+        gen = generator(base + i)
+        return (
+            torch.randn(s["B"], s["H"], s["L"], s["d"], device="cuda", generator=gen, dtype=dtype),
+            *(torch.randn(s["B"], H_kv, s["L"], s["d"], device="cuda", generator=gen, dtype=dtype) for _ in range(2)),
+        )
+
+    def check(name, qkv, output):
+        if name == "student":
+            out = output[0] if isinstance(output, tuple) else output
+            expected, _ = reference.flash_attention_tc(*qkv, causal=causal)
+            assert_close(out, expected, **tolerance, name="timed O", layout=LAYOUT)
+
+    flops = 4.0 * s["B"] * s["H"] * s["L"] * s["L"] * s["d"] * (0.5 if causal else 1.0)
+    return Workload(
+        make,
+        lambda qkv: student.flash_attention_tc(*qkv, causal=causal),
+        lambda qkv: reference.flash_attention_tc(*qkv, causal=causal),
+        partial(sdpa_backend, "FLASH_ATTENTION", causal=causal),
+        check,
+        flops=flops,
+    )
+
+
+def _ideal_bytes(shape) -> float:
+    B, H, Lq, Lk, d = (shape[k] for k in ("B", "H", "Lq", "Lk", "d"))
+    return 2.0 * B * H * (2 * Lq * d + 2 * Lk * d) + 4.0 * B * H * Lq  # Q, K, V, O in 2 bytes; LSE in 4
+
+
+def _launch(kernels, shape, upload) -> None:
+    B, H, Lq, Lk, d = (shape[k] for k in ("B", "H", "Lq", "Lk", "d"))
+    q, k, v = (upload(B, H, n, d, dtype=torch.bfloat16) for n in (Lq, Lk, Lk))
+    kernels.flash_attention_tc(q, k, v, causal=shape["causal"])
+
+
+CODE = TaskCode(
+    id="t8",
+    cuda_file=CUDA_FILE,
+    kernels=Kernels,
+    bench_metric="TFLOP/s",
+    bench_cases=partial(bench_cases, torch.float16),
+    bench_variants=(BenchVariant("bf16", "the same table in bfloat16", partial(bench_cases, torch.bfloat16)),),
+    rule_case=rule_case,
+    timing_workload=timing_workload,
+    profile=Profile(
+        {"B": 4, "H": 16, "Lq": 4096, "Lk": 4096, "d": 128, "causal": False},
+        _ideal_bytes,
+        _launch,
+        extra_metrics={
+            "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor pipe active (%)",
+            "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum": "shared-memory bank conflicts",
+        },
+    ),
+    report_profile=True,
+    sanitize_args=("t8",),
+    leaderboard=Leaderboard(0, "student_tflops", "FlashAttention on tensor cores", "TFLOP/s", True),
+)
