@@ -150,7 +150,7 @@ def _check_reference_speed(tasks: list[Task], gpu: str, result: Preflight) -> No
                     f"{', '.join(rule.reference_ms) or 'no GPU on record'}); ratios still apply"
                 )
                 continue
-            work = workload(task.id, rule, Kernels("solutions"), task.tol("float32"))
+            work = workload(task.id, rule, Kernels("solutions"), task.timed_tolerance())
             timed = measure(
                 {"reference": work.reference},
                 work.make_inputs,

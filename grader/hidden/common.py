@@ -52,7 +52,7 @@ def time_rule(task: Task, rule, record: dict, student_model=None, **measure_kwar
     """Time one registry rule into ``record``; ``student_model``: the student's decode path for t6's model rule
     (assignment.perf.workload.StudentDecoder). How the student's path ran (workload notes) joins the record."""
     record["timing"] = {"rule": rule.name, "metric": rule.metric}  # named even when the timing fails
-    work = workload(task.id, rule, Kernels(), task.tol("float32"), student_model=student_model)
+    work = workload(task.id, rule, Kernels(), task.timed_tolerance(), student_model=student_model)
     record["timing"].update(work.notes)
     work.time(rule, record, **measure_kwargs)
     record["timing"].update(work.notes)

@@ -136,7 +136,7 @@ def calibrate(task_id: str, repeats: int, registry: Registry) -> list[dict]:
                 values = []
                 for _ in range(repeats):
                     record: dict = {}
-                    workload(task_id, rule, kernels, task.tol("float32")).time(rule, record)
+                    workload(task_id, rule, kernels, task.timed_tolerance()).time(rule, record)
                     values.append(record["timing"]["value"])
                     row.setdefault("student_ms", []).append(record["timing"]["student_ms"])
                 opened = _open_rule(rule)
