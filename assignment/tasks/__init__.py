@@ -6,8 +6,9 @@ CUDA file, its bench table, each timing rule as a student measures it, its profi
 The rest of the kit (``make bench``, ``make profile``, ``make sanitize``, the student targets, the report's
 steps, the grader's prepare) loops over these and does not branch on a task id.
 
-A task's module imports nothing heavy at import time (torch and the kernels inside its functions), so a tool
-that only asks what a task needs loads fast on any machine.
+A task's module imports nothing heavy at import time (torch inside its functions; ``assignment.cuda.kernels``, whose
+``Export`` names its host functions, loads without torch), so a tool that only asks what a task needs (the handout,
+``make help``) loads fast on any machine, torch or not.
 """
 
 from __future__ import annotations

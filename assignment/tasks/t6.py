@@ -6,11 +6,13 @@ from __future__ import annotations
 import math
 from ctypes import c_float, c_int, c_int64, c_void_p
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from assignment.cuda import kernels as kern
 from assignment.tasks import BenchVariant, Leaderboard, Profile, TaskCode
+
+if TYPE_CHECKING:  # torch is imported inside the functions: the module loads without it
+    import torch
 
 CUDA_FILE = "t6_decode_attention.cu"
 DECODE = kern.Export(
@@ -41,7 +43,7 @@ DECODE_WORKSPACE = kern.Export(
     CUDA_FILE, "t6_decode_workspace_floats", (c_int, c_int, c_int, c_int), c_int64, module=False
 )
 DECODE_MAX_SPLITS = kern.Export(CUDA_FILE, "t6_decode_max_splits", (), module=False)
-DECODE_LENGTH_DTYPES = (torch.int32, torch.int64)
+DECODE_LENGTH_DTYPES = ("torch.int32", "torch.int64")  # the dtypes of lengths, as str(dtype) writes them
 
 
 class Kernels:
@@ -58,6 +60,8 @@ class Kernels:
         never allocates); it needs no initialisation. One call at a time may use a workspace: calls on
         different streams need one each.
         """
+        import torch
+
         kernel = "t6_decode_attention"
         state = self.require(DECODE, ("t6",), kernel)
         B, H, H_kv, L_max, d = _decode_shapes(kernel, q, k_cache, k_cache)
@@ -76,6 +80,8 @@ class Kernels:
         self, state: kern.FileState, device: torch.device, B: int, H: int, H_kv: int, L_max: int, d: int
     ) -> int:
         """The kit's split count for this shape on ``device`` (its SM count and occupancy), asked once per shape."""
+        import torch
+
         index = device.index if device.index is not None else torch.cuda.current_device()
         key = (state, index, B, H, H_kv, L_max, d)
         if key not in _decode_splits:
@@ -113,12 +119,14 @@ class Kernels:
         workspace: from ``decode_workspace`` (reuse it; allocate it before capturing a graph); None allocates
         one for this call. num_splits: the split count (None: the workspace's, else the kit's choice).
         """
+        import torch
+
         kernel = "t6_decode_attention"
         state = self.require(DECODE, ("t6",), kernel)
         B, H, H_kv, L_max, d = _decode_shapes(kernel, q, k_cache, v_cache)
         if not isinstance(lengths, torch.Tensor):
             raise TypeError(f"{kernel}: lengths must be a torch.Tensor, got {type(lengths).__name__}")
-        if lengths.dtype not in DECODE_LENGTH_DTYPES:
+        if str(lengths.dtype) not in DECODE_LENGTH_DTYPES:
             raise TypeError(
                 f"{kernel}: lengths must be torch.int32 or torch.int64 (positions in the cache), got {lengths.dtype}"
             )
@@ -189,6 +197,8 @@ class DecodeWorkspace:
     head_dim: int
 
     def check(self, kernel: str, B: int, H: int, d: int, device: torch.device, num_splits: int | None) -> None:
+        import torch
+
         if (self.batch, self.heads, self.head_dim) != (B, H, d):
             raise ValueError(
                 f"{kernel}: the workspace was made for B={self.batch}, H={self.heads}, d={self.head_dim}, "
