@@ -2,11 +2,12 @@
 
     python -m assignment.model.generate --prompt "The history of" [--ckpt DIR] [--max-tokens 100]
         [--temperature 0.8] [--top-p 0.95] [--top-k 50] [--seed 0] [--device cpu|cuda] [--chat]
-        [--attention reference|sdpa|t1|t5|t6]
+        [--attention reference|sdpa|<task id>]
 
 Runs the shipped checkpoint by default (no network, no GPU needed). The sampling loop is the one in
 the implementation ``IMPL`` names (``t7_generate.py``: solutions in an instructor's tree, the student's
-own file in a bundle). Temperature 0 is greedy. Settings not given come from the checkpoint's
+own file in a bundle); ``--attention`` takes the kit's attentions and each task's that runs the model's attention
+(``model_attention``). Temperature 0 is greedy. Settings not given come from the checkpoint's
 generation_config.json. TTFT is the time from the request to the first token (tokenizing and the
 prefill, after one untimed warm-up step); the time between tokens is the mean over the decode steps.
 """
@@ -60,13 +61,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (a GPU when there is one)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    parser.add_argument(
-        "--attention",
-        default="reference",
-        help="reference, sdpa, t1 (your Python), t5 (your CUDA kernel) or t6 (your KV cache and decode kernel)",
-    )
+    parser.add_argument("--attention", default="reference", help=attention_help())
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the checkpoint's chat template")
     return parser.parse_args(argv)
+
+
+def attention_help() -> str:
+    """The --attention choices: "reference, sdpa, t1 (your Python), ... or t6 (your KV cache and decode kernel)"."""
+    from assignment import tasks
+
+    from .attention import KIT_IMPLEMENTATIONS
+
+    names = [*KIT_IMPLEMENTATIONS, *(f"{c.id} ({c.model_attention.label})" for c in tasks.with_model_attention())]
+    return ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def sampling_settings(args: argparse.Namespace, generation_config: dict) -> dict:

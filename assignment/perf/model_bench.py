@@ -327,7 +327,7 @@ def _cached_contender(name: str, model, cache_cls) -> Contender:
 
 def _contenders(base) -> tuple[dict[str, Contender], dict[str, str]]:
     """The four paths over ``base``'s weights, and why any that cannot be set up is left out."""
-    from assignment.model.attention import t6_cache_class
+    from assignment.model.attention import cache_class
     from assignment.model.presets import sharing_weights
     from assignment.perf.cases import reference_kernels
 
@@ -342,7 +342,7 @@ def _contenders(base) -> tuple[dict[str, Contender], dict[str, str]]:
         if name == "reference" and reference_kernels() is None:
             continue  # a student bundle: no reference solutions, and nothing to say about it
         try:
-            contenders[name] = _cached_contender(name, sharing_weights(base, "t6"), t6_cache_class(impl))
+            contenders[name] = _cached_contender(name, sharing_weights(base, "t6"), cache_class("t6", impl))
         except Exception as exc:  # noqa: BLE001 -- a missing file, a TODO, a build error: the others still run
             missing[name] = _first_line(exc)
     try:

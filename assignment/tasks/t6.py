@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from assignment.cuda import kernels as kern
-from assignment.tasks import BenchVariant, Leaderboard, Profile, TaskCode
+from assignment.tasks import BenchVariant, Leaderboard, ModelAttention, Profile, TaskCode
+from assignment.tasks.t4 import causal_model_attention
 
 if TYPE_CHECKING:  # torch is imported inside the functions: the module loads without it
     import torch
@@ -445,7 +446,6 @@ def _decode_step_workload(rule, student_model, base: int):
     kernels, one captured step). Each call's token comes from its seed."""
     import torch
 
-    from assignment.model.attention import t6_cache_class
     from assignment.model.cuda_graph import GraphDecoder
     from assignment.model.presets import random_model, sharing_weights
     from assignment.perf.model_bench import decode_bytes
@@ -464,7 +464,7 @@ def _decode_step_workload(rule, student_model, base: int):
     position = torch.tensor([context], device="cuda")
     with torch.no_grad():
         kit = sharing_weights(model, CODE.id)
-        kit.setup_caches(1, max_seq_len, cache_cls=t6_cache_class("solutions"))
+        kit.setup_caches(1, max_seq_len, cache_cls=kv_cache_class("solutions"))
         kit_runner = GraphDecoder(kit)
         kit_runner.prefill(prompt, torch.arange(context, device="cuda"))
 
@@ -507,6 +507,17 @@ def _decode_step_workload(rule, student_model, base: int):
     )
 
 
+def kv_cache_class(impl: str | None = None) -> type:
+    """The ``KVCache`` class of t6_kv_cache.py in implementation ``impl`` (None: ``IMPL``), running that same
+    implementation's kernels (the module's ``kernels`` is pointed at its directory)."""
+    from assignment.impl import load_python, student_dir
+
+    module = load_python("t6_kv_cache.py", impl)
+    if getattr(module, "kernels", None) is kern:  # the module-level API (IMPL's kernels): bind it, once
+        module.kernels = kern.Kernels(student_dir(impl))
+    return module.KVCache
+
+
 CODE = TaskCode(
     id="t6",
     cuda_file=CUDA_FILE,
@@ -538,4 +549,15 @@ CODE = TaskCode(
     ),
     sanitize_args=("t6",),
     leaderboard=Leaderboard(1, "student_ms", "time between tokens", "ms", False),  # the model rule's decode step
+    # ATTN=t6: the student's cache attends once the model has caches; a pass without one runs t5's causal kernel.
+    model_attention=ModelAttention(
+        causal_model_attention,
+        label="your KV cache and decode kernel",
+        description="your KV cache (`t6_kv_cache.py`): prefill through the causal kernel (t5), each decode step "
+        "through your split-KV decode kernel",
+        cuda=True,
+        head_dims=kern.ATTENTION_HEAD_DIMS,
+        dtypes=("float32",),
+        cache_class=kv_cache_class,
+    ),
 )
