@@ -4,10 +4,10 @@
         [--temperature 0.8] [--top-p 0.95] [--top-k 50] [--seed 0] [--device cpu|cuda] [--chat]
         [--attention reference|sdpa|<task id>]
 
-Runs the shipped checkpoint by default (no network, no GPU needed). The sampling loop is the one in
-the implementation ``IMPL`` names (``t7_generate.py``: solutions in an instructor's tree, the student's
-own file in a bundle); ``--attention`` takes the kit's attentions and each task's that runs the model's attention
-(``model_attention``). Temperature 0 is greedy. Settings not given come from the checkpoint's
+Runs the shipped checkpoint by default (no network, no GPU needed). The sampling loop is the task's whose code
+``generates`` (``assignment/tasks/``: t7's ``t7_generate.py``), in the implementation ``IMPL`` names (solutions in
+an instructor's tree, the student's own file in a bundle); ``--attention`` takes the kit's attentions and each
+task's that runs the model's attention (``model_attention``). Temperature 0 is greedy. Settings not given come from the checkpoint's
 generation_config.json. TTFT is the time from the request to the first token (tokenizing and the
 prefill, after one untimed warm-up step); the time between tokens is the mean over the decode steps.
 """
@@ -76,6 +76,16 @@ def attention_help() -> str:
     return ", ".join(names[:-1]) + " or " + names[-1]
 
 
+def sampling_loop():
+    """The module whose ``stream`` is the sampling loop: ``IMPL``'s file of the task whose code generates."""
+    from assignment import tasks
+
+    generating = [c for c in tasks.available() if c.generates is not None]
+    if not generating:
+        raise ValueError("no available task of the registry writes the sampling loop (TaskCode.generates)")
+    return generating[0].generates()
+
+
 def sampling_settings(args: argparse.Namespace, generation_config: dict) -> dict:
     """The command line wins; then the checkpoint's generation_config.json (do_sample false: greedy); then
     plain sampling at temperature 1."""
@@ -97,7 +107,7 @@ def sampling_settings(args: argparse.Namespace, generation_config: dict) -> dict
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from assignment.impl import ImplError, load_python
+    from assignment.impl import ImplError
 
     from .checkpoint import DTYPES, load_checkpoint
     from .config import CheckpointError
@@ -107,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         print("generate: --max-tokens must be >= 0", file=sys.stderr)
         return 2
     try:
-        t7 = load_python("t7_generate.py")
+        loop = sampling_loop()
         loaded = load_checkpoint(args.ckpt, device=device, dtype=DTYPES[args.dtype], attention=args.attention)
     except (ImplError, CheckpointError, ValueError) as exc:
         print(f"generate: {exc}", file=sys.stderr)
@@ -124,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         model = TimedModel(loaded.model, start)
         generator = torch.Generator(device).manual_seed(args.seed)
         print(text, end="", flush=True)
-        for piece in t7.stream(
+        for piece in loop.stream(
             model,
             tokenizer,
             prompt_tokens,

@@ -105,7 +105,9 @@ class TaskCode:
     report_profile: bool = False  # the report profiles its launch (make report runs ncu once per step)
     scaling_causal: bool | None = None  # make scaling sweeps its kernel (causal or not); None: no sweep
     sanitize_args: tuple[str, ...] | None = None  # sanitize_driver.cpp's arguments; None: nothing to sanitize
-    generates: bool = False  # the report's text-generation step runs its code
+    # () -> IMPL's module whose stream(model, tokenizer, prompt_tokens, ...) is the sampling loop: make generate and
+    # the report's text-generation step run it (None: the task has none)
+    generates: Callable[[], Any] | None = None
     leaderboard: Leaderboard | None = None  # its figure on the class leaderboard (None: not on it)
     model_attention: ModelAttention | None = None  # ATTN=<id> runs the model's attention through its code
 
