@@ -110,6 +110,9 @@ class TaskCode:
     generates: Callable[[], Any] | None = None
     leaderboard: Leaderboard | None = None  # its figure on the class leaderboard (None: not on it)
     model_attention: ModelAttention | None = None  # ATTN=<id> runs the model's attention through its code
+    # (student, reference) Kernels -> None, raising when the values are off: a few shapes that catch edge bugs, what
+    # grader/tools/open_levels.py checks before timing an open-level kernel (None: no such check)
+    quick_check: Callable[[Any, Any], None] | None = None
 
     @property
     def regions(self) -> tuple[str, ...]:

@@ -32,7 +32,6 @@ NOT_KIT_CODE = re.compile(r"^grader/(benchmarks|records|scripts|notes)/")
 # Still to move, file -> occurrences: the model's attention seam names the tasks whose code it runs (ATTN=t1|t5|t6),
 # the t6 model table its student path and plots, the handout its chapters' places, the open levels their quick check.
 REMAINING = {
-    "grader/tools/open_levels.py": 1,
     "handout/render.py": 3,
 }
 
