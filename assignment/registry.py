@@ -287,6 +287,17 @@ class Theory:
 
 
 @dataclass(frozen=True)
+class Chapter:
+    """``[[chapter]]``: a handout chapter of no task, assignment/text/<text> under its own title, just before task
+    ``before`` (None: after the last task, the back matter). Chapters keep the registry's order."""
+
+    anchor: str  # the section's HTML id
+    title: str
+    text: str
+    before: str | None = None
+
+
+@dataclass(frozen=True)
 class Registry:
     path: Path
     title: str
@@ -308,6 +319,8 @@ class Registry:
     # ``[hidden_seed] salt``: the secret the grader derives each student's hidden-test seeds from (grader/grade/seeds.py).
     # Instructor-only: None in the student edition, which leaves the table out.
     hidden_seed_salt: str | None = None
+    # The handout's chapters of no task, each placed before a task or after the last one.
+    chapters: tuple[Chapter, ...] = ()
 
     def task(self, task_id: str) -> Task:
         for task in self.tasks:
@@ -725,7 +738,39 @@ def parse_registry(data: dict, path: Path) -> Registry:
         integrity_policy=_parse_policy(course.get("integrity_policy", ""), path),
         theory=theory,
         hidden_seed_salt=_parse_hidden_seed(data.get("hidden_seed"), path, theory, edition),
+        chapters=_parse_chapters(data.get("chapter", []), path, tuple(t.id for t in tasks)),
     )
+
+
+def _parse_chapters(raw: Any, path: Path, task_ids: tuple[str, ...]) -> tuple[Chapter, ...]:
+    if not isinstance(raw, list):
+        raise RegistryError(path, None, "chapter", "must be an array of tables ([[chapter]])")
+    chapters: list[Chapter] = []
+    for index, item in enumerate(raw):
+        where = f"chapter[{index}]."
+        if not isinstance(item, dict):
+            raise RegistryError(path, None, where[:-1], "must be a table { anchor, title, text, before }")
+        unknown = set(item) - {"anchor", "title", "text", "before"}
+        if unknown:
+            raise RegistryError(path, None, where[:-1], f"unknown field {sorted(unknown)[0]!r}")
+        chapter = Chapter(
+            _require(item, "anchor", str, path, None, where),
+            _require(item, "title", str, path, None, where),
+            _require(item, "text", str, path, None, where),
+            item.get("before"),
+        )
+        if chapter.before is not None and chapter.before not in task_ids:
+            raise RegistryError(
+                path,
+                None,
+                where + "before",
+                f"{chapter.before!r} is not a task id ({', '.join(task_ids)}); leave it out to place the chapter "
+                "after the last task",
+            )
+        if chapter.anchor in task_ids or chapter.anchor in (c.anchor for c in chapters):
+            raise RegistryError(path, None, where + "anchor", f"{chapter.anchor!r} is taken (a task or a chapter)")
+        chapters.append(chapter)
+    return tuple(chapters)
 
 
 # A hidden-seed salt shorter than this is refused: it is the only secret between a student's id and their hidden inputs.

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import jinja2
 
-from assignment.registry import Registry, Task, TimingRule, load_registry
+from assignment.registry import Chapter, Registry, Task, TimingRule, load_registry
 from handout import hours
 from handout.api import REPO_ROOT, FileApi, task_api
 from handout.facts import kit_facts
@@ -41,35 +41,13 @@ TOLERANCE_MEANING = {
 }
 
 
-# A chapter placed ``before=AFTER_TASKS`` comes after the last task (the back matter).
+# The key of the chapters that come after the last task (the back matter) in ``chapter_views``.
 AFTER_TASKS = "after-tasks"
-
-
-@dataclass(frozen=True)
-class Chapter:
-    """A text of no task (assignment/text/<text>), its own section just before task ``before`` (or after the
-    last task: ``AFTER_TASKS``)."""
-
-    anchor: str
-    title: str
-    text: str
-    before: str
-
-
-CHAPTERS = (
-    Chapter("prerequisites", "Before you start: prerequisites, GPU and tools", "prerequisites.md", before="t1"),
-    Chapter("getting-started", "Getting started", "intro.md", before="t1"),
-    Chapter("model", "The model", "model.md", before="t6"),
-    Chapter("theory", "Theory questions", "theory.md", before=AFTER_TASKS),
-    Chapter("submitting", "Deliverables and submission", "submitting.md", before=AFTER_TASKS),
-    Chapter("debugging", "Debugging guide", "debugging.md", before=AFTER_TASKS),
-    Chapter("references", "References", "references.md", before=AFTER_TASKS),
-)
 
 
 @dataclass
 class ChapterView:
-    chapter: Chapter
+    chapter: Chapter  # the registry's [[chapter]]
     html: str
 
 
@@ -130,21 +108,15 @@ def task_views(
     ]
 
 
-def chapter_views(
-    registry: Registry, text_dir: Path = TEXT_DIR, chapters: tuple[Chapter, ...] = CHAPTERS
-) -> dict[str, list[ChapterView]]:
-    """Task id (or AFTER_TASKS) -> the chapters shown just before it; a chapter whose text does not exist yet is
-    left out."""
+def chapter_views(registry: Registry, text_dir: Path = TEXT_DIR) -> dict[str, list[ChapterView]]:
+    """Task id (or AFTER_TASKS) -> the registry's chapters shown just before it; a chapter whose text does not
+    exist yet is left out."""
     before: dict[str, list[ChapterView]] = {}
-    for chapter in chapters:
-        if chapter.before not in (*registry.ids, AFTER_TASKS):
-            raise ValueError(
-                f"handout chapter {chapter.text!r}: before={chapter.before!r} is not a task id "
-                f"({', '.join(registry.ids)}) or AFTER_TASKS"
-            )
+    for chapter in registry.chapters:
         path = text_dir / chapter.text
         if path.is_file():
-            before.setdefault(chapter.before, []).append(ChapterView(chapter, render_text(path, registry)))
+            view = ChapterView(chapter, render_text(path, registry))
+            before.setdefault(chapter.before or AFTER_TASKS, []).append(view)
     return before
 
 

@@ -3,8 +3,8 @@
 Texts may quote registry numbers through Jinja (``{{ task.points.total | num }}``,
 ``{{ registry.task('t4').tolerance.float32.atol | num }}``) so that a number
 lives only in the registry, and the model's facts through ``model``
-(``{{ model.kernel_head_dims | join(", ") }}``, see ``ModelFacts``) so that they
-live only in assignment/model/, and the toolchain's through ``kit`` (``{{ kit.check_archs | join(", ") }}``,
+(``{% for id, spec in model.task_attentions %}``, see ``ModelFacts``) so that they
+live only in assignment/model/ and the task modules, and the toolchain's through ``kit`` (``{{ kit.check_archs | join(", ") }}``,
 see handout/facts.py). Undefined names fail loudly (StrictUndefined).
 """
 
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import jinja2
 
+from assignment import tasks
 from assignment.model import DEFAULT_CHECKPOINT
 from assignment.model.config import SUPPORTED_ARCHITECTURES, ModelConfig
 from assignment.registry import Registry, Task
@@ -58,25 +59,27 @@ class TextError(ValueError):
 
 @dataclass(frozen=True)
 class ModelFacts:
-    """What the texts quote from assignment/model/, read without importing torch (the handout never needs it)."""
+    """What the texts quote from assignment/model/ and the task modules, read without importing torch (the handout
+    never needs it; the task modules load without it)."""
 
     architectures: tuple[str, ...]  # config.SUPPORTED_ARCHITECTURES
-    attention_impls: tuple[str, ...]  # attention.IMPLEMENTATIONS
-    kernel_head_dims: tuple[int, ...]  # attention.KERNEL_HEAD_DIMS
+    attention_impls: tuple[str, ...]  # attention.implementations(): the kit's own, then each task's
+    task_attentions: tuple[tuple[str, tasks.ModelAttention], ...]  # (id, TaskCode.model_attention) of each task
     kit_tiny: ModelConfig | None  # the shipped checkpoint's config.json; None until it is trained
     kit_tiny_parameters: int | None  # counted from its model.safetensors header
 
 
 def model_facts(attention_source: Path = ATTENTION_SOURCE, checkpoint: Path | None = None) -> ModelFacts:
-    constants = literal_constants(attention_source, ("IMPLEMENTATIONS", "KERNEL_HEAD_DIMS"))
+    kit_own = literal_constants(attention_source, ("KIT_IMPLEMENTATIONS",))["KIT_IMPLEMENTATIONS"]
+    task_attentions = tuple((code.id, code.model_attention) for code in tasks.with_model_attention())
     checkpoint = checkpoint or KIT_TINY
     config = checkpoint / "config.json"
     kit_tiny = ModelConfig.from_file(config) if config.is_file() else None
     weights = checkpoint / "model.safetensors"
     return ModelFacts(
         architectures=SUPPORTED_ARCHITECTURES,
-        attention_impls=tuple(constants["IMPLEMENTATIONS"]),
-        kernel_head_dims=tuple(constants["KERNEL_HEAD_DIMS"]),
+        attention_impls=(*kit_own, *(task_id for task_id, _ in task_attentions)),
+        task_attentions=task_attentions,
         kit_tiny=kit_tiny,
         kit_tiny_parameters=safetensors_parameters(weights) if kit_tiny and weights.is_file() else None,
     )

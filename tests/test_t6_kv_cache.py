@@ -22,7 +22,8 @@ import pytest
 import torch
 
 from assignment.impl import load_python
-from assignment.model.attention import reference as reference_attention, t6_cache_class
+from assignment.model import attention
+from assignment.model.attention import reference as reference_attention
 from assignment.model.presets import random_model
 from assignment.registry import load_registry
 from assignment.testing import SENTINEL, assert_close
@@ -41,7 +42,7 @@ DISPATCH_HINT = (
 
 
 def cache_class():
-    return t6_cache_class()
+    return attention.cache_class("t6")
 
 
 def new_cache(B_max=3, H_kv=2, L_max=20, d=8, device="cpu"):

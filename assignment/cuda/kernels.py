@@ -27,13 +27,14 @@ from ctypes import c_int, c_void_p
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple
-
-import torch
+from typing import TYPE_CHECKING, NamedTuple
 
 from assignment.cuda import compiler
 from assignment.cuda.compiler import require_implemented
 from assignment.impl import student_dir
+
+if TYPE_CHECKING:  # torch is imported where a wrapper runs: the task modules that name their exports load without it
+    import torch
 
 ATTENTION_HEAD_DIMS = (32, 64, 128)  # what the attention kernels are built for
 INT32_MAX = 2**31 - 1
@@ -70,6 +71,8 @@ _KNOWN_ERRORS = {
 @lru_cache(maxsize=1)
 def _cudart() -> ctypes.CDLL | None:
     """libcudart: the one torch already loaded, torch's bundled copy, or the system's."""
+    import torch
+
     candidates = []
     try:
         with open("/proc/self/maps") as maps:
@@ -109,18 +112,19 @@ def _check_status(code: int, kernel: str) -> None:
 # --------------------------------------------------------------------------- argument checks (no GPU needed)
 
 
-FP32_ONLY = (torch.float32,)
-
-
 def check_tensor(
-    kernel: str, name: str, value, ndim: tuple[int, ...] | None = None, dtypes: tuple[torch.dtype, ...] = FP32_ONLY
+    kernel: str, name: str, value, ndim: tuple[int, ...] | None = None, dtypes: tuple | None = None
 ) -> torch.Tensor:
-    """``value`` is a tensor of one of ``dtypes`` (float32 unless the kernel says otherwise) and ``ndim``."""
+    """``value`` is a tensor of one of ``dtypes`` (torch dtypes; None: float32, as most kernels are) and ``ndim``."""
+    import torch
+
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{kernel}: {name} must be a torch.Tensor, got {type(value).__name__}")
+    fp32_only = dtypes is None
+    dtypes = (torch.float32,) if fp32_only else dtypes
     if value.dtype not in dtypes:
         wanted = " or ".join(str(t) for t in dtypes)
-        why = " (the kernels are fp32)" if dtypes == FP32_ONLY else ""
+        why = " (the kernels are fp32)" if fp32_only else ""
         raise TypeError(f"{kernel}: {name} must be {wanted}{why}, got {value.dtype}")
     if ndim is not None and value.dim() not in ndim:
         wanted = " or ".join(f"{n}-D" for n in ndim)
@@ -154,6 +158,8 @@ def check_int32(kernel: str, **sizes: int) -> None:
 
 
 def launch(function, device: torch.device, kernel: str, *args) -> None:
+    import torch
+
     with torch.cuda.device(device):
         stream = torch.cuda.current_stream(device).cuda_stream
         _check_status(function(*args, c_void_p(stream)), kernel)
@@ -266,9 +272,7 @@ class KernelsBase:
         return _functions[key]
 
 
-def attention_shapes(
-    kernel: str, q, k, v, dtypes: tuple[torch.dtype, ...] = FP32_ONLY
-) -> tuple[int, int, int, int, int, int]:
+def attention_shapes(kernel: str, q, k, v, dtypes: tuple | None = None) -> tuple[int, int, int, int, int, int]:
     """(B, H, H_kv, Lq, Lk, d) of q (B, H, Lq, d) and k, v (B, H_kv, Lk, d), H_kv dividing H; q, k and v of one
     dtype, one of ``dtypes``."""
     for name, t in (("q", q), ("k", k), ("v", v)):

@@ -1,33 +1,37 @@
 """The attention seam: every attention call of the model goes through ``attend()`` here.
 
-One place decides which implementation runs, by name:
+One place decides which implementation runs, by name (``ATTN=``, ``load_checkpoint(..., attention=)``):
 
     "reference"  PyTorch, float32 math, GQA without copying K/V (the default; t7 is graded on it)
     "sdpa"       torch's scaled_dot_product_attention (training and quick runs)
-    "t1"         the student's tiled Python FlashAttention (t1_attention.py), any device
-    "t5"         the student's causal CUDA kernel (t4_flash_attention.cu), CUDA only
-    "t6"         the student's KV cache (t6_kv_cache.py) does the attention itself when there is a cache:
-                 prefill through the t5 kernel, decode through the t6 kernel; without a cache, as "t5"
+    a task id    that task's student code, for each task whose code declares a ``model_attention``
+                 (``assignment.tasks.ModelAttention``): t1 its tiled Python, t5 its causal CUDA kernel, t6 its
+                 KV cache, which does the attention itself once the model has caches (prefill through the t5
+                 kernel, decode through the t6 kernel)
 
 All of them compute causal attention with bottom-right alignment: query i of Lq sees key j of Lk when
 j <= i + Lk - Lq, so a prompt chunk (or one decoded token) attends to the cache so far plus itself.
 Shapes: q (B, H, Lq, d); k, v (B, H_kv, Lk, d) with H % H_kv == 0; out (B, H, Lq, d).
 
-The student implementations are imported only when chosen, so this package loads where the kit's other
-modules are absent (the grader's sandbox carries only assignment/model).
+A task's code is imported only when chosen, so this package loads where the kit's other modules are absent
+(the grader's sandbox carries assignment/model, and the task modules without the registry's TOML: a name is
+looked up in its task's module, and only the list of every choice reads the registry).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
+if TYPE_CHECKING:
+    from assignment.tasks import ModelAttention
+
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
-IMPLEMENTATIONS = ("reference", "sdpa", "t1", "t5", "t6")
-KERNEL_HEAD_DIMS = (32, 64, 128)  # what the t4/t5 CUDA kernels are built for
+KIT_IMPLEMENTATIONS = ("reference", "sdpa")  # the kit's own; each task's code adds its id (implementations())
 
 
 def causal_mask(lq: int, lk: int, device: torch.device) -> torch.Tensor:
@@ -59,26 +63,6 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> tor
     return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(Lq, Lk, q.device), scale=scale)
 
 
-def student_t1(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    from assignment.impl import load_python
-
-    t1 = load_python("t1_attention.py")
-    heads = q.shape[1]
-    out, _ = t1.flash_attention_forward(
-        q, repeat_kv_heads(k, heads), repeat_kv_heads(v, heads), causal=True, scale=scale
-    )
-    return out
-
-
-def student_t5(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    from assignment.cuda import kernels
-
-    # The kernel takes the cache's H_kv heads as they are (GQA, no repeat); .contiguous() only packs the
-    # (B, H_kv, kv_len, d) slice of the cache's longer buffer.
-    out, _ = kernels.flash_attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=True, scale=scale)
-    return out
-
-
 def repeat_kv_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
     """(B, H_kv, L, d) -> (B, heads, L, d), a copy: for t1, SDPA and the naive baselines, which take one KV head
     per query head."""
@@ -86,45 +70,68 @@ def repeat_kv_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
     return x if groups == 1 else x.repeat_interleave(groups, dim=1)
 
 
-_FUNCTIONS: dict[str, AttentionFn] = {
-    "reference": reference,
-    "sdpa": sdpa,
-    "t1": student_t1,
-    "t5": student_t5,
-    "t6": student_t5,
-}
-CACHE_ATTENTION = ("t6",)  # implementations whose cache attends: Attention.forward calls cache.attend(...)
+_KIT_FUNCTIONS: dict[str, AttentionFn] = {"reference": reference, "sdpa": sdpa}
+
+
+def implementations() -> tuple[str, ...]:
+    """Every name the model takes: the kit's own, then each available task whose code runs the model's attention."""
+    from assignment import tasks
+
+    return (*KIT_IMPLEMENTATIONS, *(code.id for code in tasks.with_model_attention()))
+
+
+def task_attention(name: str) -> ModelAttention | None:
+    """The ``assignment.tasks.ModelAttention`` behind ``name``, None for the kit's own; ValueError for a name that is
+    neither. Looked up in the task's module alone (the registry's TOML is read only to list the choices)."""
+    if name in KIT_IMPLEMENTATIONS:
+        return None
+    from assignment import tasks
+
+    found = None
+    if tasks.is_task_id(name):
+        try:
+            found = tasks.code(name).model_attention
+        except tasks.TaskCodeError:
+            found = None
+    if found is None:
+        raise ValueError(f"attention implementation {name!r} is unknown (choose from {', '.join(implementations())})")
+    return found
 
 
 def attends_on_cache(name: str) -> bool:
-    return name in CACHE_ATTENTION
+    """Whether ``name``'s cache does the attention itself: Attention.forward then calls ``cache.attend(...)``."""
+    spec = task_attention(name)
+    return spec is not None and spec.cache_class is not None
 
 
-def t6_cache_class(impl: str | None = None):
-    """The ``KVCache`` class of t6_kv_cache.py in implementation ``impl`` (None: ``IMPL``), running that same
-    implementation's kernels (the module's ``kernels`` is pointed at its directory)."""
-    from assignment.cuda import kernels
-    from assignment.impl import load_python, student_dir
-
-    module = load_python("t6_kv_cache.py", impl)
-    if getattr(module, "kernels", None) is kernels:  # the module-level API (IMPL's kernels): bind it, once
-        module.kernels = kernels.Kernels(student_dir(impl))
-    return module.KVCache
+def cache_class(name: str, impl: str | None = None) -> type:
+    """The cache class of attention ``name`` (one whose cache attends), in implementation ``impl`` (None: ``IMPL``)."""
+    spec = task_attention(name)
+    if spec is None or spec.cache_class is None:
+        raise ValueError(f"attention {name!r} has no cache of its own (the model's KVCache serves it)")
+    return spec.cache_class(impl)
 
 
-def get(name: str, head_dim: int, device: torch.device | str) -> AttentionFn:
-    """The implementation called ``name``, after checking it can run this model on this device."""
-    if name not in _FUNCTIONS:
-        raise ValueError(f"attention implementation {name!r} is unknown (choose from {', '.join(IMPLEMENTATIONS)})")
-    if name in ("t5", "t6"):
-        if torch.device(device).type != "cuda":
-            raise ValueError(f"attention {name!r} runs the CUDA kernels: run the model on a GPU (device='cuda')")
-        if head_dim not in KERNEL_HEAD_DIMS:
-            raise ValueError(
-                f"attention {name!r}: the kernels support head dimensions {KERNEL_HEAD_DIMS}; this model "
-                f"has head_dim {head_dim} (use attention='reference')"
-            )
-    return _FUNCTIONS[name]
+def get(name: str, head_dim: int, device: torch.device | str, dtype: torch.dtype | None = None) -> AttentionFn:
+    """The implementation called ``name``, after checking it can run this model (its head dimension, the dtype it
+    computes in) on this device."""
+    spec = task_attention(name)
+    if spec is None:
+        return _KIT_FUNCTIONS[name]
+    if spec.cuda and torch.device(device).type != "cuda":
+        raise ValueError(f"attention {name!r} ({spec.label}) runs on CUDA only: run the model on a GPU (device='cuda')")
+    if spec.head_dims is not None and head_dim not in spec.head_dims:
+        raise ValueError(
+            f"attention {name!r} ({spec.label}) supports head dimensions {spec.head_dims}; this model "
+            f"has head_dim {head_dim} (use attention='reference')"
+        )
+    dtype_name = None if dtype is None else str(dtype).removeprefix("torch.")
+    if spec.dtypes is not None and dtype_name is not None and dtype_name not in spec.dtypes:
+        raise ValueError(
+            f"attention {name!r} ({spec.label}) takes {' or '.join(spec.dtypes)}; this model computes in "
+            f"{dtype_name} (load it in {' or '.join(spec.dtypes)}, or use attention='reference')"
+        )
+    return spec.attend
 
 
 def default_scale(head_dim: int) -> float:

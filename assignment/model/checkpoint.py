@@ -21,6 +21,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from . import DEFAULT_CHECKPOINT
+from . import attention as attention_seam
 from .config import CheckpointError, ModelConfig, read_json
 from .llama import Transformer, empty_model
 from .tokenizer import Tokenizer
@@ -56,7 +57,8 @@ def load_checkpoint(
 
     dtype: what the model computes in; float32 by default (bf16/fp16 weights are upcast as they load);
     None keeps the stored dtype. max_seq_len: the KV cache's capacity (default: the config's
-    max_position_embeddings, at most 4096).
+    max_position_embeddings, at most 4096). attention: the implementation's name (attention.implementations());
+    one that cannot run this model on ``device`` in ``dtype`` is refused (ValueError) before any weight loads.
     """
     path = Path(path).expanduser()
     if not path.is_dir():
@@ -65,6 +67,7 @@ def load_checkpoint(
         )
     config = ModelConfig.from_file(path / "config.json")
     dtype = dtype or DTYPES.get(config.torch_dtype, torch.float32)
+    attention_seam.get(attention, config.head_dim, device, dtype)
     model = empty_model(config, device, attention).to(dtype)
     _load_weights(model, weight_files(path), dtype)
     model.eval().requires_grad_(False)

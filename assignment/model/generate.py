@@ -2,11 +2,12 @@
 
     python -m assignment.model.generate --prompt "The history of" [--ckpt DIR] [--max-tokens 100]
         [--temperature 0.8] [--top-p 0.95] [--top-k 50] [--seed 0] [--device cpu|cuda] [--chat]
-        [--attention reference|sdpa|t1|t5|t6]
+        [--attention reference|sdpa|<task id>]
 
-Runs the shipped checkpoint by default (no network, no GPU needed). The sampling loop is the one in
-the implementation ``IMPL`` names (``t7_generate.py``: solutions in an instructor's tree, the student's
-own file in a bundle). Temperature 0 is greedy. Settings not given come from the checkpoint's
+Runs the shipped checkpoint by default (no network, no GPU needed). The sampling loop is the task's whose code
+``generates`` (``assignment/tasks/``: t7's ``t7_generate.py``), in the implementation ``IMPL`` names (solutions in
+an instructor's tree, the student's own file in a bundle); ``--attention`` takes the kit's attentions and each
+task's that runs the model's attention (``model_attention``). Temperature 0 is greedy. Settings not given come from the checkpoint's
 generation_config.json. TTFT is the time from the request to the first token (tokenizing and the
 prefill, after one untimed warm-up step); the time between tokens is the mean over the decode steps.
 """
@@ -60,13 +61,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (a GPU when there is one)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    parser.add_argument(
-        "--attention",
-        default="reference",
-        help="reference, sdpa, t1 (your Python), t5 (your CUDA kernel) or t6 (your KV cache and decode kernel)",
-    )
+    parser.add_argument("--attention", default="reference", help=attention_help())
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the checkpoint's chat template")
     return parser.parse_args(argv)
+
+
+def attention_help() -> str:
+    """The --attention choices: "reference, sdpa, t1 (your Python), ... or t6 (your KV cache and decode kernel)"."""
+    from assignment import tasks
+
+    from .attention import KIT_IMPLEMENTATIONS
+
+    names = [*KIT_IMPLEMENTATIONS, *(f"{c.id} ({c.model_attention.label})" for c in tasks.with_model_attention())]
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def sampling_loop():
+    """The module whose ``stream`` is the sampling loop: ``IMPL``'s file of the task whose code generates."""
+    from assignment import tasks
+
+    generating = [c for c in tasks.available() if c.generates is not None]
+    if not generating:
+        raise ValueError("no available task of the registry writes the sampling loop (TaskCode.generates)")
+    return generating[0].generates()
 
 
 def sampling_settings(args: argparse.Namespace, generation_config: dict) -> dict:
@@ -90,7 +107,7 @@ def sampling_settings(args: argparse.Namespace, generation_config: dict) -> dict
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from assignment.impl import ImplError, load_python
+    from assignment.impl import ImplError
 
     from .checkpoint import DTYPES, load_checkpoint
     from .config import CheckpointError
@@ -100,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         print("generate: --max-tokens must be >= 0", file=sys.stderr)
         return 2
     try:
-        t7 = load_python("t7_generate.py")
+        loop = sampling_loop()
         loaded = load_checkpoint(args.ckpt, device=device, dtype=DTYPES[args.dtype], attention=args.attention)
     except (ImplError, CheckpointError, ValueError) as exc:
         print(f"generate: {exc}", file=sys.stderr)
@@ -117,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         model = TimedModel(loaded.model, start)
         generator = torch.Generator(device).manual_seed(args.seed)
         print(text, end="", flush=True)
-        for piece in t7.stream(
+        for piece in loop.stream(
             model,
             tokenizer,
             prompt_tokens,

@@ -218,15 +218,12 @@ class Transformer(nn.Module):
 
     @property
     def attention_impl(self) -> str:
-        """The attention implementation's name (attention.IMPLEMENTATIONS); set it before ``setup_caches``."""
+        """The attention implementation's name (attention.implementations()); set it before ``setup_caches``."""
         return self._attention_impl
 
     @attention_impl.setter
     def attention_impl(self, name: str) -> None:
-        if name not in attention.IMPLEMENTATIONS:
-            raise ValueError(
-                f"attention implementation {name!r} is unknown (choose from {', '.join(attention.IMPLEMENTATIONS)})"
-            )
+        attention.task_attention(name)  # a name the seam knows, or ValueError listing those it does
         self._attention_impl = name
         for layer in self.layers:
             layer.self_attn.attention_name = name
@@ -242,10 +239,11 @@ class Transformer(nn.Module):
     def setup_caches(self, max_batch_size: int, max_seq_len: int, cache_cls=None) -> None:
         """Allocate a static cache per layer for ``max_batch_size`` sequences of up to ``max_seq_len`` tokens.
 
-        ``cache_cls``: the cache's class (None: ``KVCache``, or with attention "t6" the student's cache from
-        t6_kv_cache.py, which also does the attention)."""
+        ``cache_cls``: the cache's class (None: ``KVCache``, or, with an attention whose cache attends (t6), that
+        task's cache class: the student's cache from t6_kv_cache.py, which also does the attention)."""
         if cache_cls is None:
-            cache_cls = attention.t6_cache_class() if attention.attends_on_cache(self.attention_impl) else KVCache
+            name = self.attention_impl
+            cache_cls = attention.cache_class(name) if attention.attends_on_cache(name) else KVCache
         window = self.config.sliding_window
         if window is not None and max_seq_len > window:
             raise ValueError(
@@ -310,7 +308,7 @@ class Transformer(nn.Module):
             cos, sin = self.rope_cos[:T], self.rope_sin[:T]  # (T, d)
         else:  # the angles of each token's own position, gathered on the device
             cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]  # (T, d)
-        attend = attention.get(self.attention_impl, self.config.head_dim, self.device)
+        attend = attention.get(self.attention_impl, self.config.head_dim, self.device, self.embed_tokens.weight.dtype)
         x = self.embed_tokens(tokens)  # (B, T, hidden)
         x, h = fused_ops.add_rms_norm(x, None, self.layers[0].input_layernorm)  # h: x normalised
         next_norms = [layer.input_layernorm for layer in self.layers[1:]] + [self.norm]

@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.out.mkdir(parents=True, exist_ok=True)
     if code.model_bench and not (variant or args.no_model):
-        report["model"] = run_model_table(copy.gbps, args.quick, args.out)
+        report["model"] = run_model_table(code.id, copy.gbps, args.quick, args.out)
     if variant is None:
         standings = where_you_stand(
             registry.task(args.task),
@@ -171,19 +171,20 @@ def where_you_stand(task, student, reference, copy_gbps, settings, model_report,
     if any(targets.is_model_rule(rule) for rule in task.timing) and model_report is None and not skip_model:
         from assignment.perf.model_bench import TARGETS
 
-        model_report = run_model_table(copy_gbps, True, None, TARGETS)
+        model_report = run_model_table(task.id, copy_gbps, True, None, TARGETS)
     print(f"\ntiming {task.id}'s graded shapes against the student targets:")
     return targets.measure_task(task, student, reference, copy_gbps, settings, model_report, gpu_name)
 
 
-def run_model_table(copy_gbps: float, quick: bool, out: Path | None, settings=None) -> dict:
-    """t6's model table (model_bench.run), or {"error": ...} when it cannot run at all (the kernel table is kept)."""
+def run_model_table(task: str, copy_gbps: float, quick: bool, out: Path | None, settings=None) -> dict:
+    """``task``'s model table (model_bench.run: t6's), or {"error": ...} when it cannot run at all (the kernel table
+    is kept)."""
     import traceback
 
     from assignment.perf import model_bench
 
     try:
-        return model_bench.run(copy_gbps, quick=quick, out=out, settings=settings)
+        return model_bench.run(task, copy_gbps, quick=quick, out=out, settings=settings)
     except Exception as exc:  # noqa: BLE001 -- e.g. out of memory building the model: report it, keep the kernels
         traceback.print_exc()
         print(f"\nmodel table FAILED: {exc}", file=sys.stderr)

@@ -1,5 +1,8 @@
 """``make bench T=t6``, the model table: time to first token and time between tokens of a 1B model, four ways.
 
+The table belongs to the task whose code has a model bench (``TaskCode.model_bench``: t6), and its student path
+runs that task's model attention (``TaskCode.model_attention``), one whose cache attends.
+
     python -m assignment.perf.bench --task t6 [--quick] [--model-only | --no-model]
     python -m assignment.perf.model_bench --plot-only build/bench/t6.json     # re-plot saved results
 
@@ -9,7 +12,7 @@ the same weight tensors (presets.sharing_weights: no copies):
 
     naive         no KV cache: every step runs model.forward over the whole sequence so far with the reference
                   attention and keeps the last position's logits
-    student       attention "t6": IMPL's t6_kv_cache.py and kernels (prefill through t5, decode through t6), the
+    student       attention "t6" (the task's): IMPL's t6_kv_cache.py and kernels (prefill through t5, decode through t6), the
                   decode step captured once in a CUDA graph (GraphDecoder) and replayed; timed eagerly, and said
                   so, if it cannot be captured
     reference     the same with solutions' cache and kernels (absent from a student bundle)
@@ -22,7 +25,8 @@ The memory roofline of a decode step is the bytes it must read (every weight onc
 the device's measured copy bandwidth; a row's "% roofline" is roofline TBT / TBT at the median step's context.
 The paths must agree: the first logits of each are compared with the naive path's, and the generated
 tokens too (reported, not asserted: random weights make near-ties). A TBT-against-context sweep feeds two
-plots, t6_model_tbt.png and t6_model_roofline.png beside the bench's JSON, whose "model" key holds it all.
+plots, t6_model_tbt.png and t6_model_roofline.png (``plot_names``) beside the bench's JSON, whose "model" key holds
+it all.
 The student's path runs last, so that a crash in it cannot spoil the others' numbers.
 """
 
@@ -50,7 +54,6 @@ BYTES_PER_VALUE = 4  # float32 weights and cache
 MAX_RELATIVE_LOGIT_DIFFERENCE = 1e-3
 PATHS = ("naive", "student", "reference", "transformers")  # table order
 RUN_ORDER = ("naive", "reference", "transformers", "student")  # the student's code last
-PLOT_NAMES = ("t6_model_tbt.png", "t6_model_roofline.png")
 COLORS = {"naive": "tab:blue", "student": "tab:orange", "reference": "tab:green", "transformers": "tab:red"}
 
 
@@ -77,6 +80,13 @@ QUICK = Settings(
     sweep_steps=8,
     naive_sweep_steps=3,
 )
+
+
+def plot_names(task: str) -> tuple[str, str]:
+    """The two plots of ``task``'s model table: TBT against context, and the decode step against the roofline."""
+    return f"{task}_model_tbt.png", f"{task}_model_roofline.png"
+
+
 # For the decode-step timing rule alone (make bench T=t6 --targets): the rule's context, no sweep.
 TARGETS = Settings(
     prompts=(1024,), new_tokens=32, ttft_reps=1, warmup_steps=2, sweep_prompts=(), naive_sweep_prompts=()
@@ -298,11 +308,12 @@ class Contender:
         return f"{self.label}, {self.mode}" if self.mode else self.label
 
 
-def _cached_contender(name: str, model, cache_cls) -> Contender:
-    """A t6 path: caches of ``cache_cls`` on ``model``, the decode step in a CUDA graph (else eager, with a note)."""
+def _cached_contender(name: str, task: str, model, cache_cls) -> Contender:
+    """A path of ``task``'s cache: caches of ``cache_cls`` on ``model``, the decode step in a CUDA graph (else eager,
+    with a note)."""
     from assignment.model.cuda_graph import GraphCaptureError, GraphDecoder
 
-    contender = Contender(name, f"{name} (t6)", mode="CUDA graph")
+    contender = Contender(name, f"{name} ({task})", mode="CUDA graph")
 
     def make(max_len: int) -> Runner:
         model.setup_caches(1, max_len, cache_cls=cache_cls)
@@ -325,9 +336,10 @@ def _cached_contender(name: str, model, cache_cls) -> Contender:
     return contender
 
 
-def _contenders(base) -> tuple[dict[str, Contender], dict[str, str]]:
-    """The four paths over ``base``'s weights, and why any that cannot be set up is left out."""
-    from assignment.model.attention import t6_cache_class
+def _contenders(base, task: str) -> tuple[dict[str, Contender], dict[str, str]]:
+    """The four paths over ``base``'s weights (the student's and the reference's through ``task``'s attention and
+    cache), and why any that cannot be set up is left out."""
+    from assignment.model.attention import cache_class
     from assignment.model.presets import sharing_weights
     from assignment.perf.cases import reference_kernels
 
@@ -342,7 +354,7 @@ def _contenders(base) -> tuple[dict[str, Contender], dict[str, str]]:
         if name == "reference" and reference_kernels() is None:
             continue  # a student bundle: no reference solutions, and nothing to say about it
         try:
-            contenders[name] = _cached_contender(name, sharing_weights(base, "t6"), t6_cache_class(impl))
+            contenders[name] = _cached_contender(name, task, sharing_weights(base, task), cache_class(task, impl))
         except Exception as exc:  # noqa: BLE001 -- a missing file, a TODO, a build error: the others still run
             missing[name] = _first_line(exc)
     try:
@@ -369,6 +381,7 @@ def random_prompt(length: int, vocab_size: int, device, seed: int = SEED) -> tor
 
 
 def run(
+    task: str,
     copy_gbps: float,
     quick: bool = False,
     out: Path | None = None,
@@ -377,7 +390,8 @@ def run(
     preset: str = PRESET,
     device: str = "cuda",
 ) -> dict:
-    """Time the four paths, print the table, write the plots under ``out``; the report (JSON-ready).
+    """Time the four paths of ``task``'s model table, print it, write the plots under ``out``; the report
+    (JSON-ready).
 
     One path at a time, its prompts and then its sweep, the student's last: a crash in the student's code (an
     illegal address ends the CUDA context) cannot spoil the others' figures. ``preset`` and ``device`` are for
@@ -388,6 +402,7 @@ def run(
     base = random_model(preset, device=device, seed=SEED)
     config = base.config
     report: dict[str, Any] = {
+        "task": task,
         "preset": preset,
         "dtype": "float32",
         "batch": 1,
@@ -410,7 +425,7 @@ def run(
         f"{', '.join(map(str, settings.prompts))} tokens and then against the context:",
         flush=True,
     )
-    contenders, missing = _contenders(base)
+    contenders, missing = _contenders(base, task)
     prompts = {n: random_prompt(n, config.vocab_size, base.device) for n in settings.prompts}
     runs: dict[int, dict[str, Generation | str]] = {n: dict(missing) for n in settings.prompts}
     for name in RUN_ORDER:
@@ -620,14 +635,16 @@ def format_report(report: dict, header: bool = True) -> str:
 
 
 def plot(report: dict, out: Path) -> list[Path]:
-    """t6_model_tbt.png (TBT against context, the four paths and the roofline) and t6_model_roofline.png (the t6
-    paths' TBT against the roofline line, and every path's % of it)."""
+    """``plot_names(report["task"])``: t6_model_tbt.png (TBT against context, the four paths and the roofline) and
+    t6_model_roofline.png (the cached paths' TBT against the roofline line, and every path's % of it)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     out.mkdir(parents=True, exist_ok=True)
+    task = report["task"]
+    names = plot_names(task)
     labels = {name: info["label"] for name, info in report.get("paths", {}).items()}
     by_path = {name: [p for p in report["sweep"] if p["path"] == name and p.get("tbt_ms")] for name in PATHS}
     by_path = {name: sorted(points, key=lambda p: p["context"]) for name, points in by_path.items() if points}
@@ -657,14 +674,14 @@ def plot(report: dict, out: Path) -> list[Path]:
     ax.set_yscale("log")
     ax.set_xlabel("context (tokens in the sequence)")
     ax.set_ylabel("time between tokens (ms)")
-    ax.set_title(f"t6: {report['preset']} fp32, batch 1, decode step {gpu}".strip())
+    ax.set_title(f"{task}: {report['preset']} fp32, batch 1, decode step {gpu}".strip())
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    written.append(_save(fig, out / PLOT_NAMES[0], plt))
+    written.append(_save(fig, out / names[0], plt))
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
     for name, points in by_path.items():
-        if name in ("naive", "transformers"):  # many times the roofline: they would flatten the t6 paths' gap
+        if name in ("naive", "transformers"):  # many times the roofline: they would flatten the cached paths' gap
             continue
         left.plot(
             [p["context"] for p in points],
@@ -678,7 +695,7 @@ def plot(report: dict, out: Path) -> list[Path]:
     left.set_ylim(bottom=0)
     left.set_xlabel("context (tokens in the sequence)")
     left.set_ylabel("time between tokens (ms)")
-    left.set_title("t6 paths against the roofline: (weights + KV cache) / copy bandwidth", fontsize=10)
+    left.set_title(f"{task} paths against the roofline: (weights + KV cache) / copy bandwidth", fontsize=10)
     for name, points in by_path.items():
         right.plot(
             [p["context"] for p in points],
@@ -696,7 +713,7 @@ def plot(report: dict, out: Path) -> list[Path]:
     for ax in (left, right):
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
-    written.append(_save(fig, out / PLOT_NAMES[1], plt))
+    written.append(_save(fig, out / names[1], plt))
     return written
 
 
@@ -721,6 +738,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.plot_only}: no model table in it (run make bench T=t6 without --no-model)", file=sys.stderr)
         return 2
     report.setdefault("gpu_name", (saved.get("gpu") or {}).get("name"))
+    report.setdefault("task", saved.get("task"))  # a JSON from before the model table named its task
     print(format_report(report))
     for path in plot(report, args.out or args.plot_only.parent):
         print(f"wrote {path}")

@@ -31,8 +31,8 @@ PLOT_CAPTIONS = {
     "_tflops.png": "TFLOP/s against sequence length",
     "_speedup.png": "your speedup over each baseline against sequence length",
     "_roofline.png": "roofline: arithmetic intensity against TFLOP/s",
-    "t6_model_tbt.png": "time between tokens against context, every path",
-    "t6_model_roofline.png": "decode step against the memory roofline",
+    "_model_tbt.png": "time between tokens against context, every path",  # model_bench.plot_names
+    "_model_roofline.png": "decode step against the memory roofline",
 }
 
 
@@ -454,11 +454,10 @@ class Plot:
 
 
 def plots_view(results: list[StepResult], html_mode: bool) -> list[Plot]:
-    def kind(path: Path) -> int:  # PLOT_CAPTIONS's order: time, TFLOP/s, roofline; t6's two
+    def kind(path: Path) -> int:  # PLOT_CAPTIONS's order: time, TFLOP/s, roofline; the model table's two
         names = list(PLOT_CAPTIONS)
-        if path.name in PLOT_CAPTIONS:
-            return names.index(path.name)
-        return next((i for i, suffix in enumerate(names) if path.name.endswith(suffix)), len(names))
+        matching = [suffix for suffix in names if path.name.endswith(suffix)]  # the longest: _model_roofline.png
+        return names.index(max(matching, key=len)) if matching else len(names)
 
     plots = []
     for result in results:

@@ -2,12 +2,14 @@
 
 The registry (``assignment/tasks.toml``) holds a task's data: points, files, tolerances, shapes, the timing
 rubric. ``assignment/tasks/<id>.py`` holds its code, as ``CODE``, a ``TaskCode``: which tasks it builds on, its
-CUDA file, its bench table, each timing rule as a student measures it, its profile launch, its sanitizer target.
-The rest of the kit (``make bench``, ``make profile``, ``make sanitize``, the student targets, the report's
-steps, the grader's prepare) loops over these and does not branch on a task id.
+CUDA file, its bench table, each timing rule as a student measures it, its profile launch, its sanitizer target,
+the model attention it gives ``ATTN=<id>``. The rest of the kit (``make bench``, ``make profile``, ``make sanitize``,
+``make generate``, the student targets, the report's steps, the grader's prepare) loops over these and does not
+branch on a task id.
 
-A task's module imports nothing heavy at import time (torch and the kernels inside its functions), so a tool
-that only asks what a task needs loads fast on any machine.
+A task's module imports nothing heavy at import time (torch inside its functions; ``assignment.cuda.kernels``, whose
+``Export`` names its host functions, loads without torch), so a tool that only asks what a task needs (the handout, say)
+loads fast on any machine, torch or not.
 """
 
 from __future__ import annotations
@@ -61,6 +63,27 @@ class Leaderboard:
 
 
 @dataclass(frozen=True)
+class ModelAttention:
+    """The task's code as the model's attention: ``ATTN=<id>`` (``make generate``, ``load_checkpoint(...,
+    attention=)``), through the seam in assignment/model/attention.py.
+
+    ``attend(q, k, v, scale) -> out`` is causal attention, bottom-right aligned (query i of Lq sees key j of Lk when
+    j <= i + Lk - Lq): q (B, H, Lq, d); k, v (B, H_kv, Lk, d) with H % H_kv == 0; out (B, H, Lq, d) in q's dtype. It
+    runs ``IMPL``'s code and imports it when called. Before a model runs it, the seam checks the model against
+    ``cuda``, ``head_dims`` and ``dtypes`` and refuses what the code cannot take with a message that says why."""
+
+    attend: Callable[[Any, Any, Any, float], Any]
+    label: str  # a few words for --help and messages: "your CUDA kernel"
+    description: str  # the handout's row (Markdown): what runs and how it reads the K/V heads
+    cuda: bool = False  # runs on a CUDA device only
+    head_dims: tuple[int, ...] | None = None  # the head dimensions it takes (None: any)
+    dtypes: tuple[str, ...] | None = None  # the model dtypes it takes, as torch names them ("bfloat16"; None: any)
+    # (impl) -> the KV-cache class of implementation ``impl`` (None: IMPL's) that does the attention itself once the
+    # model has caches (Attention.forward calls its attend); ``attend`` then serves only the passes without a cache
+    cache_class: Callable[[str | None], type] | None = None
+
+
+@dataclass(frozen=True)
 class TaskCode:
     id: str
     cuda_file: str | None = None  # the CUDA file its kernels live in; None for a Python task
@@ -82,8 +105,14 @@ class TaskCode:
     report_profile: bool = False  # the report profiles its launch (make report runs ncu once per step)
     scaling_causal: bool | None = None  # make scaling sweeps its kernel (causal or not); None: no sweep
     sanitize_args: tuple[str, ...] | None = None  # sanitize_driver.cpp's arguments; None: nothing to sanitize
-    generates: bool = False  # the report's text-generation step runs its code
+    # () -> IMPL's module whose stream(model, tokenizer, prompt_tokens, ...) is the sampling loop: make generate and
+    # the report's text-generation step run it (None: the task has none)
+    generates: Callable[[], Any] | None = None
     leaderboard: Leaderboard | None = None  # its figure on the class leaderboard (None: not on it)
+    model_attention: ModelAttention | None = None  # ATTN=<id> runs the model's attention through its code
+    # (student, reference) Kernels -> None, raising when the values are off: a few shapes that catch edge bugs, what
+    # grader/tools/open_levels.py checks before timing an open-level kernel (None: no such check)
+    quick_check: Callable[[Any, Any], None] | None = None
 
     @property
     def regions(self) -> tuple[str, ...]:
@@ -128,3 +157,8 @@ def available() -> list[TaskCode]:
 
 def with_bench() -> list[TaskCode]:
     return [c for c in available() if c.bench_cases is not None]
+
+
+def with_model_attention() -> list[TaskCode]:
+    """The available tasks whose code can run the model's attention (``ATTN=<id>``), in the registry's order."""
+    return [c for c in available() if c.model_attention is not None]

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import math
 from ctypes import c_float, c_int, c_void_p
-
-import torch
-
 from functools import partial
+from typing import TYPE_CHECKING
 
 from assignment.cuda import kernels as kern
-from assignment.tasks import BenchVariant, Leaderboard, Profile, TaskCode, t2, t3
+from assignment.tasks import BenchVariant, Leaderboard, ModelAttention, Profile, TaskCode, t2, t3
+
+if TYPE_CHECKING:  # torch is imported inside the functions: the module loads without it
+    import torch
 
 CUDA_FILE = "t4_flash_attention.cu"
 FLASH = kern.Export(
@@ -56,6 +57,8 @@ class Kernels:
         from k and v (H_kv == H: multi-head attention; H_kv == 1: multi-query attention).
         causal: query i sees keys j <= i + Lk - Lq (bottom-right alignment, t5).
         """
+        import torch
+
         kernel = "t4_flash_attention_forward"
         tasks = CAUSAL_REGIONS if causal else ("t4",)
         state = self.require(FLASH, tasks, kernel)
@@ -103,6 +106,8 @@ class Kernels:
         Shapes as in ``flash_attention``; with H_kv < H the K/V heads are first repeated to H heads
         (a copy, as an unfused implementation makes one).
         """
+        import torch
+
         kernel = "naive_cuda_attention"
         self.require(t2.SOFTMAX, ("t2",), kernel)
         self.require(t3.GEMM, ("t3",), kernel)
@@ -119,6 +124,25 @@ class Kernels:
             scores.masked_fill_(hidden, float("-inf"))
         probs = self.softmax(scores)  # not in place: kernels may declare x and y __restrict__
         return self.gemm(probs, v.view(B * H, Lk, d)).view(B, H, Lq, d)
+
+
+def causal_model_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """The model's attention through ``IMPL``'s causal kernel (t5's mask in this file's kernel): the cache's H_kv
+    heads as they are (GQA, no repeat)."""
+    # .contiguous() only packs the (B, H_kv, kv_len, d) slice of the cache's longer buffer.
+    out, _ = kern.flash_attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=True, scale=scale)
+    return out
+
+
+# The model's attention is causal: the causal kernel (t5) can run it, the kernel without the mask (t4) cannot.
+CAUSAL_MODEL_ATTENTION = ModelAttention(
+    causal_model_attention,
+    label="your CUDA kernel",
+    description="your causal CUDA kernel (`t4_flash_attention.cu`), GQA without copies",
+    cuda=True,
+    head_dims=kern.ATTENTION_HEAD_DIMS,
+    dtypes=("float32",),
+)
 
 
 # Seed 000's and 002's shapes, and Llama 3's grouped heads: in assignment.perf.cases (the scaling plots share them).
@@ -248,6 +272,7 @@ def attention_code(task_id: str, causal: bool, builds_on: tuple[str, ...] = ()) 
         sanitize_args=("t4", "1" if causal else "0"),  # the driver's attention target and its causal flag
         # The class board ranks by the kernel's TFLOP/s at the multi-head shape of its time-vs-reference rule.
         leaderboard=None if causal else Leaderboard(1, "student_tflops", "FlashAttention", "TFLOP/s", True),
+        model_attention=CAUSAL_MODEL_ATTENTION if causal else None,
     )
 
 

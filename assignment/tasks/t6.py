@@ -6,11 +6,14 @@ from __future__ import annotations
 import math
 from ctypes import c_float, c_int, c_int64, c_void_p
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from assignment.cuda import kernels as kern
-from assignment.tasks import BenchVariant, Leaderboard, Profile, TaskCode
+from assignment.tasks import BenchVariant, Leaderboard, ModelAttention, Profile, TaskCode
+from assignment.tasks.t4 import causal_model_attention
+
+if TYPE_CHECKING:  # torch is imported inside the functions: the module loads without it
+    import torch
 
 CUDA_FILE = "t6_decode_attention.cu"
 DECODE = kern.Export(
@@ -41,7 +44,7 @@ DECODE_WORKSPACE = kern.Export(
     CUDA_FILE, "t6_decode_workspace_floats", (c_int, c_int, c_int, c_int), c_int64, module=False
 )
 DECODE_MAX_SPLITS = kern.Export(CUDA_FILE, "t6_decode_max_splits", (), module=False)
-DECODE_LENGTH_DTYPES = (torch.int32, torch.int64)
+DECODE_LENGTH_DTYPES = ("torch.int32", "torch.int64")  # the dtypes of lengths, as str(dtype) writes them
 
 
 class Kernels:
@@ -58,6 +61,8 @@ class Kernels:
         never allocates); it needs no initialisation. One call at a time may use a workspace: calls on
         different streams need one each.
         """
+        import torch
+
         kernel = "t6_decode_attention"
         state = self.require(DECODE, ("t6",), kernel)
         B, H, H_kv, L_max, d = _decode_shapes(kernel, q, k_cache, k_cache)
@@ -76,6 +81,8 @@ class Kernels:
         self, state: kern.FileState, device: torch.device, B: int, H: int, H_kv: int, L_max: int, d: int
     ) -> int:
         """The kit's split count for this shape on ``device`` (its SM count and occupancy), asked once per shape."""
+        import torch
+
         index = device.index if device.index is not None else torch.cuda.current_device()
         key = (state, index, B, H, H_kv, L_max, d)
         if key not in _decode_splits:
@@ -113,12 +120,14 @@ class Kernels:
         workspace: from ``decode_workspace`` (reuse it; allocate it before capturing a graph); None allocates
         one for this call. num_splits: the split count (None: the workspace's, else the kit's choice).
         """
+        import torch
+
         kernel = "t6_decode_attention"
         state = self.require(DECODE, ("t6",), kernel)
         B, H, H_kv, L_max, d = _decode_shapes(kernel, q, k_cache, v_cache)
         if not isinstance(lengths, torch.Tensor):
             raise TypeError(f"{kernel}: lengths must be a torch.Tensor, got {type(lengths).__name__}")
-        if lengths.dtype not in DECODE_LENGTH_DTYPES:
+        if str(lengths.dtype) not in DECODE_LENGTH_DTYPES:
             raise TypeError(
                 f"{kernel}: lengths must be torch.int32 or torch.int64 (positions in the cache), got {lengths.dtype}"
             )
@@ -189,6 +198,8 @@ class DecodeWorkspace:
     head_dim: int
 
     def check(self, kernel: str, B: int, H: int, d: int, device: torch.device, num_splits: int | None) -> None:
+        import torch
+
         if (self.batch, self.heads, self.head_dim) != (B, H, d):
             raise ValueError(
                 f"{kernel}: the workspace was made for B={self.batch}, H={self.heads}, d={self.head_dim}, "
@@ -435,7 +446,6 @@ def _decode_step_workload(rule, student_model, base: int):
     kernels, one captured step). Each call's token comes from its seed."""
     import torch
 
-    from assignment.model.attention import t6_cache_class
     from assignment.model.cuda_graph import GraphDecoder
     from assignment.model.presets import random_model, sharing_weights
     from assignment.perf.model_bench import decode_bytes
@@ -454,7 +464,7 @@ def _decode_step_workload(rule, student_model, base: int):
     position = torch.tensor([context], device="cuda")
     with torch.no_grad():
         kit = sharing_weights(model, CODE.id)
-        kit.setup_caches(1, max_seq_len, cache_cls=t6_cache_class("solutions"))
+        kit.setup_caches(1, max_seq_len, cache_cls=kv_cache_class("solutions"))
         kit_runner = GraphDecoder(kit)
         kit_runner.prefill(prompt, torch.arange(context, device="cuda"))
 
@@ -497,6 +507,17 @@ def _decode_step_workload(rule, student_model, base: int):
     )
 
 
+def kv_cache_class(impl: str | None = None) -> type:
+    """The ``KVCache`` class of t6_kv_cache.py in implementation ``impl`` (None: ``IMPL``), running that same
+    implementation's kernels (the module's ``kernels`` is pointed at its directory)."""
+    from assignment.impl import load_python, student_dir
+
+    module = load_python("t6_kv_cache.py", impl)
+    if getattr(module, "kernels", None) is kern:  # the module-level API (IMPL's kernels): bind it, once
+        module.kernels = kern.Kernels(student_dir(impl))
+    return module.KVCache
+
+
 CODE = TaskCode(
     id="t6",
     cuda_file=CUDA_FILE,
@@ -528,4 +549,15 @@ CODE = TaskCode(
     ),
     sanitize_args=("t6",),
     leaderboard=Leaderboard(1, "student_ms", "time between tokens", "ms", False),  # the model rule's decode step
+    # ATTN=t6: the student's cache attends once the model has caches; a pass without one runs t5's causal kernel.
+    model_attention=ModelAttention(
+        causal_model_attention,
+        label="your KV cache and decode kernel",
+        description="your KV cache (`t6_kv_cache.py`): prefill through the causal kernel (t5), each decode step "
+        "through your split-KV decode kernel",
+        cuda=True,
+        head_dims=kern.ATTENTION_HEAD_DIMS,
+        dtypes=("float32",),
+        cache_class=kv_cache_class,
+    ),
 )

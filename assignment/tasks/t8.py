@@ -7,14 +7,16 @@ from __future__ import annotations
 import math
 from ctypes import c_float, c_int, c_void_p
 from functools import partial
-
-import torch
+from typing import TYPE_CHECKING
 
 from assignment.cuda import kernels as kern
-from assignment.tasks import BenchVariant, Leaderboard, Profile, TaskCode
+from assignment.tasks import BenchVariant, Leaderboard, ModelAttention, Profile, TaskCode
+
+if TYPE_CHECKING:  # torch is imported inside the functions: the module loads without it
+    import torch
 
 CUDA_FILE = "t8_flash_attention_tc.cu"
-DTYPES = (torch.float16, torch.bfloat16)
+DTYPES = ("float16", "bfloat16")  # torch's names: q, k, v and O in one of them
 HEAD_DIMS = (64, 128)  # one fragment tile per 16 dims: the kernel is built for these two
 FLASH_TC = kern.Export(
     CUDA_FILE,
@@ -45,9 +47,11 @@ class Kernels:
         As t4/t5's ``flash_attention``: query head h reads KV head h // (H // H_kv); causal: query i sees keys
         j <= i + Lk - Lq (bottom-right alignment); a row that sees no key gives O = 0 and LSE = -inf.
         """
+        import torch
+
         kernel = "t8_flash_attention_forward"
         state = self.require(FLASH_TC, ("t8",), kernel)
-        B, H, H_kv, Lq, Lk, d = kern.attention_shapes(kernel, q, k, v, DTYPES)
+        B, H, H_kv, Lq, Lk, d = kern.attention_shapes(kernel, q, k, v, tuple(getattr(torch, t) for t in DTYPES))
         if d not in HEAD_DIMS:
             raise ValueError(f"{kernel}: head dimension d must be one of {HEAD_DIMS}, got {d}")
         if out is None:
@@ -117,8 +121,12 @@ QUICK_SHAPES = [(2, 16, 16, 2048, 64), (2, 16, 16, 2048, 128), (1, 32, 8, 2048, 
 BENCH_MAX_RELATIVE_ERROR = 2e-2
 
 
-def attention_case(student, reference, B, H, H_kv, L, d, causal: bool, dtype):
+def attention_case(student, reference, B, H, H_kv, L, d, causal: bool, dtype: str):
+    import torch
+
     from assignment.perf.cases import Case, attention_work
+
+    dtype = getattr(torch, dtype)
 
     def make(i):
         gen = torch.Generator(device="cuda").manual_seed(1000 + i)
@@ -161,15 +169,16 @@ def bench_cases(dtype, student, reference, quick: bool) -> list:
 
 def rule_case(rule, student, reference):
     s = rule.shape
-    dtype = getattr(torch, s["dtype"])
     case = attention_case(
-        student, reference, s["B"], s["H"], s.get("H_kv", s["H"]), s["L"], s["d"], bool(s["causal"]), dtype
+        student, reference, s["B"], s["H"], s.get("H_kv", s["H"]), s["L"], s["d"], bool(s["causal"]), s["dtype"]
     )
     case.label = f"t8 rule: {case.label}"
     return case
 
 
 def timing_workload(rule, student, reference, tolerance, base: int, student_model=None):
+    import torch
+
     from assignment.perf.workload import LAYOUT, Workload, generator
     from assignment.testing import assert_close
 
@@ -208,9 +217,19 @@ def _ideal_bytes(shape) -> float:
 
 
 def _launch(kernels, shape, upload) -> None:
+    import torch
+
     B, H, Lq, Lk, d = (shape[k] for k in ("B", "H", "Lq", "Lk", "d"))
     q, k, v = (upload(B, H, n, d, dtype=torch.bfloat16) for n in (Lq, Lk, Lk))
     kernels.flash_attention_tc(q, k, v, causal=shape["causal"])
+
+
+def model_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """The model's attention (prefill and decode steps alike) through ``IMPL``'s t8 kernel: causal, bottom-right
+    aligned (a decode step's one query sees the whole cache), the cache's H_kv heads as they are."""
+    # .contiguous() only packs the (B, H_kv, kv_len, d) slice of the cache's longer buffer.
+    out, _ = kern.flash_attention_tc(q.contiguous(), k.contiguous(), v.contiguous(), causal=True, scale=scale)
+    return out
 
 
 CODE = TaskCode(
@@ -218,8 +237,8 @@ CODE = TaskCode(
     cuda_file=CUDA_FILE,
     kernels=Kernels,
     bench_metric="TFLOP/s",
-    bench_cases=partial(bench_cases, torch.float16),
-    bench_variants=(BenchVariant("bf16", "the same table in bfloat16", partial(bench_cases, torch.bfloat16)),),
+    bench_cases=partial(bench_cases, "float16"),
+    bench_variants=(BenchVariant("bf16", "the same table in bfloat16", partial(bench_cases, "bfloat16")),),
     rule_case=rule_case,
     timing_workload=timing_workload,
     profile=Profile(
@@ -234,4 +253,13 @@ CODE = TaskCode(
     report_profile=True,
     sanitize_args=("t8",),
     leaderboard=Leaderboard(0, "student_tflops", "FlashAttention on tensor cores", "TFLOP/s", True),
+    model_attention=ModelAttention(
+        model_attention,
+        label="your tensor-core kernel",
+        description="your tensor-core kernel (`t8_flash_attention_tc.cu`), causal, GQA without copies; a "
+        "float16 or bfloat16 model (`DTYPE=bfloat16`)",
+        cuda=True,
+        head_dims=HEAD_DIMS,
+        dtypes=DTYPES,
+    ),
 )

@@ -150,6 +150,7 @@ def fake_report():
     ]
     sweep.append({"path": "reference", "prompt": 4096, "skipped": "OutOfMemoryError: CUDA out of memory"})
     return {
+        "task": "t6",
         "preset": "llama-3.2-1b",
         "batch": 1,
         "parameters": model_bench.parameter_count(config),
@@ -210,17 +211,20 @@ def test_the_table_reads_well():
 def test_plots_are_written(tmp_path):
     pytest.importorskip("matplotlib")
     paths = model_bench.plot(fake_report(), tmp_path)
-    assert [p.name for p in paths] == list(model_bench.PLOT_NAMES)
+    assert (
+        [p.name for p in paths] == ["t6_model_tbt.png", "t6_model_roofline.png"] == list(model_bench.plot_names("t6"))
+    )
     assert all(p.stat().st_size > 10_000 for p in paths)
 
 
 def test_plot_only_reprints_a_saved_report(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     saved = tmp_path / "t6.json"
-    saved.write_text(json.dumps({"gpu": {"name": "H100"}, "model": fake_report()}))
+    older = {key: value for key, value in fake_report().items() if key != "task"}  # the bench's JSON names the task
+    saved.write_text(json.dumps({"task": "t6", "gpu": {"name": "H100"}, "model": older}))
     assert model_bench.main(["--plot-only", str(saved)]) == 0
     assert "reference (t6), CUDA graph" in capsys.readouterr().out
-    assert (tmp_path / model_bench.PLOT_NAMES[0]).is_file()
+    assert (tmp_path / model_bench.plot_names("t6")[0]).is_file()
     saved.write_text(json.dumps({"cases": []}))
     assert model_bench.main(["--plot-only", str(saved)]) == 2
 
@@ -300,7 +304,7 @@ def test_the_whole_model_table_runs_end_to_end_on_the_cpu(tmp_path, capsys):
         sweep_steps=2,
         naive_sweep_steps=2,
     )
-    report = model_bench.run(3000.0, out=tmp_path, settings=settings, preset="llama-tiny", device="cpu")
+    report = model_bench.run("t6", 3000.0, out=tmp_path, settings=settings, preset="llama-tiny", device="cpu")
     json.dumps(report)
     assert [entry["prompt"] for entry in report["prompts"]] == [8, 12]
     for entry in report["prompts"]:
@@ -314,6 +318,6 @@ def test_the_whole_model_table_runs_end_to_end_on_the_cpu(tmp_path, capsys):
         ("transformers", 8),
         ("transformers", 16),
     }
-    assert [Path(p).name for p in report["plots"]] == list(model_bench.PLOT_NAMES)
+    assert [Path(p).name for p in report["plots"]] == list(model_bench.plot_names("t6"))
     out = capsys.readouterr().out
     assert "model, prompt 12 tokens" in out and "transformers (sdpa)" in out and "skipped: ValueError" in out

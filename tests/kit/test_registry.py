@@ -388,3 +388,27 @@ def test_the_student_edition_is_the_registry_less_exactly_the_instructor_parts(t
     # A registry that already says which edition it is gets one edition field, the student's.
     marked = text.replace("[course]\n", '[course]\nedition = "instructor"\n', 1)
     assert tomllib.loads(student_edition(marked)) == expected
+
+
+@pytest.mark.parametrize(
+    "old, new, error",
+    [
+        ('before = "t6"', 'before = "t99"', r"chapter\[2\]\.before'.*'t99' is not a task id"),
+        ('anchor = "model"', 'anchor = "t6"', r"chapter\[2\]\.anchor'.*taken"),
+        ('anchor = "model"', 'anchor = "getting-started"', r"chapter\[2\]\.anchor'.*taken"),
+        ('text = "model.md"', 'text = "model.md"\npage = 3', "unknown field 'page'"),
+    ],
+)
+def test_a_handout_chapter_names_a_task_to_precede_and_an_anchor_of_its_own(tmp_path, old, new, error):
+    with pytest.raises(RegistryError, match=error):
+        load_registry(write_variant(tmp_path, old, new))
+
+
+def test_the_handout_chapters_keep_their_order_and_place():
+    chapters = load_registry().chapters
+    assert [(c.anchor, c.before) for c in chapters][:3] == [
+        ("prerequisites", "t1"),
+        ("getting-started", "t1"),
+        ("model", "t6"),
+    ]
+    assert all(c.before is None for c in chapters[3:]) and len({c.anchor for c in chapters}) == len(chapters)

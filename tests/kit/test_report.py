@@ -211,7 +211,7 @@ class FakeRunner:
                 data["cases"][0]["error"] = "student: 0.0010 ms is below the physical floor: the kernel skipped work"
             (out / f"{task}.json").write_text(json.dumps(data))
             if task == "t6":
-                for plot in model_bench.PLOT_NAMES:
+                for plot in model_bench.plot_names(task):
                     (out / plot).write_bytes(png())
             return int(task in self.impossible), f"GPU: {GPU['name']}\nwrote {out / task}.json\n", ""
         if module == "scaling":
@@ -319,7 +319,7 @@ def test_report_shows_seed_000s_numbers_from_the_students_runs(tmp_path, impl):
     assert PROFILE_TABLE.splitlines()[1].strip() in md
     plots = re.findall(r"^- `(\S+\.png)`", md, re.MULTILINE)
     assert plots == [f"{t}_{kind}.png" for t in ("t4", "t5") for kind in ("time", "tflops", "roofline")] + list(
-        model_bench.PLOT_NAMES
+        model_bench.plot_names("t6")
     )
     for q in form.questions:
         assert q.text in md
