@@ -1,7 +1,7 @@
 """The hidden correctness shapes reach every configuration the reference dispatches to, on this GPU.
 
 Each reference file exports a hook that reports the configuration its host code picks for a call
-(t2_softmax_path, t3_gemm_config, t4_flash_attention_config). A configuration that no correctness
+(t2_softmax_path, t3_gemm_config, t4_flash_attention_config, t8_flash_attention_config). A configuration that no correctness
 shape reaches would be graded only by timing, or not at all.
 """
 
@@ -79,3 +79,21 @@ def test_t4_and_t5_shapes_reach_every_kernel_configuration():
         for s in REGISTRY.task(task_id).hidden.fixed:
             reached |= {config(s["B"], s["H"], s["Lq"], d, causal) for d in (32, 64, 128)}
     assert reachable <= reached, f"configurations no hidden t4/t5 shape reaches: {sorted(reachable - reached)}"
+
+
+def test_t8_shapes_reach_every_kernel_configuration():
+    if not REGISTRY.task("t8").available:
+        pytest.skip("t8 is not available in this registry")
+    config = hook("t8_flash_attention_tc.cu", "t8_flash_attention_config", (ctypes.c_int,) * 6)
+    flags = [(causal, bf16) for causal in (0, 1) for bf16 in (0, 1)]
+    reachable = {
+        config(b, h, lq, d, causal, bf16)
+        for b in (1, 8, 64)
+        for h in (1, 8, 16, 32)
+        for lq in (1, 777, 1500, 4096, 8192)
+        for d in (64, 128)
+        for causal, bf16 in flags
+    }
+    shapes = REGISTRY.task("t8").hidden.fixed
+    reached = {config(s["B"], s["H"], s["Lq"], d, c, bf) for s in shapes for d in (64, 128) for c, bf in flags}
+    assert reachable <= reached, f"configurations no hidden t8 shape reaches: {sorted(reachable - reached)}"
