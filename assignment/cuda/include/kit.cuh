@@ -119,20 +119,23 @@ __device__ __forceinline__ void mma_m16n8k16<__nv_bfloat16>(float (&d)[4], const
 // ldmatrix.sync.aligned.m8n8.x4.shared.b16: four 8 x 8 matrices of 2-byte elements from shared memory, one warp.
 // Lanes 8i .. 8i+7 give the addresses of the 8 rows of matrix i (16 contiguous bytes each, 16-byte aligned);
 // afterwards r[i] of lane 4g + t holds row g, elements 2t and 2t+1, of matrix i.
-// One address rule serves every operand of t8: lane L points at row (L % 16), 16-byte chunk (L / 16) of a
-// 16 x 16 block (rows of 16 elements = 2 chunks), so matrix 0 is the top-left quarter, 1 bottom-left, 2 top-right,
-// 3 bottom-right:
-//   * a 16 x 16 block of a row-major A (Q rows x d) gives the A fragment a[0..3] directly;
-//   * a 16 x 16 block of K (16 keys x 16 of d, K row-major) gives the B fragments of two n-blocks of S = Q K^T:
-//     keys 0..7: b0 = r[0], b1 = r[2]; keys 8..15: b0 = r[1], b1 = r[3].
+// Which lane points where decides which quarter of a 16 x 16 block (rows of 16 elements = two 16-byte chunks)
+// lands in which register. Two rules serve every operand of t8:
+//   * "A order", lane L -> row L % 16, chunk L / 16: r[0..3] = top-left, bottom-left, top-right, bottom-right.
+//     On a row-major A (Q rows x d) that is the A fragment a[0..3] itself; on V through ldmatrix_x4_trans, below.
+//   * "B order", lane L -> row L % 8 + 8 (L / 16), chunk (L / 8) % 2: r[0..3] = top-left, top-right, bottom-left,
+//     bottom-right. On a block of K (16 keys x 16 of d, K row-major: B = K^T is "col") it gives the B fragments
+//     of two n-blocks of S = Q K^T: keys 0..7: b0 = r[0], b1 = r[1]; keys 8..15: b0 = r[2], b1 = r[3].
+// (mma reads its B operand from two consecutive registers: an order that gave b0, b1 in r[0], r[2] would cost
+// two register moves per mma.)
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
 }
-// The same with each matrix transposed: r[i] of lane 4g + t holds column g, rows 2t and 2t+1, of matrix i. With the
-// address rule above on a 16 x 16 block of V (16 keys x 16 of d, V row-major) it gives the B fragments of two
-// n-blocks of O += P V (B = V, k = keys): d columns 0..7: b0 = r[0], b1 = r[1]; columns 8..15: b0 = r[2], b1 = r[3].
+// The same with each matrix transposed: r[i] of lane 4g + t holds column g, rows 2t and 2t+1, of matrix i. In A order
+// on a 16 x 16 block of V (16 keys x 16 of d, V row-major) it gives the B fragments of two n-blocks of
+// O += P V (B = V, k = keys): d columns 0..7: b0 = r[0], b1 = r[1]; columns 8..15: b0 = r[2], b1 = r[3].
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
