@@ -69,13 +69,14 @@ namespace t8fa {
 using namespace kit;  // mma_m16n8k16, ldmatrix_x4(_trans), pack_f32x2, smem_addr, cp_async16, fast_exp2 (kit.cuh)
 
 // Tile shapes, per head dimension: NW warps of MT m16 tiles (BR = 16 * MT * NW query rows), BC keys per tile,
-// NSTAGE K/V buffers, MINB blocks per SM; PIPE: S of the next tile is issued before the softmax of this one.
+// NSTAGE K/V buffers, MINB blocks per SM; QREG: Q's fragments stay in registers for the whole key loop (else they
+// are re-read from shared memory for every tile: 32 rows x d = 128 of a warp's O registers leave no room).
 template <int D>
 struct Cfg;
 template <>
-struct Cfg<64> { static constexpr int NW = 4, MT = 2, BC = 64, NSTAGE = 2, MINB = 2; static constexpr bool PIPE = false; };
+struct Cfg<64> { static constexpr int NW = 4, MT = 2, BC = 64, NSTAGE = 2, MINB = 2; static constexpr bool QREG = true; };
 template <>
-struct Cfg<128> { static constexpr int NW = 8, MT = 1, BC = 64, NSTAGE = 2, MINB = 1; static constexpr bool PIPE = false; };
+struct Cfg<128> { static constexpr int NW = 8, MT = 1, BC = 128, NSTAGE = 2, MINB = 1; static constexpr bool QREG = true; };
 
 // Where chunk c (16 bytes, 8 elements) of row r of a [rows][D] tile lives, in chunks from the tile's start.
 template <int D>
@@ -344,7 +345,7 @@ __device__ __forceinline__ void store_output(T* ob, float* lb, const float (&acc
 template <class T, int D, int BR, int BC>
 constexpr size_t smem_bytes(int nstage) { return sizeof(T) * ((size_t)BR * D + (size_t)nstage * 2 * BC * D); }
 
-template <class T, int D, int NW, int MT, int BC, int NSTAGE, int MINB, bool PIPE, bool CAUSAL>
+template <class T, int D, int NW, int MT, int BC, int NSTAGE, int MINB, bool QREG, bool CAUSAL>
 __global__ void __launch_bounds__(NW * 32, MINB)
 flash_fwd_tc_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
                     float* __restrict__ lse, int BH, int H, int H_kv, int Lq, int Lk, float scale) {
@@ -356,7 +357,7 @@ flash_fwd_tc_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* _
     constexpr int KC = BC / 16;       // k16 slices of the keys: O += P V takes KC mma per n-block
     constexpr int TILE = BC * D;      // elements of one K or V tile
     static_assert(D == 64 || D == 128, "head dimension");
-    static_assert(BC % 16 == 0 && NSTAGE >= (PIPE ? 3 : 2), "a pipelined loop holds two tiles while a third loads");
+    static_assert(BC % 16 == 0 && NSTAGE >= 2, "tile shape");
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
     T* Qs = reinterpret_cast<T*>(smem_raw);  // [BR][D] swizzled
@@ -419,12 +420,13 @@ flash_fwd_tc_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* _
         if (it < n_tiles) load_kv(it);
         cp_async_commit();
     }
-    cp_async_wait<PIPE ? NSTAGE - 2 : NSTAGE - 1>();  // Q has landed (and, pipelined, K/V tile 0)
+    cp_async_wait<NSTAGE - 1>();  // Q has landed
     __syncthreads();
 
     const FragAddr<D> frag(lane);  // frag.a / frag.b(r0, c0): this lane's ldmatrix offset, block at row r0, chunk c0
-    uint32_t qf[MT][KD][4];        // this warp's rows of Q as A fragments, for the whole key loop
-    load_q_fragments(qf, smem_addr(Qs), 16 * MT * warp, frag);
+    const uint32_t qs_addr = smem_addr(Qs);
+    uint32_t qf[MT][KD][4];  // this warp's rows of Q as A fragments (QREG: for the whole key loop)
+    if constexpr (QREG) load_q_fragments(qf, qs_addr, 16 * MT * warp, frag);
 
     const float sl2 = scale * kLog2e;  // exp(scale * x) = exp2(x * sl2)
     float acc[MT][ND][4];              // O (unnormalised), C fragments
@@ -443,38 +445,23 @@ flash_fwd_tc_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* _
             for (int e = 0; e < 4; ++e) acc[mt][nd][e] = 0.f;
     }
 
-    float s[MT][NB][4];  // S = Q K^T of this warp's rows and the current tile, C fragments; then P in place
-    if constexpr (PIPE) {
-        if (n_tiles > 0 && warp_sees(0)) tile_scores<T>(s, qf, k_addr(0), frag);
-    }
     for (int it = 0; it < n_tiles; ++it) {
-        // Tile it (pipelined: it + 1) has landed for everyone, and everyone is done with the buffer the next copy
-        // overwrites (tile it - 1's).
-        cp_async_wait<PIPE ? NSTAGE - 3 : NSTAGE - 2>();
+        // Tile it has landed for everyone, and everyone is done with the buffer the next copy overwrites (tile
+        // it - 1's).
+        cp_async_wait<NSTAGE - 2>();
         __syncthreads();
         if (it + NSTAGE - 1 < n_tiles) load_kv(it + NSTAGE - 1);
         cp_async_commit();
 
-        float s_next[MT][NB][4];
-        if constexpr (PIPE) {
-            // S of the next tile first: its mma keep the tensor cores busy while this tile's softmax runs.
-            if (it + 1 < n_tiles && warp_sees(it + 1)) tile_scores<T>(s_next, qf, k_addr(it + 1), frag);
-        }
         if (warp_sees(it)) {
-            if constexpr (!PIPE) tile_scores<T>(s, qf, k_addr(it), frag);
+            if constexpr (!QREG) load_q_fragments(qf, qs_addr, 16 * MT * warp, frag);
+            float s[MT][NB][4];  // S = Q K^T of this warp's rows and tile it, C fragments; then P in place
+            tile_scores<T>(s, qf, k_addr(it), frag);
             mask_scores<CAUSAL>(s, w0, it * BC, Lq, Lk, lane);
             online_softmax(s, m, l, acc, sl2);
             uint32_t pa[MT][KC][4];
             pack_p<T>(pa, s);
             tile_pv<T>(acc, pa, k_addr(it) + TILE * (uint32_t)sizeof(T), frag);
-        }
-        if constexpr (PIPE) {
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) s[mt][nb][e] = s_next[mt][nb][e];
         }
     }
     cp_async_wait<0>();  // no copy may still be writing when the block exits
@@ -491,7 +478,7 @@ static int launch(const void* q, const void* k, const void* v, void* o, float* l
                   int Lk, float scale, cudaStream_t stream) {
     using C = Cfg<D>;
     constexpr int BR = 16 * C::MT * C::NW;
-    auto kern = flash_fwd_tc_kernel<T, D, C::NW, C::MT, C::BC, C::NSTAGE, C::MINB, C::PIPE, CAUSAL>;
+    auto kern = flash_fwd_tc_kernel<T, D, C::NW, C::MT, C::BC, C::NSTAGE, C::MINB, C::QREG, CAUSAL>;
     const size_t smem = smem_bytes<T, D, BR, C::BC>(C::NSTAGE);
     cudaError_t e = kit::set_attribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return (int)e;

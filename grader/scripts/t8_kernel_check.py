@@ -42,13 +42,13 @@ SOURCE = ROOT / "solutions" / "t8_flash_attention_tc.cu"
 VARIANT_DIR = ROOT / "build" / "t8var"
 INVALID_VALUE = 1  # cudaErrorInvalidValue
 
-# Tile configurations to compare: {head dim: (NW, MT, BC, NSTAGE, MINB, PIPE)} replacing the solution's Cfg<D>.
+# Tile configurations to compare: {head dim: (NW, MT, BC, NSTAGE, MINB, QREG)} replacing the solution's Cfg<D>.
 VARIANTS = {
     "base": {},
-    "bc128": {64: (8, 1, 128, 2, 1, False), 128: (8, 1, 128, 2, 1, False)},
-    "pipe": {64: (8, 1, 64, 3, 1, True), 128: (8, 1, 64, 3, 1, True)},
-    "pipe4": {64: (4, 1, 64, 3, 3, True), 128: (4, 1, 64, 3, 2, True)},
-    "s3": {64: (4, 2, 64, 3, 2, False), 128: (8, 1, 64, 3, 1, False)},
+    "q2": {128: (4, 2, 64, 2, 2, False)},
+    "q2w8": {128: (8, 2, 64, 2, 1, False)},
+    "s3": {128: (8, 1, 128, 3, 1, True)},
+    "bc32": {128: (4, 2, 32, 2, 2, True)},
 }
 BENCH_SHAPES = [(8, 16, 16, 4096, 4096), (1, 32, 8, 8192, 8192)]  # B, H, H_kv, Lq, Lk
 
@@ -57,9 +57,9 @@ def variant_source(name: str) -> Path:
     if name == "base":
         return SOURCE
     text = SOURCE.read_text(encoding="utf-8")
-    for d, (nw, mt, bc, nstage, minb, pipe) in VARIANTS[name].items():
+    for d, (nw, mt, bc, nstage, minb, qreg) in VARIANTS[name].items():
         body = f"static constexpr int NW = {nw}, MT = {mt}, BC = {bc}, NSTAGE = {nstage}, MINB = {minb}; "
-        body += f"static constexpr bool PIPE = {'true' if pipe else 'false'};"
+        body += f"static constexpr bool QREG = {'true' if qreg else 'false'};"
         text, count = re.subn(rf"struct Cfg<{d}> {{ [^}}]* }};", f"struct Cfg<{d}> {{ {body} }};", text)
         if count != 1:
             raise SystemExit(f"variant {name}: Cfg<{d}> not found once in {SOURCE.name}")
