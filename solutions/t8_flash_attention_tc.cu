@@ -6,19 +6,19 @@
 // a fixed piece ("fragment") of each operand in registers (kit.cuh: mma_m16n8k16 has the exact layout).
 //
 // ---------------------------------------------------------------------------
-// One block = BR = 128 query rows of one (batch, head); warp w owns rows 16*MT*w .. 16*MT*(w+1) - 1 (MT m16 tiles
+// One block = BR = 128 query rows of one (batch, head): 4 warps, warp w owns rows 32w .. 32w + 31 (MT = 2 m16 tiles
 // of 16 rows). Nothing is shared between warps but the K and V tiles in shared memory.
 //
 //                      key tile 0      key tile 1     ...       (BC = 64 keys each, cp.async, NSTAGE buffers)
 //                   +--------------+--------------+
-//   warp 0  (16 rows)| S = Q K^T    |              |      Q: fragments in registers, loaded once
-//   warp 1           | 16 x 64 fp32 |     ...      |      S: 16 x 64 per warp = 8 n-blocks of 16 x 8,
-//   ...              | in registers |              |         4 floats per lane each (C fragments)
-//   warp 7           +--------------+--------------+      P: S's registers re-packed as A fragments
+//   warp 0  (32 rows)| S = Q K^T    |              |      Q: A fragments (ldmatrix), see "Why these sizes"
+//   warp 1           | 32 x 64 fp32 |     ...      |      S: 2 m16 tiles x 8 n-blocks of 16 x 8,
+//   warp 2           | in registers |              |         4 floats per lane each (C fragments)
+//   warp 3           +--------------+--------------+      P: S's registers re-packed as A fragments
 //                          |  O += P V (V: 64 x d tile, ldmatrix.trans)
 //                          v
-//   O: 16 x d fp32 per warp in registers (d/8 n-blocks of 16 x 8) for the whole key loop, with the running
-//   row max m and row sum l of the two rows a lane holds (rows g and g + 8 of each m16 tile).
+//   O: 32 x d fp32 per warp in registers (2 x d/8 n-blocks of 16 x 8) for the whole key loop, with the running
+//   row max m and row sum l of the rows a lane holds (rows g and g + 8 of each m16 tile).
 //
 // What one lane holds (lane = 4g + t), for one m16 tile of S (and of O, with d/8 n-blocks instead of 8):
 //
@@ -48,6 +48,21 @@
 // computed. One __syncthreads per tile: after it, tile t has landed for everyone and everyone is done with tile
 // t - 1, whose buffer the next copy overwrites.
 //
+// Why these sizes. Each mma needs its B operand from shared memory (ldmatrix), and shared memory delivers 128 bytes
+// per clock per SM: with 16 rows per warp, an ldmatrix.x4 (512 bytes) feeds 2 mma (8192 flops), 16 flops per byte,
+// which caps the kernel near the tensor cores' own mma.sync rate. 32 rows per warp (MT = 2) let one K or V fragment
+// feed 4 mma. The registers then decide the rest: a lane holds 32 x d / 32 floats of O (64 at d = 64, 128 at
+// d = 128) and 64 of S. At d = 64 Q's fragments (32 registers) stay in registers for the whole loop; at d = 128
+// they would not fit beside O and S, so each tile re-reads them from shared memory (16 ldmatrix beside the 64 of K
+// and V: cheaper than 16 rows per warp). 2 blocks of 4 warps per SM: while one block waits at its __syncthreads or
+// in its softmax (FMA and ex2 units), the other keeps the tensor cores busy. Measured on H100 against this choice
+// (grader/records/t8_kernel_device.txt): d = 128 with 16 rows per warp (8 warps, Q in registers, 64- or 128-key
+// tiles) 3-10% slower; issuing the next tile's S = Q K^T before this tile's softmax, to overlap the two inside a
+// warp (needs a second S in registers, so 16 rows per warp), no faster at d = 128 and 30% slower at d = 64.
+// Two codegen details matter as much: the K fragments use ldmatrix's "B order" (kit.cuh) so that each mma's B
+// pair sits in consecutive registers (else 4 register moves per ldmatrix; d = 64 went from about 1.0x to 1.12x of
+// FA2 once they were gone), and every ldmatrix address is one of 4 per-lane offsets plus a constant (FragAddr).
+//
 // The exponentials: exp(scale * s - scale * m) = exp2(s * (scale * log2 e) - m * (scale * log2 e)): one FFMA and
 // one ex2 (kit::fast_exp2) per score; the scale is never applied to S or Q separately. m stays in raw score units;
 // LSE = ln(sum_j exp(scale * s_j)) = (m * scale * log2 e) * ln 2 + ln(l).
@@ -76,7 +91,7 @@ struct Cfg;
 template <>
 struct Cfg<64> { static constexpr int NW = 4, MT = 2, BC = 64, NSTAGE = 2, MINB = 2; static constexpr bool QREG = true; };
 template <>
-struct Cfg<128> { static constexpr int NW = 8, MT = 1, BC = 128, NSTAGE = 2, MINB = 1; static constexpr bool QREG = true; };
+struct Cfg<128> { static constexpr int NW = 4, MT = 2, BC = 64, NSTAGE = 2, MINB = 2; static constexpr bool QREG = false; };
 
 // Where chunk c (16 bytes, 8 elements) of row r of a [rows][D] tile lives, in chunks from the tile's start.
 template <int D>
@@ -163,15 +178,20 @@ __device__ __forceinline__ void load_q_fragments(uint32_t (&qf)[MT][KD][4], uint
 }
 
 // S = Q K^T for this warp's rows and the NB * 8 keys of the K tile at ks_addr: C fragments, s[mt][nb] = rows of
-// m16 tile mt, keys 8nb .. 8nb + 7.
-template <class T, int MT, int NB, int KD, int D>
-__device__ __forceinline__ void tile_scores(float (&s)[MT][NB][4], const uint32_t (&qf)[MT][KD][4], uint32_t ks_addr,
-                                            const FragAddr<D>& frag) {
+// m16 tile mt, keys 8nb .. 8nb + 7. Q's A fragments come from qf (QREG), else straight from the Q tile at qs_addr
+// (this warp's rows r0 .. r0 + 16 * MT - 1), one k16 slice at a time.
+template <class T, bool QREG, int MT, int NB, int QM, int QK, int D>
+__device__ __forceinline__ void tile_scores(float (&s)[MT][NB][4], const uint32_t (&qf)[QM][QK][4], uint32_t qs_addr,
+                                            int r0, uint32_t ks_addr, const FragAddr<D>& frag) {
+    constexpr int KD = D / 16;  // k16 slices of d
+    static_assert(!QREG || (QM == MT && QK == KD), "qf holds every fragment when QREG");
     // BEGIN SOLUTION t8: S = Q K^T: ldmatrix the K fragments, mma with the Q fragments
-    // PLAN: zero s. For each slice kk (16 of d) and each pair of n-blocks j (keys 16j .. 16j + 15):
+    // PLAN: zero s. For each slice kk (16 of d): a[mt] = Q's A fragment of m16 tile mt, slice kk: qf[mt][kk] when
+    // PLAN: QREG (if constexpr), else ldmatrix_x4(a[mt], qs_addr + frag.a(r0 + 16mt, 2kk)) as in load_q_fragments.
+    // PLAN: Then for each pair of n-blocks j (keys 16j .. 16j + 15):
     // PLAN: ldmatrix_x4(b, ks_addr + frag.b(16j, 2kk)) (B order on the block of keys 16j.., columns 16kk.. of K);
     // PLAN: keys 16j..16j+7 take (b[0], b[1]), keys 16j+8..16j+15 take (b[2], b[3]) (kit.cuh);
-    // PLAN: for each mt: mma_m16n8k16<T>(s[mt][2j], qf[mt][kk], b[0], b[1]) and (s[mt][2j + 1], ..., b[2], b[3]).
+    // PLAN: for each mt: mma_m16n8k16<T>(s[mt][2j], a[mt], b[0], b[1]) and (s[mt][2j + 1], a[mt], b[2], b[3]).
     // PLAN: one ldmatrix serves MT * 2 mma: load it once, outside the mt loop.
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -181,14 +201,24 @@ __device__ __forceinline__ void tile_scores(float (&s)[MT][NB][4], const uint32_
             for (int e = 0; e < 4; ++e) s[mt][nb][e] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < KD; ++kk) {
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            if constexpr (QREG) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) a[mt][e] = qf[mt][kk][e];
+            } else {
+                ldmatrix_x4(a[mt], qs_addr + frag.a(r0 + 16 * mt, 2 * kk));
+            }
+        }
 #pragma unroll
         for (int j = 0; j < NB / 2; ++j) {
             uint32_t b[4];
             ldmatrix_x4(b, ks_addr + frag.b(16 * j, 2 * kk));
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-                mma_m16n8k16<T>(s[mt][2 * j], qf[mt][kk], b[0], b[1]);
-                mma_m16n8k16<T>(s[mt][2 * j + 1], qf[mt][kk], b[2], b[3]);
+                mma_m16n8k16<T>(s[mt][2 * j], a[mt], b[0], b[1]);
+                mma_m16n8k16<T>(s[mt][2 * j + 1], a[mt], b[2], b[3]);
             }
         }
     }
@@ -425,7 +455,7 @@ flash_fwd_tc_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* _
 
     const FragAddr<D> frag(lane);  // frag.a / frag.b(r0, c0): this lane's ldmatrix offset, block at row r0, chunk c0
     const uint32_t qs_addr = smem_addr(Qs);
-    uint32_t qf[MT][KD][4];  // this warp's rows of Q as A fragments (QREG: for the whole key loop)
+    uint32_t qf[QREG ? MT : 1][QREG ? KD : 1][4];  // QREG: this warp's rows of Q as A fragments, for the whole loop
     if constexpr (QREG) load_q_fragments(qf, qs_addr, 16 * MT * warp, frag);
 
     const float sl2 = scale * kLog2e;  // exp(scale * x) = exp2(x * sl2)
@@ -454,9 +484,8 @@ flash_fwd_tc_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* _
         cp_async_commit();
 
         if (warp_sees(it)) {
-            if constexpr (!QREG) load_q_fragments(qf, qs_addr, 16 * MT * warp, frag);
             float s[MT][NB][4];  // S = Q K^T of this warp's rows and tile it, C fragments; then P in place
-            tile_scores<T>(s, qf, k_addr(it), frag);
+            tile_scores<T, QREG>(s, qf, qs_addr, 16 * MT * warp, k_addr(it), frag);
             mask_scores<CAUSAL>(s, w0, it * BC, Lq, Lk, lane);
             online_softmax(s, m, l, acc, sl2);
             uint32_t pa[MT][KC][4];

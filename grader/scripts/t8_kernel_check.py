@@ -45,10 +45,8 @@ INVALID_VALUE = 1  # cudaErrorInvalidValue
 # Tile configurations to compare: {head dim: (NW, MT, BC, NSTAGE, MINB, QREG)} replacing the solution's Cfg<D>.
 VARIANTS = {
     "base": {},
-    "q2": {128: (4, 2, 64, 2, 2, False)},
-    "q2w8": {128: (8, 2, 64, 2, 1, False)},
-    "s3": {128: (8, 1, 128, 3, 1, True)},
-    "bc32": {128: (4, 2, 32, 2, 2, True)},
+    "s3": {64: (4, 2, 64, 3, 2, True), 128: (4, 2, 64, 3, 2, False)},
+    "m1bc128": {128: (8, 1, 128, 2, 1, True)},
 }
 BENCH_SHAPES = [(8, 16, 16, 4096, 4096), (1, 32, 8, 8192, 8192)]  # B, H, H_kv, Lq, Lk
 
