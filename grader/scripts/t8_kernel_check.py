@@ -20,12 +20,14 @@ KIT_API function with ctypes on torch tensors.
         variants      other tile configurations of the same file (Cfg lines replaced), fp16, timed the same way
     python grader/scripts/t8_kernel_check.py --sanitize-launch      the small launches compute-sanitizer runs
     python grader/scripts/t8_kernel_check.py --prebuild sm_90       build base and variants into the cache (no GPU)
+
+grader/scripts/t8_kernel_device.sh runs the four phases on a GPU host, one process each; figures and findings:
+grader/records/t8_kernel_device.txt.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import math
 import os
 import re
@@ -34,6 +36,7 @@ import subprocess
 import sys
 import time
 from ctypes import c_float, c_int, c_void_p
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -217,7 +220,10 @@ def check_case(t8, B, H, H_kv, Lq, Lk, d, causal, dtype, seed, q_mult=1.0, k_mul
         problems.append(f"LSE error {lse_err:.3g}")
     o2, lse2 = t8(q, k, v, causal, scale)
     torch.cuda.synchronize()
-    if not (torch.equal(o2.view(torch.int16), o.view(torch.int16)) and torch.equal(lse2.view(torch.int32), lse.view(torch.int32))):
+    if not (
+        torch.equal(o2.view(torch.int16), o.view(torch.int16))
+        and torch.equal(lse2.view(torch.int32), lse.view(torch.int32))
+    ):
         problems.append("not bitwise repeatable")
     detail = f"err {err:.2e} (pt {err_pt:.2e}, ratio {err / err_pt if err_pt else float('inf'):.2f}) lse {lse_err:.1e}"
     return not problems, detail + ("" if not problems else "  FAIL: " + "; ".join(problems))
@@ -234,14 +240,18 @@ def correctness(t8, log) -> bool:
                 ok, detail = check_case(t8, B, H, H_kv, Lq, Lk, d, causal, dtype, seed=1000 + i)
                 ok_all &= ok
                 n += 1
-                log(f"{'ok  ' if ok else 'FAIL'} {str(dtype)[6:]:8s} d {d:3d} B {B} H {H} H_kv {H_kv} Lq {Lq:5d} Lk {Lk:5d} "
-                    f"causal {int(causal)}  {detail}  [{note}]")
+                log(
+                    f"{'ok  ' if ok else 'FAIL'} {str(dtype)[6:]:8s} d {d:3d} B {B} H {H} H_kv {H_kv} Lq {Lq:5d} Lk {Lk:5d} "
+                    f"causal {int(causal)}  {detail}  [{note}]"
+                )
             # large logits (scores * scale with a standard deviation of ~16), and a non-default scale
             for causal in (False, True):
                 ok, detail = check_case(t8, 2, 4, 2, 333, 517, d, causal, dtype, seed=7, q_mult=8.0, k_mult=2.0)
                 ok_all &= ok
                 n += 1
-                log(f"{'ok  ' if ok else 'FAIL'} {str(dtype)[6:]:8s} d {d:3d} large logits (q x8, k x2) 333x517 causal {int(causal)}  {detail}")
+                log(
+                    f"{'ok  ' if ok else 'FAIL'} {str(dtype)[6:]:8s} d {d:3d} large logits (q x8, k x2) 333x517 causal {int(causal)}  {detail}"
+                )
             ok, detail = check_case(t8, 1, 2, 2, 190, 190, d, True, dtype, seed=8, scale=0.3)
             ok_all &= ok
             n += 1
@@ -251,10 +261,15 @@ def correctness(t8, log) -> bool:
         q, k, v = make_inputs(4, 16, 4, 2048, 2048, 128, dtype, seed=9)
         outs = [t8(q, k, v, True) for _ in range(3)]
         torch.cuda.synchronize()
-        same = all(torch.equal(a.view(torch.int16), outs[0][0].view(torch.int16)) and torch.equal(b, outs[0][1]) for a, b in outs)
+        same = all(
+            torch.equal(a.view(torch.int16), outs[0][0].view(torch.int16)) and torch.equal(b, outs[0][1])
+            for a, b in outs
+        )
         ok_all &= same
         n += 1
-        log(f"{'ok  ' if same else 'FAIL'} {str(dtype)[6:]:8s} repeatability, 3 runs of B 4 H 16 H_kv 4 L 2048 d 128 causal: bitwise equal")
+        log(
+            f"{'ok  ' if same else 'FAIL'} {str(dtype)[6:]:8s} repeatability, 3 runs of B 4 H 16 H_kv 4 L 2048 d 128 causal: bitwise equal"
+        )
     # refusals and empty calls
     q, k, v = make_inputs(1, 4, 2, 64, 64, 64, torch.float16, seed=10)
     o = torch.empty_like(q)
@@ -304,7 +319,12 @@ def sanitize_launch() -> int:
     t8 = T8(SOURCE)
     for dtype in (torch.float16, torch.bfloat16):
         for d in (64, 128):
-            for B, H, H_kv, Lq, Lk, causal in [(1, 2, 1, 130, 70, True), (1, 2, 2, 70, 130, False), (1, 1, 1, 3, 200, True), (1, 2, 1, 64, 64, True)]:
+            for B, H, H_kv, Lq, Lk, causal in [
+                (1, 2, 1, 130, 70, True),
+                (1, 2, 2, 70, 130, False),
+                (1, 1, 1, 3, 200, True),
+                (1, 2, 1, 64, 64, True),
+            ]:
                 q, k, v = make_inputs(B, H, H_kv, Lq, Lk, d, dtype, seed=1)
                 t8(q, k, v, causal)
     torch.cuda.synchronize()
@@ -316,13 +336,24 @@ def sanitize(log) -> bool:
     env = {**os.environ, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
     ok_all = True
     for tool in ("memcheck", "racecheck"):
-        cmd = ["compute-sanitizer", "--tool", tool, "--error-exitcode", "9", sys.executable, __file__, "--sanitize-launch"]
+        cmd = [
+            "compute-sanitizer",
+            "--tool",
+            tool,
+            "--error-exitcode",
+            "9",
+            sys.executable,
+            __file__,
+            "--sanitize-launch",
+        ]
         start = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=400)
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-6:])
         ok = proc.returncode == 0
         ok_all &= ok
-        log(f"{'ok  ' if ok else 'FAIL'} compute-sanitizer --tool {tool}: exit {proc.returncode} in {time.perf_counter() - start:.0f} s\n{tail}")
+        log(
+            f"{'ok  ' if ok else 'FAIL'} compute-sanitizer --tool {tool}: exit {proc.returncode} in {time.perf_counter() - start:.0f} s\n{tail}"
+        )
     return ok_all
 
 
@@ -353,7 +384,6 @@ def time_batches(fns: dict, samples: int, batch: int, warmup: int = 3) -> dict[s
 
 def sdpa_fn(backend, q, k, v, causal):
     """A call of SDPA restricted to one backend (GQA natively where it can, else K/V repeated: marked '*')."""
-    import torch
     import torch.nn.functional as F
     from torch.nn.attention import sdpa_kernel
 
@@ -401,7 +431,7 @@ def bench(t8_by_name: dict, log, dtypes=None, cudnn=True) -> None:
                     q, k, v = make_inputs(B, H, H_kv, L, L, d, dtype, seed=3)
                     o = torch.empty_like(q)
                     lse = torch.empty(B, H, L, device="cuda")
-                    fns = {n: (lambda t=t: t(q, k, v, causal, None, o, lse)) for n, t in t8_by_name.items()}
+                    fns = {n: partial(t, q, k, v, causal, None, o, lse) for n, t in t8_by_name.items()}
                     marks = {}
                     f, ref, marks["FA2"] = sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal)
                     if f is not None:
@@ -425,15 +455,21 @@ def bench(t8_by_name: dict, log, dtypes=None, cudnn=True) -> None:
                     row = f"{B:>2} {H:>3} {H_kv:>3} {L:>5} {d:>3} {str(dtype)[6:]:>8} {int(causal):>6} |"
                     row += "".join(f" {ms[n]:>12.3f} {tf[n]:>8.1f} |" for n in names)
                     for label in ("FA2", "cuDNN") if cudnn else ("FA2",):
-                        row += f" {ms[label]:>8.3f} {tf[label]:>7.1f}{marks[label] or ' '} |" if label in ms else f" {'n/a':>8} {'n/a':>8} |"
+                        row += (
+                            f" {ms[label]:>8.3f} {tf[label]:>7.1f}{marks[label] or ' '} |"
+                            if label in ms
+                            else f" {'n/a':>8} {'n/a':>8} |"
+                        )
                     row += "".join(f" {ms['FA2'] / ms[n]:>9.2f}x" if "FA2" in ms else f" {'n/a':>10}" for n in names)
                     if cudnn:
                         row += f" {ms['cuDNN'] / ms[names[0]]:>11.2f}x" if "cuDNN" in ms else f" {'n/a':>12}"
                     log(row + agree)
-                    del q, k, v, o, lse, fns
+                    fns.clear()
                     torch.cuda.empty_cache()
-    log("ratios: time of the reference / time of this kernel (> 1: this kernel is faster). '*': K/V repeated to H "
-        "heads for that backend (it refused enable_gqa).")
+    log(
+        "ratios: time of the reference / time of this kernel (> 1: this kernel is faster). '*': K/V repeated to H "
+        "heads for that backend (it refused enable_gqa)."
+    )
 
 
 # --------------------------------------------------------------------------- main
@@ -445,7 +481,9 @@ def gpu_line() -> str:
     try:
         smi = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,clocks.max.sm,driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True).stdout.strip()
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
     except OSError:
         smi = "?"
     return f"{smi} | torch {torch.__version__} cuda {torch.version.cuda} cudnn {torch.backends.cudnn.version()}"
@@ -502,7 +540,9 @@ def main(argv=None) -> int:
             path = variant_source(name)
             variant = T8(path)
             good = all(
-                check_case(variant, 1, 2, 2, 300, 333, d, c, torch.float16, seed=5)[0] for d in (64, 128) for c in (False, True)
+                check_case(variant, 1, 2, 2, 300, 333, d, c, torch.float16, seed=5)[0]
+                for d in (64, 128)
+                for c in (False, True)
             )
             log(f"variant {name}: quick correctness {'ok' if good else 'FAIL'}")
             if good:
