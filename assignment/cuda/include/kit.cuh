@@ -10,6 +10,8 @@
 //     are always the module's.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -51,6 +53,102 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// ---- tensor cores (t8): mma.sync, ldmatrix and packing, so that no TODO region needs inline assembly.
+//
+// Element types: T is __half (fp16) or __nv_bfloat16 (bf16); both are 2 bytes, and the instructions below move
+// them two to a 32-bit register, the element with the lower column (or k) index in the low 16 bits.
+// Lane numbering inside a warp: lane = 4 * g + t, g = lane / 4 (the "group", 0..7), t = lane % 4 (0..3).
+
+// The shared-memory address (a 32-bit offset in the shared window) of a pointer into shared memory: what
+// ldmatrix takes. Adding a byte offset to it is cheaper than converting a new pointer.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+// Two fp32 values rounded (to nearest even) into one register of two T: lo in bits 0..15, hi in bits 16..31.
+// This is how a thread turns its pair of fp32 accumulator values (c[0], c[1] below) into one A-operand register.
+template <class T>
+__device__ __forceinline__ uint32_t pack_f32x2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack_f32x2<__half>(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));  // the first source goes to the upper half
+    return r;
+}
+template <>
+__device__ __forceinline__ uint32_t pack_f32x2<__nv_bfloat16>(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// d += A B on the tensor cores, one warp: A 16 x 16 (T), B 16 x 8 (T), d 16 x 8 (fp32).
+// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32. Every lane holds a fixed piece of each operand
+// ("fragments"; g, t as above; [r][c] is row r, column c; a register holds two neighbouring columns):
+//
+//   A (16 x 16, rows m, columns k)   a[0] = A[g][2t, 2t+1]     a[2] = A[g][2t+8, 2t+9]
+//                                    a[1] = A[g+8][2t, 2t+1]   a[3] = A[g+8][2t+8, 2t+9]
+//       (the four 8 x 8 quarters of A: a[0] top-left, a[1] bottom-left, a[2] top-right, a[3] bottom-right)
+//   B (16 x 8, rows k, columns n)    b[0] = B[2t, 2t+1][g]     b[1] = B[2t+8, 2t+9][g]
+//       (lane g*4+t holds column g of B: B is "col", each register two neighbouring k of one column)
+//   d (16 x 8 fp32)                  d[0], d[1] = D[g][2t, 2t+1]    d[2], d[3] = D[g+8][2t, 2t+1]
+//
+//   So a row of d (or of A) is spread over the 4 lanes of a quad (lanes 4g .. 4g+3): a reduction along a row
+//   is two __shfl_xor_sync steps (lane masks 1 and 2). And the d layout of two neighbouring n-blocks
+//   (columns 0..7 and 8..15) is exactly the A layout of one 16 x 16 tile: d0[0..1] -> a[0], d0[2..3] -> a[1],
+//   d1[0..1] -> a[2], d1[2..3] -> a[3] (after pack_f32x2), so a product can feed the next mma from registers.
+template <class T>
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void mma_m16n8k16<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                     uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma_m16n8k16<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                            uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ldmatrix.sync.aligned.m8n8.x4.shared.b16: four 8 x 8 matrices of 2-byte elements from shared memory, one warp.
+// Lanes 8i .. 8i+7 give the addresses of the 8 rows of matrix i (16 contiguous bytes each, 16-byte aligned);
+// afterwards r[i] of lane 4g + t holds row g, elements 2t and 2t+1, of matrix i.
+// Which lane points where decides which quarter of a 16 x 16 block (rows of 16 elements = two 16-byte chunks)
+// lands in which register. Two rules serve every operand of t8:
+//   * "A order", lane L -> row L % 16, chunk L / 16: r[0..3] = top-left, bottom-left, top-right, bottom-right.
+//     On a row-major A (Q rows x d) that is the A fragment a[0..3] itself; on V through ldmatrix_x4_trans, below.
+//   * "B order", lane L -> row L % 8 + 8 (L / 16), chunk (L / 8) % 2: r[0..3] = top-left, top-right, bottom-left,
+//     bottom-right. On a block of K (16 keys x 16 of d, K row-major: B = K^T is "col") it gives the B fragments
+//     of two n-blocks of S = Q K^T: keys 0..7: b0 = r[0], b1 = r[1]; keys 8..15: b0 = r[2], b1 = r[3].
+// (mma reads its B operand from two consecutive registers: an order that gave b0, b1 in r[0], r[2] would cost
+// two register moves per mma.)
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+// The same with each matrix transposed: r[i] of lane 4g + t holds column g, rows 2t and 2t+1, of matrix i. In A order
+// on a 16 x 16 block of V (16 keys x 16 of d, V row-major) it gives the B fragments of two n-blocks of
+// O += P V (B = V, k = keys): d columns 0..7: b0 = r[0], b1 = r[1]; columns 8..15: b0 = r[2], b1 = r[3].
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+// Two matrices (lanes 0..15 give the addresses; lanes 16..31 must still pass a valid shared address).
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(addr));
 }
 
 }  // namespace kit
