@@ -56,7 +56,7 @@
 // they would not fit beside O and S, so each tile re-reads them from shared memory (16 ldmatrix beside the 64 of K
 // and V: cheaper than 16 rows per warp). 2 blocks of 4 warps per SM: while one block waits at its __syncthreads or
 // in its softmax (FMA and ex2 units), the other keeps the tensor cores busy. Measured on H100 against this choice
-// (grader/records/t8_kernel_device.txt): d = 128 with 16 rows per warp (8 warps, Q in registers, 64- or 128-key
+// (the kit's records of this kernel): d = 128 with 16 rows per warp (8 warps, Q in registers, 64- or 128-key
 // tiles) 3-10% slower; issuing the next tile's S = Q K^T before this tile's softmax, to overlap the two inside a
 // warp (needs a second S in registers, so 16 rows per warp), no faster at d = 128 and 30% slower at d = 64.
 // Two codegen details matter as much: the K fragments use ldmatrix's "B order" (kit.cuh) so that each mma's B

@@ -107,6 +107,7 @@ def plan_steps(registry: Registry, settings: Settings, have_gpu: bool) -> list[S
     """Every step of every available task, in the order they run (the model and text last)."""
     python, runs = sys.executable, settings.build / "runs"
     steps: list[Step] = []
+    text: list[Step] = []  # the generation steps, after every kernel's
     for task in registry.available:
         t, code = task.id, task_code.code(task.id)
         if code.bench_cases is not None:
@@ -162,8 +163,8 @@ def plan_steps(registry: Registry, settings: Settings, have_gpu: bool) -> list[S
                 "--device",
                 "cuda" if have_gpu else "cpu",
             )
-            steps.append(Step(f"generate_{t}", t, "generate", argv, None, GENERATE_TIMEOUT_S, _inputs(code), gpu=False))
-    return steps
+            text.append(Step(f"generate_{t}", t, "generate", argv, None, GENERATE_TIMEOUT_S, _inputs(code), gpu=False))
+    return steps + text
 
 
 def _inputs(code: task_code.TaskCode, also_runs: tuple[str, ...] = ()) -> tuple[str, ...]:

@@ -83,7 +83,8 @@ def test_it_resumes_and_asks_only_what_is_left(tmp_path):
     assert len(saved) == 5, "every answer is saved as soon as it is typed"
     asked = []
     assert run_terminal(form, path, read=script(lines[5:]), write=asked.append)
-    assert any("16 question(s) to go (5 answered earlier)" in line for line in asked), asked[:3]
+    left = len(form.questions) - 5
+    assert any(f"{left} question(s) to go (5 answered earlier)" in line for line in asked), asked[:3]
     assert form.problems(load_answers(path, form)) == []
 
 

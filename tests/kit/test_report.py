@@ -52,7 +52,10 @@ GPU = {
 NO_GPU = {"torch": torch.__version__, "cuda": None, "name": None}
 COPY_GBPS = 2970.0
 GENERATED = " FlashAttention keeps each tile of K and V in shared memory and never writes the score matrix."
-GPU_STEPS = ["bench_t2", "bench_t3", "bench_t4", "scaling_t4", "profile_t4", "bench_t5", "scaling_t5", "bench_t6"]
+GPU_STEPS = [
+    *("bench_t2", "bench_t3", "bench_t4", "scaling_t4", "profile_t4", "bench_t5", "scaling_t5", "bench_t6"),
+    *("bench_t8", "profile_t8"),
+]
 ALL_STEPS = [*GPU_STEPS, "generate_t7"]
 
 # Seed 000's shapes: (student ms, naive PyTorch ms, SDPA ms, naive CUDA ms) per (causal, B, L).
@@ -398,10 +401,10 @@ def test_without_a_gpu_the_gpu_steps_are_skipped_and_t7_runs_for_real(tmp_path, 
     printed = capsys.readouterr().out
     assert code == 0, printed
     md = (tmp_path / "out" / "REPORT.md").read_text()
-    for task_id in ("t2", "t3", "t4", "t5", "t6"):
+    for task_id in ("t2", "t3", "t4", "t5", "t6", "t8"):
         item = next(line for line in md.splitlines() if line.startswith(f"- **{task_id} "))
         assert "no CUDA GPU (torch.cuda.is_available() is False" in item, item
-    assert "generate_t7: done in" in printed and "[9/9]" in printed
+    assert "generate_t7: done in" in printed and f"[{len(ALL_STEPS)}/{len(ALL_STEPS)}]" in printed
     t7 = md.split("generated text\n")[1].split("\n## ")[0]
     assert f"> {REGISTRY.report_prompt}" in t7
     assert re.search(r"- prompt tokens: \d+ \\\| model calls: 1 prefill", t7), t7
@@ -482,7 +485,8 @@ def test_a_partly_done_task_runs_what_is_done(tmp_path, impl):
     (impl / "t4_flash_attention.cu").write_text(text)
     runner = FakeRunner()
     md, _, _ = make(tmp_path, impl, runner)
-    assert runner.calls == ["bench_t2", "bench_t3", "bench_t4", "scaling_t4", "profile_t4", "bench_t6", "generate_t7"]
+    written = ["bench_t2", "bench_t3", "bench_t4", "scaling_t4", "profile_t4", "bench_t6", "bench_t8", "profile_t8"]
+    assert runner.calls == [*written, "generate_t7"]
     assert "t5 not implemented (TODO regions left)" in md and "**7.78×**" in md
     assert "Not measured: t5 not implemented (TODO regions left)" in md
 
