@@ -7,7 +7,7 @@ from ctypes import c_int64, c_void_p
 import torch
 
 from assignment.cuda import kernels as kern
-from assignment.tasks import Profile, TaskCode
+from assignment.tasks import Profile, Sanitize, TaskCode
 
 CUDA_FILE = "t2_softmax.cu"
 SOFTMAX = kern.Export(CUDA_FILE, "t2_softmax_forward", (c_void_p, c_void_p, c_int64, c_int64, c_void_p))
@@ -124,5 +124,5 @@ CODE = TaskCode(
     rule_case=rule_case,
     timing_workload=timing_workload,
     profile=Profile({"rows": 16384, "cols": 4096}, _ideal_bytes, _launch),
-    sanitize_args=("t2",),
+    sanitize=Sanitize("t2_sanitize"),
 )

@@ -7,7 +7,7 @@ from ctypes import c_float, c_int, c_int64, c_void_p
 import torch
 
 from assignment.cuda import kernels as kern
-from assignment.tasks import Profile, TaskCode
+from assignment.tasks import Profile, Sanitize, TaskCode
 
 CUDA_FILE = "t3_gemm.cu"
 GEMM = kern.Export(
@@ -219,5 +219,5 @@ CODE = TaskCode(
     rule_case=rule_case,
     timing_workload=timing_workload,
     profile=Profile({"batch": 1, "M": 4096, "N": 4096, "K": 4096}, _ideal_bytes, _launch),
-    sanitize_args=("t3",),
+    sanitize=Sanitize("t3_sanitize"),
 )

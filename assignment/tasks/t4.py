@@ -11,7 +11,7 @@ import torch
 from functools import partial
 
 from assignment.cuda import kernels as kern
-from assignment.tasks import BenchVariant, Leaderboard, Profile, TaskCode, t2, t3
+from assignment.tasks import BenchVariant, Leaderboard, Profile, Sanitize, TaskCode, t2, t3
 
 CUDA_FILE = "t4_flash_attention.cu"
 FLASH = kern.Export(
@@ -245,7 +245,7 @@ def attention_code(task_id: str, causal: bool, builds_on: tuple[str, ...] = ()) 
         profile=Profile({"B": 4, "H": 16, "Lq": 4096, "Lk": 4096, "d": 64, "causal": causal}, _ideal_bytes, _launch),
         report_profile=not causal,  # one profile in the report: the kernel, without the mask
         scaling_causal=causal,
-        sanitize_args=("t4", "1" if causal else "0"),  # the driver's attention target and its causal flag
+        sanitize=Sanitize("t4_sanitize", variant=int(causal)),  # the file's scenario, causal or not
         # The class board ranks by the kernel's TFLOP/s at the multi-head shape of its time-vs-reference rule.
         leaderboard=None if causal else Leaderboard(1, "student_tflops", "FlashAttention", "TFLOP/s", True),
     )

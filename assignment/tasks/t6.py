@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from assignment.cuda import kernels as kern
-from assignment.tasks import BenchVariant, Leaderboard, Profile, TaskCode
+from assignment.tasks import BenchVariant, Leaderboard, Profile, Sanitize, TaskCode
 
 CUDA_FILE = "t6_decode_attention.cu"
 DECODE = kern.Export(
@@ -526,6 +526,6 @@ CODE = TaskCode(
         extra_metrics={"dram__throughput.avg.pct_of_peak_sustained_elapsed": "DRAM throughput (% of peak)"},
         bandwidth_line=True,
     ),
-    sanitize_args=("t6",),
+    sanitize=Sanitize("t6_sanitize"),
     leaderboard=Leaderboard(1, "student_ms", "time between tokens", "ms", False),  # the model rule's decode step
 )
