@@ -384,3 +384,29 @@ KIT_API int t3_gemm_config(int batch, int M, int N, int K, int trans_a, int tran
   const bool vec = vector_loads(true, batch, M, N, K, trans_a, trans_b, (int64_t)M * K, (int64_t)K * N);
   return 2 * (int)choose_tile(batch, M, N) + (vec ? 1 : 0);
 }
+
+#include "kit_sanitize.cuh"  // the scenario's buffers and checks (host code)
+
+// compute-sanitizer's launches (make sanitize, the grader; TaskCode.sanitize names this function): batch, M, N,
+// K reaching every tile configuration (big 128x128, 256x64, 128x64 and 64x64, for 108-132 SMs), aligned and not,
+// each with the four transposes. K is small: the configuration depends on M, N and the batch, and racecheck is
+// slow per k step. Returns the number of failed launches.
+KIT_API int t3_sanitize(void* module, int /*variant*/) {
+  using kit::sanitize::Buffer;
+  const int shapes[][4] = {{3, 772, 772, 20}, {3, 771, 769, 19}, {36, 2048, 64, 8}, {36, 2047, 63, 7},
+                           {70, 200, 40, 8}, {70, 201, 39, 7}, {2, 64, 128, 36}, {1, 33, 17, 5}};
+  int failures = 0;
+  for (auto& s : shapes) {
+    const int batch = s[0], M = s[1], N = s[2], K = s[3];
+    for (int t = 0; t < 4; ++t) {
+      const int ta = t & 1, tb = t >> 1;
+      Buffer a((size_t)batch * M * K, 3), b((size_t)batch * K * N, 4), c((size_t)batch * M * N, 5);
+      char what[96];
+      std::snprintf(what, sizeof what, "t3 batch %d M %d N %d K %d ta %d tb %d", batch, M, N, K, ta, tb);
+      failures += kit::sanitize::check(what, t3_gemm_batched(module, a.ptr, b.ptr, c.ptr, batch, M, N, K, ta, tb,
+                                                             (int64_t)M * K, (int64_t)K * N, (int64_t)M * N, 1.5f,
+                                                             nullptr));
+    }
+  }
+  return failures;
+}

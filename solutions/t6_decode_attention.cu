@@ -651,3 +651,40 @@ KIT_API long long t6_decode_workspace_floats(int B, int H, int d, int n_splits) 
 
 // Limits the wrapper checks against: the largest split count and group size per block.
 KIT_API int t6_decode_max_splits() { return t6dec::MAX_SPLITS; }
+
+#include "kit_sanitize.cuh"  // the scenario's buffers and checks (host code)
+
+// compute-sanitizer's launches (make sanitize, the grader; TaskCode.sanitize names this function): every
+// head-per-warp configuration and d, group chunks, empty splits, per-row / broadcast / int32 / int64 lengths.
+// The cache holds L_max positions; lengths are at most L_max; n_splits 0 takes the kit's choice
+// (t6_decode_num_splits). Everything, the workspace included, is allocated to its exact size. Returns the
+// number of failed launches.
+KIT_API int t6_sanitize(void* module, int /*variant*/) {
+    auto run = [&](int B, int H, int H_kv, int L_max, int d, std::vector<long long> lengths, bool int64,
+                   int n_splits) {
+        using kit::sanitize::Buffer;
+        const int n = n_splits > 0 ? n_splits : t6_decode_num_splits(module, B, H, H_kv, L_max, d);
+        if (n <= 0) return std::fprintf(stderr, "t6_decode_num_splits returned %d\n", n), 1;
+        Buffer q((size_t)B * H * d, 11), k((size_t)B * H_kv * L_max * d, 12), v((size_t)B * H_kv * L_max * d, 13);
+        Buffer o((size_t)B * H * d, 14), lse((size_t)B * H, 15);
+        Buffer ws((size_t)t6_decode_workspace_floats(B, H, d, n), 16);
+        const std::vector<int> narrow(lengths.begin(), lengths.end());
+        const kit::sanitize::DeviceCopy len(int64 ? (const void*)lengths.data() : (const void*)narrow.data(),
+                                            lengths.size() * (int64 ? sizeof(long long) : sizeof(int)));
+        char what[128];
+        std::snprintf(what, sizeof what, "t6 B %d H %d H_kv %d L_max %d d %d lengths[0] %lld (%zu, %s) splits %d", B,
+                      H, H_kv, L_max, d, lengths[0], lengths.size(), int64 ? "int64" : "int32", n);
+        return kit::sanitize::check(what, t6_decode_attention(module, q.ptr, k.ptr, v.ptr, len.ptr, int64 ? 1 : 0,
+                                                              lengths.size() > 1 ? 1 : 0, o.ptr, lse.ptr, ws.ptr, B, H,
+                                                              H_kv, L_max, d, n, 0.125f, nullptr));
+    };
+    int failures = 0;
+    for (int d : {32, 64, 128}) {
+        failures += run(2, 8, 2, 300, d, {300, 1}, false, 0);     // groups of 4, a full cache
+        failures += run(1, 4, 4, 100, d, {37}, false, 7);         // multi-head, empty splits
+        failures += run(3, 12, 2, 64, d, {64, 0, 33}, true, 0);   // groups of 6, a row of length 0
+        failures += run(1, 32, 1, 129, d, {129}, false, 3);       // 32 heads per KV head: two blocks
+        failures += run(2, 8, 8, 70, d, {65}, true, 0);           // one int64 length for both rows
+    }
+    return failures;
+}

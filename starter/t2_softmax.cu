@@ -409,3 +409,24 @@ KIT_API int t2_softmax_path(void* module, int64_t cols, int vec) {
   kit::UseModule use(module);
   return 2 * (int)(vec ? choose_path<true>(cols) : choose_path<false>(cols)) + (vec ? 1 : 0);
 }
+
+#include "kit_sanitize.cuh"  // the scenario's buffers and checks (host code)
+
+// compute-sanitizer's launches (make sanitize, the grader; TaskCode.sanitize names this function): one row
+// length per path (warp kernels with 4/8/16/32 values a lane, block, cluster on sm_90, two passes), each with
+// aligned (float4) and misaligned (scalar) pointers. Returns the number of failed launches.
+KIT_API int t2_sanitize(void* module, int /*variant*/) {
+  using kit::sanitize::Buffer;
+  const int64_t shapes[][2] = {{37, 33}, {9, 128}, {5, 255}, {3, 512}, {2, 1000}, {2, 4097},
+                               {2, 16384}, {2, 16385}, {2, 65536}, {1, 70001}, {1, 262144}};
+  int failures = 0;
+  for (auto& s : shapes) {
+    for (int offset = 0; offset < 2; ++offset) {
+      Buffer x(s[0] * s[1], 1, offset), y(s[0] * s[1], 2, offset);
+      char what[96];
+      std::snprintf(what, sizeof what, "t2 rows %lld cols %lld offset %d", (long long)s[0], (long long)s[1], offset);
+      failures += kit::sanitize::check(what, t2_softmax_forward(module, x.ptr, y.ptr, s[0], s[1], nullptr));
+    }
+  }
+  return failures;
+}

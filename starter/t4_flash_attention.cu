@@ -424,3 +424,34 @@ KIT_API int t4_flash_attention_config(int B, int H, int Lq, int d, int causal) {
     const bool big = d == 64 && t4fa::use_big_d64((long long)B * H, Lq);
     return 4 * index + 2 * (big ? 1 : 0) + (causal ? 1 : 0);
 }
+
+#include "kit_sanitize.cuh"  // the scenario's buffers and checks (host code)
+
+// compute-sanitizer's launches (make sanitize, the grader; TaskCode.sanitize names this function), non-causal
+// (variant 0: t4) or causal (1: t5): every d, with grouped-query shapes. K and V hold H_kv heads
+// (H % H_kv == 0): a kernel that reads a query head's own index into them instead of its KV head's runs past
+// their end, which memcheck reports. Returns the number of failed launches.
+KIT_API int t4_sanitize(void* module, int variant) {
+    const int causal = variant != 0 ? 1 : 0;
+    auto run = [&](int B, int H, int H_kv, int Lq, int Lk, int d) {
+        using kit::sanitize::Buffer;
+        Buffer q((size_t)B * H * Lq * d, 6), k((size_t)B * H_kv * Lk * d, 7), v((size_t)B * H_kv * Lk * d, 8);
+        Buffer o((size_t)B * H * Lq * d, 9), lse((size_t)B * H * Lq, 10);
+        char what[112];
+        std::snprintf(what, sizeof what, "t4 B %d H %d H_kv %d Lq %d Lk %d d %d causal %d", B, H, H_kv, Lq, Lk, d,
+                      causal);
+        return kit::sanitize::check(what, t4_flash_attention_forward(module, q.ptr, k.ptr, v.ptr, o.ptr, lse.ptr, B,
+                                                                     H, H_kv, Lq, Lk, d, 0.125f, causal, nullptr));
+    };
+    int failures = 0;
+    for (int d : {32, 64, 128}) {
+        failures += run(1, 2, 1, 70, 90, d);  // multi-query: one KV head
+        failures += run(1, 1, 1, 90, 37, d);
+        failures += run(2, 1, 1, 129, 129, d);
+        failures += run(2, 6, 2, 33, 65, d);  // groups of 3 query heads, two batches
+    }
+    // A grid large enough for the big 128-row tiles at d = 64 (use_big_d64 picks tiles by grid size), with
+    // groups of 4 query heads as in Llama 3.
+    failures += run(16, 16, 4, 257, 200, 64);
+    return failures;
+}

@@ -12,7 +12,7 @@ Two builds, never mixed (``include/kit.cuh`` says how they meet at run time):
   any other file.
 
 ``make test``, ``make bench`` and the grader take this one path. Both builds are cached by content (source,
-kit.cuh, flags, nvcc version, architecture), so an unchanged file is never rebuilt, and two implementations
+the kit's headers, flags, nvcc version, architecture), so an unchanged file is never rebuilt, and two implementations
 (a student's and the reference) load side by side in one process: each module is its own handle.
 
     python -m assignment.cuda.compiler --check-all [DIR ...]   # compile every .cu for sm_80 and sm_90 (CI)
@@ -216,6 +216,16 @@ def cache_dir(source: Path | None = None) -> Path:
     return base / "cuda"
 
 
+def include_headers() -> list[Path]:
+    """The kit's headers (kit.cuh and its companions): what nvcc sees besides the file."""
+    return sorted(p for p in INCLUDE_DIR.iterdir() if p.is_file())
+
+
+def include_text() -> str:
+    """Every kit header, named and in order: a build depends on all of them."""
+    return "".join(f"{p.name}\0{p.read_text(encoding='utf-8')}\0" for p in include_headers())
+
+
 def cache_key(
     source_text: str,
     arch: str,
@@ -224,8 +234,8 @@ def cache_key(
     header_text: str | None = None,
     compiler: str | None = None,
 ) -> str:
-    """Content hash of everything that changes a build."""
-    header_text = KIT_HEADER.read_text(encoding="utf-8") if header_text is None else header_text
+    """Content hash of everything that changes a build (``header_text``: the kit's headers, ``include_text()``)."""
+    header_text = include_text() if header_text is None else header_text
     compiler = nvcc_version() if compiler is None else compiler
     digest = hashlib.sha256()
     for part in (source_text, header_text, "\0".join(flags), compiler, normalize_arch(arch)):

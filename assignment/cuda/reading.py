@@ -212,10 +212,10 @@ def _remembered(what: tuple, read) -> Reading:
     return _readings[key]
 
 
-def _header_stamp() -> int:
-    from assignment.cuda.compiler import KIT_HEADER
+def _header_stamp() -> tuple[tuple[str, int], ...]:
+    from assignment.cuda.compiler import include_headers
 
-    return KIT_HEADER.stat().st_mtime_ns
+    return tuple((p.name, p.stat().st_mtime_ns) for p in include_headers())
 
 
 def _expand(text: str, filename: str, arch: str, limits: confine.CompileLimits | None) -> Reading:

@@ -1,7 +1,8 @@
 """``make sanitize T=t4``: run a task's kernels under compute-sanitizer, memcheck and racecheck.
 
-The grader runs the same two tools on the same launches (``sanitize_driver.cpp``: the student's device
-module loaded into the kit's host library, shapes that reach every path of the kit's host code, buffers
+The grader runs the same two tools on the same launches: ``sanitize_driver.cpp`` loads the student's device
+module into the kit's host library and calls the task's scenario there (its ``TaskCode.sanitize``: a function of
+the task's CUDA file that launches its kernels on shapes reaching every path of the kit's host code, buffers
 allocated to their exact size), so a memory error or a shared-memory race shows up here first.
 
     python -m assignment.cuda.sanitize --task t2|t3|t4|t5|t6 [--tool memcheck|racecheck]
@@ -50,17 +51,17 @@ class SanitizerResult:
 
 
 def targets() -> list[str]:
-    """The tasks with kernels to sanitize (their code names the driver's arguments)."""
+    """The tasks with kernels to sanitize (their code names their scenario)."""
     from assignment import tasks
 
-    return [c.id for c in tasks.available() if c.sanitize_args is not None]
+    return [c.id for c in tasks.available() if c.sanitize is not None]
 
 
 def _code(task: str):
     from assignment import tasks
 
     code = tasks.code(task)
-    if code.sanitize_args is None:
+    if code.sanitize is None:
         raise ValueError(f"{task} has no kernels to sanitize")
     return code
 
@@ -86,12 +87,12 @@ def driver() -> Path:
 
 
 def driver_command(task: str, source: Path, module: Path | None = None) -> list[str]:
-    """The driver's command line for ``task``: the kit's host library for ``source``'s file and its device module
-    (``module``: a cubin of your own instead, such as a -G build for cuda-gdb)."""
+    """The driver's command line for ``task``: the kit's host library for ``source``'s file, its device module
+    (``module``: a cubin of your own instead, such as a -G build for cuda-gdb) and the task's scenario."""
     built = build_module(source, quiet=True)
     host = build_library(built.kit, built.arch, quiet=True)
-    args = _code(task).sanitize_args
-    return [str(driver()), args[0], str(host.path), str(module or built.path), *args[1:]]
+    scenario = _code(task).sanitize
+    return [str(driver()), str(host.path), str(module or built.path), scenario.symbol, str(scenario.variant)]
 
 
 def run(task: str, tool: str, source: Path, timeout_s: float = 600) -> SanitizerResult:

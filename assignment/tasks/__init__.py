@@ -63,6 +63,17 @@ class Leaderboard:
 
 
 @dataclass(frozen=True)
+class Sanitize:
+    """``make sanitize``'s and the grader's compute-sanitizer run: a scenario the task's CUDA file exports from its
+    host code, ``KIT_API int <symbol>(void* module, int variant)``, which launches the task's kernels on shapes
+    that reach every path of the kit's host code, buffers at their exact size, and returns how many launches
+    failed (``assignment/cuda/include/kit_sanitize.cuh``). ``assignment/cuda/sanitize_driver.cpp`` calls it."""
+
+    symbol: str  # t4_sanitize
+    variant: int = 0  # the scenario's own argument (t4's: causal or not)
+
+
+@dataclass(frozen=True)
 class ModelAttention:
     """The task's code as the model's attention: ``ATTN=<id>`` (``make generate``, ``load_checkpoint(...,
     attention=)``), through the seam in assignment/model/attention.py.
@@ -104,7 +115,7 @@ class TaskCode:
     profile: Profile | None = None
     report_profile: bool = False  # the report profiles its launch (make report runs ncu once per step)
     scaling_causal: bool | None = None  # make scaling sweeps its kernel (causal or not); None: no sweep
-    sanitize_args: tuple[str, ...] | None = None  # sanitize_driver.cpp's arguments; None: nothing to sanitize
+    sanitize: Sanitize | None = None  # compute-sanitizer's scenario in its CUDA file; None: nothing to sanitize
     # () -> IMPL's module whose stream(model, tokenizer, prompt_tokens, ...) is the sampling loop: make generate and
     # the report's text-generation step run it (None: the task has none)
     generates: Callable[[], Any] | None = None

@@ -6,7 +6,7 @@ from ctypes import c_int64, c_void_p
 from typing import TYPE_CHECKING
 
 from assignment.cuda import kernels as kern
-from assignment.tasks import Profile, TaskCode
+from assignment.tasks import Profile, Sanitize, TaskCode
 
 if TYPE_CHECKING:  # torch is imported inside the functions: the module loads without it
     import torch
@@ -128,5 +128,5 @@ CODE = TaskCode(
     rule_case=rule_case,
     timing_workload=timing_workload,
     profile=Profile({"rows": 16384, "cols": 4096}, _ideal_bytes, _launch),
-    sanitize_args=("t2",),
+    sanitize=Sanitize("t2_sanitize"),
 )

@@ -6,7 +6,7 @@ from ctypes import c_float, c_int, c_int64, c_void_p
 from typing import TYPE_CHECKING
 
 from assignment.cuda import kernels as kern
-from assignment.tasks import Profile, TaskCode
+from assignment.tasks import Profile, Sanitize, TaskCode
 
 if TYPE_CHECKING:  # torch is imported inside the functions: the module loads without it
     import torch
@@ -237,6 +237,6 @@ CODE = TaskCode(
     rule_case=rule_case,
     timing_workload=timing_workload,
     profile=Profile({"batch": 1, "M": 4096, "N": 4096, "K": 4096}, _ideal_bytes, _launch),
-    sanitize_args=("t3",),
+    sanitize=Sanitize("t3_sanitize"),
     quick_check=quick_check,
 )

@@ -9,7 +9,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from assignment.cuda import kernels as kern
-from assignment.tasks import BenchVariant, Leaderboard, ModelAttention, Profile, TaskCode, t2, t3
+from assignment.tasks import BenchVariant, Leaderboard, ModelAttention, Profile, Sanitize, TaskCode, t2, t3
 
 if TYPE_CHECKING:  # torch is imported inside the functions: the module loads without it
     import torch
@@ -269,7 +269,7 @@ def attention_code(task_id: str, causal: bool, builds_on: tuple[str, ...] = ()) 
         profile=Profile({"B": 4, "H": 16, "Lq": 4096, "Lk": 4096, "d": 64, "causal": causal}, _ideal_bytes, _launch),
         report_profile=not causal,  # one profile in the report: the kernel, without the mask
         scaling_causal=causal,
-        sanitize_args=("t4", "1" if causal else "0"),  # the driver's attention target and its causal flag
+        sanitize=Sanitize("t4_sanitize", variant=int(causal)),  # the file's scenario, causal or not
         # The class board ranks by the kernel's TFLOP/s at the multi-head shape of its time-vs-reference rule.
         leaderboard=None if causal else Leaderboard(1, "student_tflops", "FlashAttention", "TFLOP/s", True),
         model_attention=CAUSAL_MODEL_ATTENTION if causal else None,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from assignment.cuda import kernels as kern
-from assignment.tasks import BenchVariant, Leaderboard, ModelAttention, Profile, TaskCode
+from assignment.tasks import BenchVariant, Leaderboard, ModelAttention, Profile, Sanitize, TaskCode
 from assignment.tasks.t4 import causal_model_attention
 
 if TYPE_CHECKING:  # torch is imported inside the functions: the module loads without it
@@ -547,7 +547,7 @@ CODE = TaskCode(
         extra_metrics={"dram__throughput.avg.pct_of_peak_sustained_elapsed": "DRAM throughput (% of peak)"},
         bandwidth_line=True,
     ),
-    sanitize_args=("t6",),
+    sanitize=Sanitize("t6_sanitize"),
     leaderboard=Leaderboard(1, "student_ms", "time between tokens", "ms", False),  # the model rule's decode step
     # ATTN=t6: the student's cache attends once the model has caches; a pass without one runs t5's causal kernel.
     model_attention=ModelAttention(

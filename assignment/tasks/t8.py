@@ -10,7 +10,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from assignment.cuda import kernels as kern
-from assignment.tasks import BenchVariant, Leaderboard, ModelAttention, Profile, TaskCode
+from assignment.tasks import BenchVariant, Leaderboard, ModelAttention, Profile, Sanitize, TaskCode
 
 if TYPE_CHECKING:  # torch is imported inside the functions: the module loads without it
     import torch
@@ -251,7 +251,7 @@ CODE = TaskCode(
         },
     ),
     report_profile=True,
-    sanitize_args=("t8",),
+    sanitize=Sanitize("t8_sanitize"),
     leaderboard=Leaderboard(0, "student_tflops", "FlashAttention on tensor cores", "TFLOP/s", True),
     model_attention=ModelAttention(
         model_attention,

@@ -7,8 +7,10 @@ The two ``gpu`` tests at the end exercise the timing harness on a real device.
 from __future__ import annotations
 
 import itertools
+import re
 import shutil
 import statistics
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -436,6 +438,45 @@ def test_time_below_the_physical_floor_is_impossible():
         timing.ImpossibleTimeError, match=r"student: 0.0500 ms is below the physical floor of 0.2000 ms"
     ):
         timing.check_physical_floor("student", 0.05, 0.2)
+
+
+# --------------------------------------------------------------------------- the sanitizer's scenarios
+
+SANITIZED = [code.id for code in tasks.available() if code.sanitize is not None]
+
+
+@pytest.mark.kit
+@pytest.mark.parametrize("task", SANITIZED)
+def test_each_sanitizer_scenario_is_a_kit_api_function_of_its_tasks_file(task):
+    """The scenario its TaskCode names is in the host part of the task's own file, with the driver's signature."""
+    code = tasks.code(task)
+    text = cuda.kit_source(code.cuda_file).read_text()
+    signature = rf"KIT_API int {re.escape(code.sanitize.symbol)}\(void\* module, int( /\*)? ?variant(\*/)?\) \{{"
+    assert re.search(signature, text), f"{code.cuda_file} has no KIT_API int {code.sanitize.symbol}(void* module, int)"
+    last_region_end = max(text.rfind("END SOLUTION"), text.rfind("END TODO"))  # the kit's file or the starter's
+    assert text.index(code.sanitize.symbol) > last_region_end > 0, "the scenario is the kit's host code"
+
+
+@pytest.mark.kit
+@needs_nvcc
+@pytest.mark.parametrize("task", SANITIZED)
+def test_the_sanitizer_driver_finds_each_scenario_in_its_host_library(task, tmp_path, monkeypatch):
+    """Without a GPU: the driver's command line for the task (the kit's host library of its file, its Sanitize)
+    gets past the scenario's lookup and stops at loading a module that is no cubin; a misnamed symbol stops
+    before, and says so."""
+    from assignment.cuda import sanitize
+
+    monkeypatch.setenv("KIT_CUDA_ARCH", cuda.preprocess_arch())  # check-cuda's build, cached, on a CPU host
+    not_a_cubin = tmp_path / "not_a.cubin"
+    not_a_cubin.write_bytes(b"not a cubin")
+    code = tasks.code(task)
+    command = sanitize.driver_command(task, cuda.kit_source(code.cuda_file), not_a_cubin)
+    assert command[3:] == [code.sanitize.symbol, str(code.sanitize.variant)]
+    ran = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 2 and f"loading {not_a_cubin}" in ran.stderr, ran.stdout + ran.stderr
+    misnamed = [*command[:3], code.sanitize.symbol + "_misnamed", *command[4:]]
+    ran = subprocess.run(misnamed, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 2 and f"does not export {code.sanitize.symbol}_misnamed" in ran.stderr, ran.stderr
 
 
 # --------------------------------------------------------------------------- --check-all

@@ -1,0 +1,70 @@
+// kit_sanitize.cuh: what the tasks' sanitizer scenarios share (host code, the kit's).
+//
+// A CUDA task's file holds its own scenario, beside its KIT_API forward function in the host part:
+//
+//     KIT_API int t4_sanitize(void* module, int variant)
+//
+// launches the task's kernels through the file's KIT_API functions (with `module`, the student's device
+// module) on shapes that reach every path of the kit's host code, each buffer allocated to exactly the
+// size a call may touch (a read or write one element past it is an error memcheck reports), and returns
+// how many launches failed (a failing launch also says so on stderr). `variant` is the task's own choice
+// (t4/t5: causal or not); 0 where a task has one scenario. The task's TaskCode names the function
+// (assignment/tasks: Sanitize), and assignment/cuda/sanitize_driver.cpp calls it under compute-sanitizer.
+// Like the rest of the host code, it runs only in the host library: the device module parses and drops it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdio>
+#include <vector>
+
+namespace kit {
+namespace sanitize {
+
+// A device buffer of n floats holding deterministic pseudo-random values in [-1, 1) (never zeros).
+// `offset` floats are allocated in front and skipped, to hand the kernels a pointer that is not
+// 16-byte aligned (their scalar paths).
+struct Buffer {
+    float* base = nullptr;
+    float* ptr = nullptr;
+    Buffer(size_t n, unsigned seed, int offset = 0) {
+        std::vector<float> host(n + offset);
+        unsigned state = seed * 2654435761u + 12345u;
+        for (auto& x : host) {
+            state = state * 1664525u + 1013904223u;
+            x = (float)((state >> 8) & 0xffff) / 32768.0f - 1.0f;
+        }
+        cudaMalloc(&base, (n + offset) * sizeof(float));
+        cudaMemcpy(base, host.data(), (n + offset) * sizeof(float), cudaMemcpyHostToDevice);
+        ptr = base + offset;
+    }
+    ~Buffer() { cudaFree(base); }
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+};
+
+// A device copy of `bytes` bytes of host memory (lengths, indices), exactly their size.
+struct DeviceCopy {
+    void* ptr = nullptr;
+    DeviceCopy(const void* host, size_t bytes) {
+        cudaMalloc(&ptr, bytes);
+        cudaMemcpy(ptr, host, bytes, cudaMemcpyHostToDevice);
+    }
+    ~DeviceCopy() { cudaFree(ptr); }
+    DeviceCopy(const DeviceCopy&) = delete;
+    DeviceCopy& operator=(const DeviceCopy&) = delete;
+};
+
+// 1 (and a line on stderr naming the launch) when the call returned an error or the device did; else 0.
+inline int check(const char* what, int status) {
+    const cudaError_t sync = cudaDeviceSynchronize();
+    if (status != 0 || sync != cudaSuccess) {
+        std::fprintf(stderr, "%s: status %d, sync %s\n", what, status, cudaGetErrorString(sync));
+        return 1;
+    }
+    return 0;
+}
+
+}  // namespace sanitize
+}  // namespace kit
