@@ -33,6 +33,7 @@ class Case:
     notes: list[str] = field(default_factory=list)
     speedup_over: tuple[str, ...] = ()  # baselines to print the student's and the reference's speedups over
     max_relative_error: float = BENCH_MAX_RELATIVE_ERROR  # of a candidate against the first one, during timing
+    tensor_cores: bool = False  # fp16/bf16 tensor-core work: the physical floor takes their peak, not fp32's
 
 
 # --------------------------------------------------------------------------- work counts
@@ -308,6 +309,7 @@ def run_case(case: Case, copy_gbps: float | None, settings: dict) -> dict:
             check=_bench_check(baseline, case),
             flops=case.flops,
             bytes_moved=case.bytes_moved,
+            tensor_cores=case.tensor_cores,
             **settings,
         )
     except ImpossibleTimeError as exc:

@@ -35,6 +35,9 @@ from typing import Any
 # sm_90: H200's 4.8 TB/s (H100 SXM has 3.35) and H100/H200's 67 TFLOP/s fp32, each x 1.5.
 # Keyed by compute capability major.
 GENEROUS_PEAKS_BY_MAJOR = {7: (1.4e12, 24e12), 8: (3.1e12, 45e12), 9: (7.2e12, 100e12), 10: (12e12, 120e12)}
+# The same for fp16/bf16 tensor-core work with fp32 accumulation (dense), times 1.5: V100 125, A100 312, H100/H200
+# 989, B200 2250 TFLOP/s. A kernel on tensor cores (t8) is held to these instead of the fp32 rate.
+GENEROUS_TENSOR_FLOPS_BY_MAJOR = {7: 190e12, 8: 470e12, 9: 1.5e15, 10: 3.4e15}
 GENEROUS_FACTOR = 1.5
 FP32_LANES_PER_SM = {(7, 0): 64, (8, 0): 64}  # the rest of the recent archs have 128
 MEDIAN_SE_FACTOR = 1.2533  # sqrt(pi/2): standard error of a median vs a mean, for normal noise
@@ -124,11 +127,12 @@ def physical_floor_ms(
     return floor_s * 1e3
 
 
-def check_physical_floor(name: str, median_ms: float, floor_ms: float) -> None:
+def check_physical_floor(name: str, median_ms: float, floor_ms: float, tensor_cores: bool = False) -> None:
     if median_ms < floor_ms:
+        peak = "the tensor cores' fp16 peak" if tensor_cores else "peak fp32"
         raise ImpossibleTimeError(
             f"{name}: {median_ms:.4f} ms is below the physical floor of {floor_ms:.4f} ms for this much work "
-            "on this GPU (bytes at 1.5x peak bandwidth, flops at 1.5x peak fp32): the kernel skipped work"
+            f"on this GPU (bytes at 1.5x peak bandwidth, flops at 1.5x {peak}): the kernel skipped work"
         )
 
 
@@ -150,8 +154,9 @@ def summarize(name: str, times_ms: list[float], flops: float | None, bytes_moved
 # --------------------------------------------------------------------------- device facts
 
 
-def device_peaks(device=None) -> tuple[float, float]:
-    """(bytes/s, flop/s) upper bounds: the larger of the table and 1.5x what the properties imply."""
+def device_peaks(device=None, tensor_cores: bool = False) -> tuple[float, float]:
+    """(bytes/s, flop/s) upper bounds: the larger of the table and 1.5x what the properties imply; the flop rate
+    of fp16/bf16 tensor cores when ``tensor_cores``."""
     import torch
 
     props = torch.cuda.get_device_properties(device)
@@ -159,6 +164,8 @@ def device_peaks(device=None) -> tuple[float, float]:
     mem_khz, bus_bits = getattr(props, "memory_clock_rate", 0), getattr(props, "memory_bus_width", 0)
     if mem_khz and bus_bits:  # double data rate: two transfers per clock
         bandwidth = max(bandwidth, GENEROUS_FACTOR * 2 * mem_khz * 1e3 * bus_bits / 8)
+    if tensor_cores:
+        return bandwidth, GENEROUS_TENSOR_FLOPS_BY_MAJOR.get(props.major, GENEROUS_TENSOR_FLOPS_BY_MAJOR[10])
     fp32 = fp32_peak_flops(device)
     if fp32:
         flops = max(flops, GENEROUS_FACTOR * fp32)
@@ -259,6 +266,7 @@ def measure(
     rse_target: float = 0.01,
     warmup: int = 3,
     enforce_floor: bool = True,
+    tensor_cores: bool = False,
 ) -> dict[str, TimingResult]:
     """Time each candidate ``fn(inputs)`` interleaved; see the module docstring for the protocol.
 
@@ -269,7 +277,7 @@ def measure(
     candidate, and every timed output of the candidates named in ``check_every``, whose inputs are
     also rebuilt from their seed and compared bit for bit first (a kernel that writes into its inputs
     fails there). ``flops`` / ``bytes_moved`` are the work of ONE call, used for TFLOP/s, GB/s and
-    the physical floor.
+    the physical floor (its flop rate the tensor cores' fp16 peak when ``tensor_cores``, else fp32's).
     """
     import torch
 
@@ -345,7 +353,7 @@ def measure(
             if name not in every:  # those were checked as they ran
                 verify(name, seed, inputs, output)
 
-    bandwidth, peak_flops = device_peaks(device)
+    bandwidth, peak_flops = device_peaks(device, tensor_cores)
     floor = physical_floor_ms(flops, bytes_moved, bandwidth, peak_flops)
     results = {}
     for name in names:
@@ -354,7 +362,7 @@ def measure(
     if enforce_floor:
         for result in results.values():
             try:
-                check_physical_floor(result.name, result.median_ms, floor)
+                check_physical_floor(result.name, result.median_ms, floor, tensor_cores)
             except ImpossibleTimeError as exc:
                 raise ImpossibleTimeError(str(exc), results) from None
     return results

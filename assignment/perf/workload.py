@@ -25,6 +25,7 @@ class Workload:
     flops: float | None = None
     bytes_moved: float | None = None
     notes: dict = field(default_factory=dict)  # added to the timing record (how the student's path ran)
+    tensor_cores: bool = False  # fp16/bf16 tensor-core work: the physical floor takes their peak
 
     def candidates(self) -> dict[str, Callable[[Any], Any]]:
         found = {"student": self.student, "reference": self.reference}
@@ -45,6 +46,7 @@ class Workload:
             flops=self.flops,
             bytes_moved=self.bytes_moved,
             record=record,
+            tensor_cores=self.tensor_cores,
             **measure_kwargs,
         )
 

@@ -155,6 +155,7 @@ def attention_case(student, reference, B, H, H_kv, L, d, causal: bool, dtype: st
         percent_of="SDPA",
         notes=["SDPA: PyTorch's FlashAttention-2 (backend FLASH_ATTENTION); SDPA cuDNN: the CUDNN_ATTENTION backend"],
         max_relative_error=BENCH_MAX_RELATIVE_ERROR,
+        tensor_cores=True,
     )
 
 
@@ -208,6 +209,7 @@ def timing_workload(rule, student, reference, tolerance, base: int, student_mode
         partial(sdpa_backend, "FLASH_ATTENTION", causal=causal),
         check,
         flops=flops,
+        tensor_cores=True,
     )
 
 

@@ -438,6 +438,22 @@ def test_time_below_the_physical_floor_is_impossible():
         timing.ImpossibleTimeError, match=r"student: 0.0500 ms is below the physical floor of 0.2000 ms"
     ):
         timing.check_physical_floor("student", 0.05, 0.2)
+    with pytest.raises(timing.ImpossibleTimeError, match=r"flops at 1.5x the tensor cores' fp16 peak"):
+        timing.check_physical_floor("student", 0.05, 0.2, tensor_cores=True)
+
+
+@pytest.mark.kit
+def test_tensor_core_work_has_its_own_floor():
+    # FlashAttention-2 in fp16 reaches about 330 TFLOP/s on an H100: under the fp32 floor's 100 TFLOP/s
+    # ceiling it would look impossible; the tensor cores' (989 dense, x 1.5) leave it room, and still catch work
+    # that was skipped (a tenth of the time of the cuDNN kernel's 600 TFLOP/s is over the ceiling).
+    hopper = timing.GENEROUS_TENSOR_FLOPS_BY_MAJOR[9]
+    assert 989e12 < hopper < 2 * 989e12
+    assert set(timing.GENEROUS_PEAKS_BY_MAJOR) <= set(timing.GENEROUS_TENSOR_FLOPS_BY_MAJOR)
+    flops = 4.0 * 8 * 16 * 4096 * 4096 * 128  # t8's bench shape, d 128
+    fa2_ms = flops / 330e12 * 1e3
+    assert timing.physical_floor_ms(flops, None, 5e12, hopper) < fa2_ms
+    assert timing.physical_floor_ms(flops, None, 5e12, hopper) > flops / 6000e12 * 1e3
 
 
 # --------------------------------------------------------------------------- the sanitizer's scenarios
