@@ -55,6 +55,7 @@ _PUNCTUATORS = sorted(
     key=len,
     reverse=True,
 )
+_PUNCTUATOR = re.compile("|".join(map(re.escape, _PUNCTUATORS)))  # the first of them that matches: the longest
 # Identifier characters: letters, _, $ (gcc allows it), anything beyond ASCII, and universal character names (gcc
 # writes an identifier's non-ASCII letters as \uXXXX in its output).
 _UCN = r"\\u[0-9A-Fa-f]{4}|\\U[0-9A-Fa-f]{8}"
@@ -134,11 +135,8 @@ def tokenize(text: str, first_line: int = 1, markers: bool = True, main_file: st
         elif identifier := _IDENTIFIER.match(text, i):
             end, kind = identifier.end(), "identifier"
         else:
-            kind, end = "other", i + 1
-            for punct in _PUNCTUATORS:
-                if text.startswith(punct, i):
-                    kind, end = "punct", i + len(punct)
-                    break
+            punct = _PUNCTUATOR.match(text, i)
+            kind, end = ("punct", punct.end()) if punct else ("other", i + 1)
             if text.startswith("<::", i) and not text.startswith("<:::", i) and not text.startswith("<::>", i):
                 kind, end = "punct", i + 1  # C++11: <:: is < followed by ::
         token_text = text[start:end]

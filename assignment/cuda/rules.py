@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from assignment.cuda import reading
@@ -360,7 +361,7 @@ def check_expansion(
         raise reading.ReadingError(f"the kit's {filename} does not preprocess: {kit_read.errors[0][1]}")
     main = f"/work/{filename}"
     inside, outside = _split(reading.tokenize(read.text, main_file=main), spans)
-    _, outside_kit = _split(reading.tokenize(kit_read.text, main_file=main), spans)
+    _, outside_kit = _split(_kit_tokens(kit_read.text, main), spans)
     problems: list[Problem] = []
     for tokens in inside:
         problems += _expanded_problems(tokens, origin)
@@ -378,8 +379,14 @@ def check_expansion(
     return problems
 
 
+@lru_cache(maxsize=8)
+def _kit_tokens(text: str, main_file: str) -> tuple[reading.Token, ...]:
+    """The tokens of ``main_file`` in the kit's expansion: the same for every student file spliced into it."""
+    return tuple(reading.tokenize(text, main_file=main_file))
+
+
 def _split(
-    tokens: list[reading.Token], spans: list[tuple[int, int]]
+    tokens: list[reading.Token] | tuple[reading.Token, ...], spans: list[tuple[int, int]]
 ) -> tuple[list[list[reading.Token]], list[reading.Token]]:
     """Tokens written on each region's lines, and every other token."""
     inside: list[list[reading.Token]] = [[] for _ in spans]

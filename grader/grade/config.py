@@ -43,6 +43,11 @@ class GradeConfig:
     # The CUDA region rules on the source (the device-only build and its symbol check hold without them).
     cuda_rules: bool = True
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Threads of each checker and of its worker (OMP/MKL threads; the worker's sandbox.Limits.threads). None: the
+    # sandbox's fixed count for the worker (results that do not depend on the host's cores) and the host's default
+    # for the checker. Gradings side by side on few cores (the kit's adversarial fixtures) give 1: more threads than
+    # cores leave each of torch's parallel regions waiting for a thread that is not running (3x the CPU time).
+    threads: int | None = None
     # The theory answers (grader/grade/theory.py): None grades them when every task is graded (no `tasks`), so a
     # targeted regrade of one task leaves them out; True or False decides.
     theory: bool | None = None

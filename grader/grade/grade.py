@@ -37,6 +37,7 @@ from grader.grade.scoring import SubmissionScore, score_task
 from grader.grade.submission import SubmissionError, collect
 from grader.grade.theory import grade_theory
 from grader.isolation.client import WorkerConfig
+from grader.isolation.sandbox import Limits
 
 
 class PreflightError(RuntimeError):
@@ -149,6 +150,7 @@ def grade_submission(
                         call_timeout_s=task.grading.test_deadline_s * config.timeout_scale,
                         forbidden=task.rules.forbidden,
                         deny=(str(REPO_ROOT), str(out.resolve()), str(config.cache_root)),
+                        limits=Limits(threads=config.threads) if config.threads else Limits(),
                     )
                 run = run_task(prepared, workdir, config, plan.seed(task.id), worker)
             scores.append(score_task(task, run))

@@ -141,6 +141,8 @@ def checker_environment(
         KIT_TEST_DEADLINE_S=str(task.grading.test_deadline_s * config.timeout_scale),
         **config.extra_env,
     )
+    if config.threads:
+        env.update(OMP_NUM_THREADS=str(config.threads), MKL_NUM_THREADS=str(config.threads))
     for name in ("KIT_CUDA_ARCH", "KIT_BWRAP"):
         if name in os.environ:
             env[name] = os.environ[name]

@@ -76,7 +76,7 @@ def check_output(out, q, name):
 
 # --------------------------------------------------------------------------- tiling, on long inputs
 
-_tiling: dict[tuple[str, int], str | BaseException] = {}
+_tiling: dict[tuple[str, int], str | tuple[BaseException, object]] = {}
 
 
 def tiling_problem(case: str, seed: int) -> str:
@@ -87,10 +87,11 @@ def tiling_problem(case: str, seed: int) -> str:
         try:
             _tiling[case, seed] = _measure_tiling(case, seed)
         except Exception as exc:  # noqa: BLE001 - kept, and raised again by every check that asks
-            _tiling[case, seed] = exc
+            _tiling[case, seed] = exc, exc.__traceback__
     found = _tiling[case, seed]
-    if isinstance(found, BaseException):
-        raise found
+    if isinstance(found, tuple):
+        error, traceback = found
+        raise error.with_traceback(traceback)  # from where it came, not from every check that raised it before
     return found
 
 

@@ -31,7 +31,9 @@ from grader.grade.runner import gpu_available
 pytestmark = [pytest.mark.kit, pytest.mark.slow]  # end to end: make test-slow
 FIXTURES = load_fixtures()
 CPU = [pytest.param(f, id=f.name) for f in FIXTURES if not f.gpu]
-CONFIG = replace(GradeConfig(), preflight=False, seed=20261122, allow_weak_isolation=True)
+# One thread for each checker and worker: the gradings run side by side, one per core, and torch's parallel regions
+# with more threads than cores wait for threads that are not running (three times the CPU time).
+CONFIG = replace(GradeConfig(), preflight=False, seed=20261122, allow_weak_isolation=True, threads=1)
 
 
 @pytest.fixture(scope="module")

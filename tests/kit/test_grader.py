@@ -254,3 +254,17 @@ def test_the_theory_answers_are_gradable_alone_with_make_grade(tmp_path):
     assert results["score"] == pytest.approx(registry.theory.points - registry.theory.proof_points)
     (row,) = list(csv.DictReader((out / "grades.csv").read_text().splitlines()))
     assert row["theory"] and all(row[t.id] == "" for t in registry.tasks)
+
+
+def test_threads_set_the_checkers_and_the_workers_thread_counts(tmp_path, monkeypatch):
+    from grader.grade.prepare import PreparedTask
+    from grader.grade.runner import checker_environment
+    from grader.isolation.client import WorkerConfig
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    prepared = PreparedTask(load_registry().task("t1"))
+    worker = WorkerConfig(student_dir=tmp_path, limits=sandbox.Limits(threads=1))
+    env = checker_environment(prepared, tmp_path, replace(CPU_TASKS, threads=1), 7, worker)
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "1"
+    assert json.loads((tmp_path / "worker_t1.json").read_text())["limits"]["threads"] == 1
+    assert checker_environment(prepared, tmp_path, CPU_TASKS, 7, None)["OMP_NUM_THREADS"] == "7"  # the host's

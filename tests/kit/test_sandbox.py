@@ -97,6 +97,7 @@ def probe_worker(tmp_path):
     folder.mkdir()
     (folder / "probe.py").write_text(PROBE.replace("{repo}", str(REPO)))
     (folder / "kit_probe.py").write_text(KIT_PROBE)
+    (folder / "broken.py").write_text("_helper = undefined_helper(3)\n")
     worker = Worker(WorkerConfig(student_dir=folder, deny=(str(REPO),), call_timeout_s=60), gpu=False)
     yield worker
     worker.stop()
@@ -126,6 +127,19 @@ def test_peak_memory_is_measured_from_outside(probe_worker):
     big = probe_worker.call("probe.py", "allocate", (300,), {}, measure_memory=True)
     assert small.peak_bytes is not None and big.peak_bytes is not None
     assert big.peak_bytes > 250 * 2**20 > small.peak_bytes, (small.peak_bytes, big.peak_bytes)
+
+
+@needs_bwrap
+def test_a_failed_import_fails_every_call_with_a_traceback_of_its_own(probe_worker):
+    """The import's failure is kept and raised for every call: as a new exception each time, or its traceback would
+    gather every earlier call's frames (pytest formats them all for every failed check)."""
+    depths = []
+    for _ in range(3):
+        with pytest.raises(WorkerFailure) as info:
+            probe_worker.call("broken.py", "anything", (), {})
+        assert info.value.kind == "import" and "NameError" in str(info.value)
+        depths.append(len(info.traceback))
+    assert depths[0] == depths[1] == depths[2], depths
 
 
 @needs_bwrap
