@@ -45,6 +45,34 @@ __global__ void kernel(float* x) {
 """
 
 
+# The t8 shape: the guided level's design in functions of its own (a GUIDED block at the top level), the kernel body
+# calling them at the guided level and written inline at the open level (a region cannot define functions).
+TWO_BODIES = """// header
+// BEGIN GUIDED t8
+__device__ float twice(float x) {
+  // BEGIN SOLUTION t8: the helper
+  return 2.0f * x;
+  // END SOLUTION
+}
+// END GUIDED
+// BEGIN UNGUIDED t8
+// the open level's note
+// END UNGUIDED
+__global__ void kernel(float* x) {
+  int given = 0;
+  // BEGIN OPEN t8: the kernel body
+  // GOAL: x[0] = 4 * x[0]
+  // BEGIN GUIDED t8
+  x[0] = twice(twice(x[0]));
+  // END GUIDED
+  // BEGIN UNGUIDED t8
+  x[0] *= 4.0f;
+  // END UNGUIDED
+  // END OPEN
+}
+"""
+
+
 def registry_with(**levels: str):
     data = tomllib.loads(REGISTRY_PATH.read_text(encoding="utf-8"))
     for raw in data["task"]:
@@ -79,6 +107,20 @@ def test_levelling_is_a_fixed_point_and_a_file_without_open_blocks_is_unchanged(
     assert apply_levels(plain, "t2_softmax.cu", {"t2": "guided"}) == plain
 
 
+def test_guided_and_unguided_blocks_give_each_level_its_own_body():
+    guided = apply_levels(TWO_BODIES, "t8_x.cu", {"t8": "guided"})
+    assert "x[0] = twice(twice(x[0]));" in guided and "return 2.0f * x;" in guided
+    assert "x[0] *= 4.0f;" not in guided and "open level's note" not in guided
+    assert "GUIDED" not in guided and "OPEN" not in guided
+    opened = apply_levels(TWO_BODIES, "t8_x.cu", {"t8": "open"})
+    assert "twice" not in opened and "// the open level's note" in opened
+    bodies = ["".join(r.body) for r in regions.solution_regions(TWO_BODIES, {"t8": "open"}, "t8_x.cu")]
+    assert bodies == ["  // PLAN: x[0] = 4 * x[0]\n  x[0] *= 4.0f;\n"], "the open body is the UNGUIDED text"
+    text, found = strip_solutions(TWO_BODIES, "t8_x.cu", levels={"t8": "open"})
+    assert [r.description for r in found] == ["the kernel body"] and "x[0] *= 4.0f;" not in text
+    assert "int given = 0;" in text and text.count("KIT_TODO(t8);") == 1
+
+
 @pytest.mark.parametrize(
     "source, message",
     [
@@ -98,6 +140,15 @@ def test_levelling_is_a_fixed_point_and_a_file_without_open_blocks_is_unchanged(
         ("// BEGIN OPEN t3: a\n// END OPEN\n// END OPEN\n", r"x\.cu:3: END OPEN without a matching BEGIN OPEN"),
         ("// BEGIN OPEN\n// END OPEN\n", r"x\.cu:1: BEGIN OPEN needs a task id"),
         ("// BEGIN OPEN t3: a\n// END OPEN\n// BEGIN GUIDED t3\n", r"x\.cu:3: BEGIN GUIDED t3 is never closed"),
+        ("// BEGIN OPEN t3: a\n// BEGIN UNGUIDED t3\nint x;\n// END OPEN\n", r"x\.cu:4: a marker inside the UNGUIDED"),
+        ("// BEGIN OPEN t3: a\n// BEGIN GUIDED t3\n// END OPEN\n", r"x\.cu:3: an OPEN marker inside the GUIDED"),
+        ("// BEGIN OPEN t3: a\n// BEGIN GUIDED t4\n// END GUIDED\n// END OPEN\n", r"x\.cu:2: a GUIDED block of t4"),
+        (
+            "// BEGIN OPEN t3: a\n// BEGIN SOLUTION t3: b\n// BEGIN UNGUIDED t3\n",
+            r"x\.cu:3: BEGIN UNGUIDED goes at the top level or directly inside an OPEN block",
+        ),
+        ("// BEGIN OPEN t3: a\n// END OPEN\n// BEGIN UNGUIDED t3\n", r"x\.cu:3: BEGIN UNGUIDED t3 is never closed"),
+        ("// BEGIN OPEN t3: a\n// END OPEN\n// END UNGUIDED\n", r"x\.cu:3: END UNGUIDED without a matching BEGIN"),
     ],
 )
 def test_malformed_open_markers_name_file_and_line(source, message):
