@@ -199,44 +199,76 @@ def open_starter(tmp_path_factory):
     return folder
 
 
-def test_the_open_starter_has_one_region_for_t3_and_no_solution_code(open_starter):
-    text = (open_starter / "t3_gemm.cu").read_text()
-    assert todo_counts(text, "t3_gemm.cu") == {"t3": 1}
-    assert [r.task for r in regions.student_regions(text, "t3_gemm.cu")] == ["t3"]
+# Each task with an OPEN block: its file, and a line of the reference's design notes (guided-level text).
+OPEN_FILES = {"t3": ("t3_gemm.cu", "Design (read this first)"), "t8": ("t8_flash_attention_tc.cu", "Why these sizes.")}
+OPEN_FIXTURES = {
+    "t3": {"no_double_buffer", "shared_register_blocking_scalar", "no_shared_memory", "shared_no_register_blocking"},
+    "t8": {
+        "wmma_unswizzled_p_in_shared",
+        "mma_without_ldmatrix",
+        "no_cp_async_pipeline",
+        "p_through_shared_memory",
+        "no_swizzle",
+    },
+}
+
+
+@pytest.mark.parametrize("task", sorted(OPEN_FILES))
+def test_the_open_starter_has_one_region_and_no_solution_code(open_starter, task):
+    name, design_notes = OPEN_FILES[task]
+    text = (open_starter / name).read_text()
+    assert todo_counts(text, name) == {task: 1}
+    assert [r.task for r in regions.student_regions(text, name)] == [task]
     levels = open_levels.open_levels(load_registry())
     leaked = [
         line
-        for _, line in solution_lines((REPO / "solutions/t3_gemm.cu").read_text(), "t3_gemm.cu", levels)
+        for _, line in solution_lines((REPO / "solutions" / name).read_text(), name, levels)
         if len(line.strip()) >= 30 and line in text.splitlines()
     ]
     assert not leaked, f"solution lines of the open region are in the open starter: {leaked[:3]}"
-    assert "Design (read this first)" not in text, "the reference's design notes are guided-level text"
-    guided = (REPO / "starter/t3_gemm.cu").read_text()
-    assert todo_counts(guided, "t3_gemm.cu")["t3"] > 1 and "Design (read this first)" in guided
+    assert design_notes not in text, "the reference's design notes are guided-level text"
+    guided = (REPO / "starter" / name).read_text()
+    assert todo_counts(guided, name)[task] > 1 and design_notes in guided
 
 
-def test_the_grader_splices_at_the_open_level(open_starter, monkeypatch):
+def test_the_open_t8_starter_gives_no_function_of_the_guided_design(open_starter):
+    text = (open_starter / "t8_flash_attention_tc.cu").read_text()
+    helpers = ("swizzle", "FragAddr", "load_tile_async", "tile_scores", "online_softmax", "tile_pv", "store_output")
+    for helper in helpers:
+        assert helper not in text, f"{helper}: the guided level's design is not given at the open level"
+    guided = (REPO / "starter/t8_flash_attention_tc.cu").read_text()
+    assert "#include <mma.h>" in text and "#include <mma.h>" not in guided, "WMMA is offered at the open level"
+
+
+@pytest.mark.parametrize("task", sorted(OPEN_FILES))
+def test_the_open_starter_fails_cleanly(open_starter, task):
+    from assignment.cuda.compiler import require_implemented
+
+    name, _ = OPEN_FILES[task]
+    with pytest.raises(NotImplementedError, match=rf"^{task}: TODO\({task}\) in {name} is not implemented yet"):
+        require_implemented(open_starter / name, (task,))
+
+
+@pytest.mark.parametrize("task", sorted(OPEN_FILES))
+def test_the_grader_splices_at_the_open_level(open_starter, monkeypatch, task):
+    name, _ = OPEN_FILES[task]
     levels = open_levels.open_levels(load_registry())
     monkeypatch.setattr("assignment.markers.task_levels", lambda registry=None: dict(levels))
-    kit = (REPO / "solutions/t3_gemm.cu").read_text()
-    assert regions.splice(kit, kit, ("t3",), filename="t3_gemm.cu").text == apply_levels(kit, "t3_gemm.cu", levels)
-    spliced = regions.splice(kit, (open_starter / "t3_gemm.cu").read_text(), ("t3",), filename="t3_gemm.cu")
-    assert "KIT_TODO(t3);" in spliced.text and not spliced.ignored_outside
-    guided_student = (REPO / "starter/t3_gemm.cu").read_text()
+    kit = (REPO / "solutions" / name).read_text()
+    assert regions.splice(kit, kit, (task,), filename=name).text == apply_levels(kit, name, levels)
+    spliced = regions.splice(kit, (open_starter / name).read_text(), (task,), filename=name)
+    assert f"KIT_TODO({task});" in spliced.text and not spliced.ignored_outside
+    guided_student = (REPO / "starter" / name).read_text()
     with pytest.raises(regions.RegionError, match="TODO regions do not match the starter's"):
-        regions.splice(kit, guided_student, ("t3",), filename="t3_gemm.cu")
+        regions.splice(kit, guided_student, (task,), filename=name)
 
 
 def test_the_open_fixtures_are_valid_region_bodies_for_the_open_starter():
     registry = load_registry()
     levels = open_levels.open_levels(registry)
     found = open_levels.fixtures(registry)
-    assert {f.name for f in found} >= {
-        "no_double_buffer",
-        "shared_register_blocking_scalar",
-        "no_shared_memory",
-        "shared_no_register_blocking",
-    }
+    for task, names in OPEN_FIXTURES.items():
+        assert {f.name for f in found if f.task == task} >= names, task
     for fixture in found:
         text = open_levels.student_text(fixture.file, fixture.task, fixture.body, levels)
         assert todo_counts(text, fixture.file) == {}, fixture.name
@@ -244,15 +276,24 @@ def test_the_open_fixtures_are_valid_region_bodies_for_the_open_starter():
         assert not problems, f"{fixture.name}: {problems[:3]}"
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH: the open-level files cannot be compiled")
-def test_the_open_starter_and_fixtures_compile(open_starter, tmp_path):
+def _open_sources(open_starter) -> dict[str, tuple[str, str]]:
+    """Name -> (file, text): each task's open starter, its reference's open body and every fixture, as a student
+    at the open level would hand them in."""
     registry = load_registry()
     levels = open_levels.open_levels(registry)
-    sources = {"starter": (open_starter / "t3_gemm.cu").read_text()}
-    sources |= {
-        f.name: open_levels.student_text(f.file, f.task, f.body, levels) for f in open_levels.fixtures(registry)
-    }
-    for name, text in sources.items():
+    sources = {}
+    for task, (name, _) in OPEN_FILES.items():
+        sources[f"{task}_starter"] = (name, (open_starter / name).read_text())
+        body = open_levels.reference_body(name, task, levels)
+        sources[f"{task}_reference"] = (name, open_levels.student_text(name, task, body, levels))
+    for f in open_levels.fixtures(registry):
+        sources[f.name] = (f.file, open_levels.student_text(f.file, f.task, f.body, levels))
+    return sources
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH: the open-level files cannot be compiled")
+def test_the_open_starter_and_fixtures_compile(open_starter, tmp_path):
+    for name, (_, text) in _open_sources(open_starter).items():
         path = tmp_path / f"{name}.cu"
         path.write_text(text)
         result = subprocess.run(
