@@ -180,6 +180,19 @@ def test_an_open_task_scores_time_with_its_open_thresholds():
     assert "open_levels --calibrate" in opened.timing[0].reasoning
 
 
+def test_t8s_levels_place_the_calibration_kernels():
+    guided, opened = registry_with(t8="guided").task("t8"), registry_with(t8="open").task("t8")
+    # grader/records/open_t8_h100.txt, each kernel's slowest run: P through shared memory, no cp.async pipeline, plain
+    # loads instead of ldmatrix, unswizzled ldmatrix, WMMA; then a kernel slower than all of them
+    bf16 = (1.068, 1.159, 1.519, 4.048, 17.27, 25.0)
+    assert [opened.timing[0].points_for(r) for r in bf16] == [5, 5, 4, 2.5, 1, 0]
+    assert [guided.timing[0].points_for(r) for r in bf16] == [5, 4, 2.5, 1, 0, 0]
+    causal = (1.160, 1.116, 1.185, 2.976, 16.22, 25.0)
+    assert [opened.timing[1].points_for(r) for r in causal] == [5, 5, 5, 2.5, 1, 0]
+    assert [guided.timing[1].points_for(r) for r in causal] == [5, 5, 5, 1, 0, 0]
+    assert all("open_levels --calibrate" in rule.reasoning for rule in opened.timing)
+
+
 def test_a_task_set_open_without_open_blocks_is_refused():
     with pytest.raises(
         MarkerError, match="t4: set to the open scaffolding level, but no solution file has a BEGIN OPEN"
