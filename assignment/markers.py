@@ -9,6 +9,7 @@ In a solution file (``#`` comments in Python, ``//`` in CUDA):
     BEGIN OPEN t3: description       ...   END OPEN         the open level's block
     GOAL: ...                                                 kept in the open starter (the goal)
     BEGIN GUIDED t3                  ...   END GUIDED       text for the guided level only
+    BEGIN UNGUIDED t3                ...   END UNGUIDED     text for the open level only
 
 In a starter or a student's CUDA file, a region reads ``// TODO(t4): description`` ... ``// END TODO(t4)``: the
 lines between them are what the kit splices into its own file (assignment/cuda/regions.py). Reading a file's
@@ -31,9 +32,16 @@ student designs alone:
 At the open level the whole block becomes one stub that keeps only the GOAL lines, and the task's regions outside
 every OPEN block are given (their code stays, their markers and plans go); text between ``BEGIN GUIDED t3`` and
 ``END GUIDED`` (the reference's design notes) is dropped. At the guided level the OPEN, GOAL and GUIDED marker
-lines disappear. ``apply_levels`` does this first, so everything that reads regions (the starter, the grader's
-splice, the handout, the release check) sees one level. An OPEN block holds regions of its own task only, and
-never another OPEN block.
+lines disappear, and text between ``BEGIN UNGUIDED t3`` and ``END UNGUIDED`` is dropped. ``apply_levels`` does
+this first, so everything that reads regions (the starter, the grader's splice, the handout, the release check)
+sees one level. An OPEN block holds regions of its own task only, and never another OPEN block.
+
+GUIDED and UNGUIDED blocks go at the top level or directly inside an OPEN block of their task, never inside a
+region or each other, in a file that has an OPEN block. The pair lets the two levels differ where the guided
+level's design lives in functions of its own (t8: a region cannot define functions, so at the open level the
+student writes the kernel body inline): inside the OPEN block, a GUIDED block holds the guided body that calls
+those functions (themselves in a GUIDED block at the top level) and an UNGUIDED block the reference's own body at
+the open level, the same design written inline. An UNGUIDED block holds code and comments only (no other marker).
 """
 
 from __future__ import annotations
@@ -64,7 +72,20 @@ PLAN = re.compile(r"^\s*(?:#|//)\s*PLAN:")
 STUB = re.compile(r"^(?P<indent>\s*)(?:#|//)\s*STUB:\s?(?P<code>.*)$")
 BEGIN_GUIDED = re.compile(r"^\s*(?P<c>#|//)\s*BEGIN GUIDED\b\s*(?P<task>\S*?)\s*(?::.*)?$")
 END_GUIDED = _end("GUIDED")
+BEGIN_UNGUIDED = re.compile(r"^\s*(?P<c>#|//)\s*BEGIN UNGUIDED\b\s*(?P<task>\S*?)\s*(?::.*)?$")
+END_UNGUIDED = _end("UNGUIDED")
 GOAL = re.compile(r"^(?P<indent>\s*)(?P<c>#|//)\s*GOAL:(?P<text>.*)$")
+
+# What an UNGUIDED block may not hold (apply_levels).
+_MARKERS_OUTSIDE_UNGUIDED = (
+    BEGIN_SOLUTION,
+    END_SOLUTION,
+    BEGIN_OPEN,
+    END_OPEN,
+    BEGIN_GUIDED,
+    END_GUIDED,
+    BEGIN_UNGUIDED,
+)
 
 # A CUDA region in a starter or student file.
 TODO_BEGIN = re.compile(r"^(?P<indent>\s*)//\s*TODO\((?P<task>t[0-9]+)\):\s*(?P<desc>.*?)\s*$")
@@ -135,21 +156,47 @@ def apply_levels(text: str, filename: str, levels: dict[str, str] | None = None)
     body: list[str] = []
     in_region: str | None = None  # task of the BEGIN SOLUTION region being read, when inside one
     guided: tuple[int, str] | None = None  # line and task of the open GUIDED block
+    unguided: tuple[int, str] | None = None  # line and task of the open UNGUIDED block
     for number, line in enumerate(lines, start=1):
         where = f"{filename}:{number}"
         if not line.endswith("\n"):
             line += "\n"
+        begin_unguided, end_unguided = BEGIN_UNGUIDED.match(line), END_UNGUIDED.match(line)
+        if unguided is not None and not end_unguided:
+            if any(m.match(line) for m in _MARKERS_OUTSIDE_UNGUIDED):
+                raise MarkerError(
+                    f"{where}: a marker inside the UNGUIDED block opened at {filename}:{unguided[0]} (it holds code "
+                    "and comments only)"
+                )
+            if levels.get(unguided[1]) != "open":
+                continue  # text for the open level only (the reference's own open-level code)
         begin_guided, end_guided = BEGIN_GUIDED.match(line), END_GUIDED.match(line)
-        if begin_guided:
-            if guided is not None or block is not None or in_region is not None:
-                raise MarkerError(f"{where}: BEGIN GUIDED goes outside every other block and region")
-            guided = (number, begin_guided["task"])
+        if begin_guided or begin_unguided:
+            word, found = ("GUIDED", begin_guided) if begin_guided else ("UNGUIDED", begin_unguided)
+            if guided is not None or unguided is not None or in_region is not None:
+                raise MarkerError(
+                    f"{where}: BEGIN {word} goes at the top level or directly inside an OPEN block, outside every "
+                    "region and every other GUIDED or UNGUIDED block"
+                )
+            if block is not None and found["task"] != block[1]:
+                raise MarkerError(
+                    f"{where}: a {word} block of {found['task'] or '?'} inside the OPEN block of {block[1]}"
+                )
+            if begin_guided:
+                guided = (number, found["task"])
+            else:
+                if not TASK_ID.fullmatch(found["task"] or ""):
+                    raise MarkerError(f"{where}: BEGIN UNGUIDED needs a task id such as t8, got {found['task']!r}")
+                unguided = (number, found["task"])
             continue
-        if end_guided:
-            if guided is None:
-                raise MarkerError(f"{where}: END GUIDED without a matching BEGIN GUIDED")
-            guided = None
+        if end_guided or end_unguided:
+            word, opened = ("GUIDED", guided) if end_guided else ("UNGUIDED", unguided)
+            if opened is None:
+                raise MarkerError(f"{where}: END {word} without a matching BEGIN {word}")
+            guided, unguided = (None, unguided) if end_guided else (guided, None)
             continue
+        if guided is not None and (BEGIN_OPEN.match(line) or END_OPEN.match(line)):
+            raise MarkerError(f"{where}: an OPEN marker inside the GUIDED block opened at {filename}:{guided[0]}")
         if guided is not None and levels.get(guided[1]) == "open":
             continue  # text for the guided level only (e.g. the reference's design notes)
         begin_open, end_open = BEGIN_OPEN.match(line), END_OPEN.match(line)
@@ -220,6 +267,10 @@ def apply_levels(text: str, filename: str, levels: dict[str, str] | None = None)
         raise MarkerError(f"{filename}:{block[0]}: BEGIN OPEN {block[1]} is never closed (END OPEN missing)")
     if guided is not None:
         raise MarkerError(f"{filename}:{guided[0]}: BEGIN GUIDED {guided[1]} is never closed (END GUIDED missing)")
+    if unguided is not None:
+        raise MarkerError(
+            f"{filename}:{unguided[0]}: BEGIN UNGUIDED {unguided[1]} is never closed (END UNGUIDED missing)"
+        )
     return "".join(out)
 
 

@@ -5,6 +5,7 @@
 // instructions: a warp multiplies a 16 x 16 tile of A by a 16 x 8 tile of B in one instruction, each lane holding
 // a fixed piece ("fragment") of each operand in registers (kit.cuh: mma_m16n8k16 has the exact layout).
 //
+// BEGIN GUIDED t8
 // ---------------------------------------------------------------------------
 // One block = BR = 128 query rows of one (batch, head): 4 warps, warp w owns rows 32w .. 32w + 31 (MT = 2 m16 tiles
 // of 16 rows). Nothing is shared between warps but the K and V tiles in shared memory.
@@ -74,10 +75,24 @@
 //
 // Grouped-query attention: query head h reads KV head h / (H / H_kv) straight from k and v (as in t4).
 // ---------------------------------------------------------------------------
+// END GUIDED
+// BEGIN UNGUIDED t8
+// ---------------------------------------------------------------------------
+// At this level the kernel's body is yours to design (flash_fwd_tc_kernel, below): which warp computes which query
+// rows, the shared-memory layout, how K and V get there, the fragments and the online softmax on them. The kit gives
+// the launch (Cfg<D>, smem_bytes and the host code at the end of the file: one block of NW * 32 threads for every
+// BR = 16 * MT * NW query rows of one (batch, head), with smem_bytes of dynamic shared memory), kit.cuh's device
+// helpers (mma_m16n8k16 with the fragment layouts, ldmatrix_x4 and ldmatrix_x4_trans, cp_async16, pack_f32x2,
+// fast_exp2), and nvcuda::wmma (<mma.h>) for a kernel on its fragments instead.
+// ---------------------------------------------------------------------------
+// END UNGUIDED
 
 #include "kit.cuh"
 
 #include <math.h>
+// BEGIN UNGUIDED t8
+#include <mma.h>  // nvcuda::wmma: tensor-core fragments through the C++ API, yours to use or not
+// END UNGUIDED
 
 namespace t8fa {
 
@@ -92,6 +107,7 @@ template <>
 struct Cfg<64> { static constexpr int NW = 4, MT = 2, BC = 64, NSTAGE = 2, MINB = 2; static constexpr bool QREG = true; };
 template <>
 struct Cfg<128> { static constexpr int NW = 4, MT = 2, BC = 64, NSTAGE = 2, MINB = 2; static constexpr bool QREG = false; };
+// BEGIN GUIDED t8
 
 // Where chunk c (16 bytes, 8 elements) of row r of a [rows][D] tile lives, in chunks from the tile's start.
 template <int D>
@@ -371,6 +387,7 @@ __device__ __forceinline__ void store_output(T* ob, float* lb, const float (&acc
         }
     // END SOLUTION
 }
+// END GUIDED
 
 template <class T, int D, int BR, int BC>
 constexpr size_t smem_bytes(int nstage) { return sizeof(T) * ((size_t)BR * D + (size_t)nstage * 2 * BC * D); }
@@ -381,15 +398,31 @@ flash_fwd_tc_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* _
                     float* __restrict__ lse, int BH, int H, int H_kv, int Lq, int Lk, float scale) {
     constexpr int NT = NW * 32;       // threads
     constexpr int BR = 16 * MT * NW;  // query rows per block
+    // BEGIN GUIDED t8
     constexpr int NB = BC / 8;        // n-blocks (8 keys) of S per m16 tile
     constexpr int KD = D / 16;        // k16 slices of d: S = Q K^T takes KD mma per n-block
     constexpr int ND = D / 8;         // n-blocks (8 columns of d) of O per m16 tile
     constexpr int KC = BC / 16;       // k16 slices of the keys: O += P V takes KC mma per n-block
+    // END GUIDED
     constexpr int TILE = BC * D;      // elements of one K or V tile
     static_assert(D == 64 || D == 128, "head dimension");
     static_assert(BC % 16 == 0 && NSTAGE >= 2, "tile shape");
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
+    // BEGIN OPEN t8: the kernel body: query rows to warps, shared-memory layout, K/V pipeline, fragments, softmax
+    // GOAL: O and LSE of the BR = 16 * MT * NW query rows of one (batch, head) that this block computes; which
+    // GOAL: (bh = b * H + h, query tile) a block takes is yours (the grid is ceil(Lq / BR) * BH blocks in x).
+    // GOAL: q, o: (B, H, Lq, D) and k, v: (B, H_kv, Lk, D), row-major T (fp16 or bf16); lse: (B, H, Lq) fp32, natural
+    // GOAL: log. Query head h reads KV head h / (H / H_kv). CAUSAL: query i sees keys j <= i + Lk - Lq; a row that
+    // GOAL: sees no key gets O = 0 and LSE = -inf. Any Lq, Lk >= 1 (not tile multiples); D is 64 or 128.
+    // GOAL: Both products on the tensor cores (kit.cuh's mma_m16n8k16, ldmatrix_x4 and _trans; or nvcuda::wmma),
+    // GOAL: accumulated in fp32; exp(scale * (s - m)) = exp2 of a scaled score (fast_exp2); P rounded to T once.
+    // GOAL: The launch is fixed: NW * 32 threads, smem_bytes<T, D, BR, BC>(NSTAGE) bytes of dynamic shared memory
+    // GOAL: at smem_raw; declare __shared__ arrays for more. MT, BC, NSTAGE, MINB and QREG are the reference's
+    // GOAL: choices (Cfg<D> above): use them or not. No atomics: the same bits every run.
+    // GOAL: Aim: the reference's time on the two timed shapes (bf16, d 128; causal fp16 with grouped heads, d 64);
+    // GOAL: the rubric gives the levels and their points.
+    // BEGIN GUIDED t8
     T* Qs = reinterpret_cast<T*>(smem_raw);  // [BR][D] swizzled
     T* KVs = Qs + BR * D;                     // NSTAGE x { K [BC][D], V [BC][D] } swizzled
 
@@ -496,6 +529,243 @@ flash_fwd_tc_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* _
     cp_async_wait<0>();  // no copy may still be writing when the block exits
 
     store_output(o + (long long)bh * Lq * D, lse + (long long)bh * Lq, acc, m, l, w0, Lq, sl2, lane);
+    // END GUIDED
+    // BEGIN UNGUIDED t8
+    {  // a scope of its own: the file as it is (the kit's host build) holds the guided body too
+        // The reference at the open level: the guided level's design, written inline (a TODO region cannot define
+        // functions). 4 warps of 32 query rows (two m16 tiles each); 64-key K and V tiles copied by cp.async into a
+        // 2-stage ring of XOR-swizzled shared tiles; fragments by ldmatrix; S, P and O in registers throughout.
+        constexpr int NB = BC / 8, KD = D / 16;  // S = Q K^T: n-blocks (8 keys) per m16 tile; k16 slices of d
+        constexpr int ND = D / 8, KC = BC / 16;  // O += P V: n-blocks (8 columns of d) per m16 tile; k16 slices of keys
+        T* const q_tile = reinterpret_cast<T*>(smem_raw);  // [BR][D]: chunk c (8 elements) of row r at c ^ (r & 7)
+        T* const kv_ring = q_tile + BR * D;                 // NSTAGE x { K [BC][D], V [BC][D] }, swizzled alike
+        const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+        const int g = lane >> 2, t = lane & 3;  // this lane's rows g, g + 8 and columns 2t, 2t + 1 of each C fragment
+
+        // Causal: the heaviest query tile of every head first; else all tiles of a head together (K, V shared in L2).
+        const int n_qtiles = (Lq + BR - 1) / BR;
+        const int bh = CAUSAL ? (int)(blockIdx.x % BH) : (int)(blockIdx.x / n_qtiles);
+        const int q0 = BR * (CAUSAL ? n_qtiles - 1 - (int)(blockIdx.x / BH) : (int)(blockIdx.x % n_qtiles));
+        const int r_warp = 16 * MT * warp, w0 = q0 + r_warp;  // this warp's first row: in the tile, in the head
+        const long long kv_head = (long long)(bh / H) * H_kv + (bh % H) / (H / H_kv);
+        const T* q_rows = q + (long long)bh * Lq * D;
+        const T* k_rows = k + kv_head * Lk * D;
+        const T* v_rows = v + kv_head * Lk * D;
+        const int diag = Lk - Lq;  // causal: query i sees keys j <= i + diag
+        int n_tiles = (Lk + BC - 1) / BC;
+        if (CAUSAL) {  // no key tile past the last key the tile's last row sees
+            const int last_key = min(q0 + BR, Lq) - 1 + diag;
+            n_tiles = last_key < 0 ? 0 : min(n_tiles, last_key / BC + 1);
+        }
+
+        constexpr int CH = D / 8, RSTEP = NT / CH;  // 16-byte chunks per row; rows between one thread's chunks
+        static_assert(BC % RSTEP == 0 && BR % BC == 0, "each thread copies one chunk of every RSTEP-th row");
+        auto swz = [](int r, int c) { return r * CH + (c ^ (r & 7)); };  // in chunks from the tile's start
+        // BC rows from row0 of a (nrows x D) matrix into a swizzled tile (cp.async, uncommitted); rows >= nrows: zeros.
+        // Thread tid copies chunk tid % CH of rows tid / CH + RSTEP i: a warp reads whole rows.
+        auto copy_rows = [&](T* dst, const T* src, int row0, int nrows) {
+            const int c = tid % CH, r = tid / CH;
+            const T* from = src + (long long)(row0 + r) * D + 8 * c;
+            if (row0 + BC <= nrows) {  // every tile but a matrix's last: no per-row test
+#pragma unroll
+                for (int i = 0; i < BC / RSTEP; ++i)
+                    cp_async16(dst + 8 * swz(r + RSTEP * i, c), from + (long long)RSTEP * D * i, 16);
+            } else {
+#pragma unroll
+                for (int i = 0; i < BC / RSTEP; ++i) {
+                    const bool inside = row0 + r + RSTEP * i < nrows;
+                    cp_async16(dst + 8 * swz(r + RSTEP * i, c), inside ? from + (long long)RSTEP * D * i : src,
+                               inside ? 16 : 0);
+                }
+            }
+        };
+        auto copy_kv = [&](int it) {  // K and V tile it into stage it % NSTAGE
+            T* stage = kv_ring + (it % NSTAGE) * 2 * TILE;
+            copy_rows(stage, k_rows, it * BC, Lk);
+            copy_rows(stage + TILE, v_rows, it * BC, Lk);
+        };
+        // The prologue: Q (one group), then K/V tiles 0 .. NSTAGE - 2 (a group each, maybe empty).
+#pragma unroll
+        for (int i = 0; i < BR / BC; ++i) copy_rows(q_tile + i * BC * D, q_rows, q0 + i * BC, Lq);
+        cp_async_commit();
+#pragma unroll
+        for (int it = 0; it < NSTAGE - 1; ++it) {
+            if (it < n_tiles) copy_kv(it);
+            cp_async_commit();
+        }
+        cp_async_wait<NSTAGE - 1>();  // Q has landed
+        __syncthreads();
+
+        // ldmatrix addresses: the byte offset of the row this lane gives for the 16 x 16 block at row r0 (a multiple of
+        // 16), chunk c0 (even), in kit.cuh's A order (row L % 16, chunk L / 16) and B order (row L % 8 + 8 (L / 16),
+        // chunk (L / 8) % 2). The XOR mixes only the chunk's low 3 bits with the row's, so four per-lane offsets
+        // (c0 & 7 = 0, 2, 4, 6) plus a compile-time constant give every block.
+        uint32_t off_a[4], off_b[4];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            off_a[c] = 16 * swz(lane & 15, 2 * c + (lane >> 4));
+            off_b[c] = 16 * swz((lane & 7) + 8 * (lane >> 4), 2 * c + ((lane >> 3) & 1));
+        }
+        auto at_a = [&](int r0, int c0) { return (uint32_t)(16 * (r0 * CH + (c0 & ~7))) + off_a[(c0 & 7) >> 1]; };
+        auto at_b = [&](int r0, int c0) { return (uint32_t)(16 * (r0 * CH + (c0 & ~7))) + off_b[(c0 & 7) >> 1]; };
+        const uint32_t q_addr = smem_addr(q_tile), ring_addr = smem_addr(kv_ring);
+
+        // QREG (d 64): this warp's Q as A fragments for the whole key loop; at d 128 they are re-read every tile.
+        uint32_t qf[QREG ? MT : 1][QREG ? KD : 1][4];
+        if constexpr (QREG) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int kk = 0; kk < KD; ++kk) ldmatrix_x4(qf[mt][kk], q_addr + at_a(r_warp + 16 * mt, 2 * kk));
+        }
+
+        const float sl2 = scale * kLog2e;  // exp(scale * x) = exp2(x * sl2); m stays in raw score units
+        float acc[MT][ND][4];              // O, unnormalised: C fragments of m16 tile mt, columns 8 nd ..
+        float m[MT][2], l[MT][2];          // running max and this lane's share of the sum, rows g and g + 8 of tile mt
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) m[mt][h] = -INFINITY, l[mt][h] = 0.f;
+#pragma unroll
+            for (int nd = 0; nd < ND; ++nd)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[mt][nd][e] = 0.f;
+        }
+
+        for (int it = 0; it < n_tiles; ++it) {
+            cp_async_wait<NSTAGE - 2>();
+            __syncthreads();  // tile it landed for all; all are done with the stage the next copy overwrites
+            if (it + NSTAGE - 1 < n_tiles) copy_kv(it + NSTAGE - 1);
+            cp_async_commit();
+            const int kv0 = it * BC;
+            if (CAUSAL && kv0 > w0 + 16 * MT - 1 + diag) continue;  // no row of this warp sees this tile
+            const uint32_t k_addr = ring_addr + (uint32_t)((it % NSTAGE) * 2 * TILE * sizeof(T));
+            const uint32_t v_addr = k_addr + (uint32_t)(TILE * sizeof(T));
+
+            // S = Q K^T: s[mt][nb] holds rows of m16 tile mt, keys kv0 + 8 nb .. (a C fragment)
+            float s[MT][NB][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) s[mt][nb][e] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < KD; ++kk) {
+                uint32_t a[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    if constexpr (QREG) {
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) a[mt][e] = qf[mt][kk][e];
+                    } else {
+                        ldmatrix_x4(a[mt], q_addr + at_a(r_warp + 16 * mt, 2 * kk));
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < NB / 2; ++j) {  // keys 16 j .. 16 j + 15: B fragments of two n-blocks at once
+                    uint32_t b[4];
+                    ldmatrix_x4(b, k_addr + at_b(16 * j, 2 * kk));
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        mma_m16n8k16<T>(s[mt][2 * j], a[mt], b[0], b[1]);
+                        mma_m16n8k16<T>(s[mt][2 * j + 1], a[mt], b[2], b[3]);
+                    }
+                }
+            }
+
+            // -inf past the keys' end or right of the diagonal: only the tiles that reach either pay for the test
+            if (kv0 + BC > Lk || (CAUSAL && kv0 + BC - 1 > w0 + diag)) {
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int row = w0 + 16 * mt + g + 8 * (e >> 1), key = kv0 + 8 * nb + 2 * t + (e & 1);
+                            if (key >= Lk || (CAUSAL && key > row + diag)) s[mt][nb][e] = -INFINITY;
+                        }
+            }
+
+            // The online softmax on the C fragments: a row lives in the 4 lanes of a quad
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    float mx = m[mt][h];
+#pragma unroll
+                    for (int nb = 0; nb < NB; ++nb) mx = fmaxf(mx, fmaxf(s[mt][nb][2 * h], s[mt][nb][2 * h + 1]));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    const float ms = mx == -INFINITY ? 0.f : mx * sl2;  // a row with no key yet: no -inf - -inf
+                    const float alpha = fast_exp2(fmaf(m[mt][h], sl2, -ms));
+                    m[mt][h] = mx;
+                    float row_sum = 0.f;
+#pragma unroll
+                    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+                        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                            s[mt][nb][e] = fast_exp2(fmaf(s[mt][nb][e], sl2, -ms));
+                            row_sum += s[mt][nb][e];
+                        }
+                    l[mt][h] = fmaf(l[mt][h], alpha, row_sum);
+#pragma unroll
+                    for (int nd = 0; nd < ND; ++nd) {
+                        acc[mt][nd][2 * h] *= alpha;
+                        acc[mt][nd][2 * h + 1] *= alpha;
+                    }
+                }
+
+            // P stays in registers: n-blocks 2j and 2j + 1 of S are the A fragment of keys 16 j .. 16 j + 15
+            uint32_t pa[MT][KC][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int j = 0; j < KC; ++j) {
+                    pa[mt][j][0] = pack_f32x2<T>(s[mt][2 * j][0], s[mt][2 * j][1]);
+                    pa[mt][j][1] = pack_f32x2<T>(s[mt][2 * j][2], s[mt][2 * j][3]);
+                    pa[mt][j][2] = pack_f32x2<T>(s[mt][2 * j + 1][0], s[mt][2 * j + 1][1]);
+                    pa[mt][j][3] = pack_f32x2<T>(s[mt][2 * j + 1][2], s[mt][2 * j + 1][3]);
+                }
+            // O += P V: V's B fragments by ldmatrix .trans, in A order on the block of keys 16 j.., columns 16 n..
+#pragma unroll
+            for (int j = 0; j < KC; ++j)
+#pragma unroll
+                for (int n = 0; n < ND / 2; ++n) {
+                    uint32_t b[4];
+                    ldmatrix_x4_trans(b, v_addr + at_a(16 * j, 2 * n));
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        mma_m16n8k16<T>(acc[mt][2 * n], pa[mt][j], b[0], b[1]);
+                        mma_m16n8k16<T>(acc[mt][2 * n + 1], pa[mt][j], b[2], b[3]);
+                    }
+                }
+        }
+        cp_async_wait<0>();  // no copy may still be writing when the block exits
+
+        // O = acc / l (l summed over the quad) and LSE = m * sl2 * ln 2 + ln(l); -inf for a row that saw no key
+        T* o_rows = o + (long long)bh * Lq * D;
+        float* lse_rows = lse + (long long)bh * Lq;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float total = l[mt][h];
+                total += __shfl_xor_sync(0xffffffffu, total, 1);
+                total += __shfl_xor_sync(0xffffffffu, total, 2);
+                const int row = w0 + 16 * mt + g + 8 * h;
+                if (row < Lq) {
+                    const float inv = total > 0.f ? 1.f / total : 0.f;
+#pragma unroll
+                    for (int nd = 0; nd < ND; ++nd)
+                        *reinterpret_cast<uint32_t*>(o_rows + (long long)row * D + 8 * nd + 2 * t) =
+                            pack_f32x2<T>(acc[mt][nd][2 * h] * inv, acc[mt][nd][2 * h + 1] * inv);
+                    if (t == 0) lse_rows[row] = total > 0.f ? fmaf(m[mt][h] * sl2, kLn2, logf(total)) : -INFINITY;
+                }
+            }
+    }
+    // END UNGUIDED
+    // END OPEN
 }
 
 // --------------------------------------------------------------------------- host (the kit's)

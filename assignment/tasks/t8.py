@@ -213,6 +213,33 @@ def timing_workload(rule, student, reference, tolerance, base: int, student_mode
     )
 
 
+# (B, H, H_kv, Lq, Lk, d): grouped heads, lengths off every tile, causal rows that see no key (Lq > Lk), one row
+QUICK_CHECK_SHAPES = [(1, 2, 1, 150, 70, 64), (2, 6, 2, 77, 200, 128), (1, 1, 1, 1, 129, 64), (1, 4, 4, 300, 257, 128)]
+
+
+def quick_check(student, reference) -> None:
+    """O and LSE against the reference on shapes that catch edge bugs, fp16 and bf16, causal and not: what
+    grader/tools/open_levels.py checks before timing an open-level kernel (the bounds: the registry's timing check
+    for O, its LSE bound for the LSE)."""
+    import torch
+
+    from assignment.registry import load_registry
+    from assignment.testing import assert_close
+
+    task = load_registry().task("t8")
+    gen = torch.Generator(device="cuda").manual_seed(8)
+    for B, H, H_kv, Lq, Lk, d in QUICK_CHECK_SHAPES:
+        for dtype in (torch.float16, torch.bfloat16):
+            q = torch.randn(B, H, Lq, d, device="cuda", generator=gen).to(dtype)
+            k, v = (torch.randn(B, H_kv, Lk, d, device="cuda", generator=gen).to(dtype) for _ in range(2))
+            for causal in (False, True):
+                out, lse = student.flash_attention_tc(q, k, v, causal=causal)
+                expected, expected_lse = reference.flash_attention_tc(q, k, v, causal=causal)
+                what = f" (B {B} H {H} H_kv {H_kv} Lq {Lq} Lk {Lk} d {d} {dtype} causal {causal})"
+                assert_close(out, expected, **task.timed_tolerance(), name="O" + what)
+                assert_close(lse, expected_lse, **task.tol("lse"), name="LSE" + what)
+
+
 def _ideal_bytes(shape) -> float:
     B, H, Lq, Lk, d = (shape[k] for k in ("B", "H", "Lq", "Lk", "d"))
     return 2.0 * B * H * (2 * Lq * d + 2 * Lk * d) + 4.0 * B * H * Lq  # Q, K, V, O in 2 bytes; LSE in 4
@@ -254,6 +281,7 @@ CODE = TaskCode(
     ),
     report_profile=True,
     sanitize=Sanitize("t8_sanitize"),
+    quick_check=quick_check,
     leaderboard=Leaderboard(0, "student_tflops", "FlashAttention on tensor cores", "TFLOP/s", True),
     model_attention=ModelAttention(
         model_attention,

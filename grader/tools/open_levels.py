@@ -12,7 +12,8 @@ TODO region filled in); each is a submission a student could honestly hand in.
 ``--calibrate`` checks each kernel's values against the reference on awkward shapes, then times it
 against the reference exactly as the hidden suite's timing check does (the same workload, the kit's
 timing harness, interleaved, cold L2) and prints the ratio each reaches and the points the rule's
-``open`` thresholds give it. The reference's own open body is timed too: the noise floor.
+``open`` thresholds give it. The reference's own open body is timed too: the noise floor. A kernel whose values
+are off (or that does not build) is reported and not timed; the others still are.
 """
 
 from __future__ import annotations
@@ -126,14 +127,27 @@ def calibrate(task_id: str, repeats: int, registry: Registry) -> list[dict]:
             folder.mkdir()
             (folder / file).write_text(student_text(file, task_id, body, levels), encoding="utf-8")
             kernels = Kernels(folder, kit=kit)
-            row = {"task": task_id, "kernel": name, "values": _check_values(kernels, task_id), "rules": []}
+            row = {"task": task_id, "kernel": name, "values": "", "rules": []}
+            try:
+                row["values"] = _check_values(kernels, task_id)
+            except Exception as exc:  # a wrong (or broken) kernel is reported, not timed: the others still are
+                row["values"], row["error"] = "FAIL", f"{type(exc).__name__}: {exc}"[:600]
+                rows.append(row)
+                print(_row_line(row), flush=True)
+                continue
             for rule in task.timing:
                 values = []
                 for _ in range(repeats):
                     record: dict = {}
-                    workload(task_id, rule, kernels, task.timed_tolerance()).time(rule, record)
+                    try:
+                        workload(task_id, rule, kernels, task.timed_tolerance()).time(rule, record)
+                    except Exception as exc:  # a timed output off, an impossible time: said, and the next kernel
+                        row["error"] = f"{rule.name}: {type(exc).__name__}: {exc}"[:600]
+                        break
                     values.append(record["timing"]["value"])
                     row.setdefault("student_ms", []).append(record["timing"]["student_ms"])
+                if not values:
+                    break
                 opened = _open_rule(rule)
                 row["rules"].append(
                     {
@@ -156,6 +170,8 @@ def _open_rule(rule):
 
 def _row_line(row: dict) -> str:
     parts = [f"{row['kernel']:<34} values {row['values']:<4}"]
+    if "error" in row:
+        parts.append(row["error"].replace("\n", " "))
     for rule in row["rules"]:
         values = ", ".join(f"{v:.3f}" for v in rule["values"])
         points = rule["open_points"]

@@ -45,6 +45,34 @@ __global__ void kernel(float* x) {
 """
 
 
+# The t8 shape: the guided level's design in functions of its own (a GUIDED block at the top level), the kernel body
+# calling them at the guided level and written inline at the open level (a region cannot define functions).
+TWO_BODIES = """// header
+// BEGIN GUIDED t8
+__device__ float twice(float x) {
+  // BEGIN SOLUTION t8: the helper
+  return 2.0f * x;
+  // END SOLUTION
+}
+// END GUIDED
+// BEGIN UNGUIDED t8
+// the open level's note
+// END UNGUIDED
+__global__ void kernel(float* x) {
+  int given = 0;
+  // BEGIN OPEN t8: the kernel body
+  // GOAL: x[0] = 4 * x[0]
+  // BEGIN GUIDED t8
+  x[0] = twice(twice(x[0]));
+  // END GUIDED
+  // BEGIN UNGUIDED t8
+  x[0] *= 4.0f;
+  // END UNGUIDED
+  // END OPEN
+}
+"""
+
+
 def registry_with(**levels: str):
     data = tomllib.loads(REGISTRY_PATH.read_text(encoding="utf-8"))
     for raw in data["task"]:
@@ -79,6 +107,20 @@ def test_levelling_is_a_fixed_point_and_a_file_without_open_blocks_is_unchanged(
     assert apply_levels(plain, "t2_softmax.cu", {"t2": "guided"}) == plain
 
 
+def test_guided_and_unguided_blocks_give_each_level_its_own_body():
+    guided = apply_levels(TWO_BODIES, "t8_x.cu", {"t8": "guided"})
+    assert "x[0] = twice(twice(x[0]));" in guided and "return 2.0f * x;" in guided
+    assert "x[0] *= 4.0f;" not in guided and "open level's note" not in guided
+    assert "GUIDED" not in guided and "OPEN" not in guided
+    opened = apply_levels(TWO_BODIES, "t8_x.cu", {"t8": "open"})
+    assert "twice" not in opened and "// the open level's note" in opened
+    bodies = ["".join(r.body) for r in regions.solution_regions(TWO_BODIES, {"t8": "open"}, "t8_x.cu")]
+    assert bodies == ["  // PLAN: x[0] = 4 * x[0]\n  x[0] *= 4.0f;\n"], "the open body is the UNGUIDED text"
+    text, found = strip_solutions(TWO_BODIES, "t8_x.cu", levels={"t8": "open"})
+    assert [r.description for r in found] == ["the kernel body"] and "x[0] *= 4.0f;" not in text
+    assert "int given = 0;" in text and text.count("KIT_TODO(t8);") == 1
+
+
 @pytest.mark.parametrize(
     "source, message",
     [
@@ -98,6 +140,15 @@ def test_levelling_is_a_fixed_point_and_a_file_without_open_blocks_is_unchanged(
         ("// BEGIN OPEN t3: a\n// END OPEN\n// END OPEN\n", r"x\.cu:3: END OPEN without a matching BEGIN OPEN"),
         ("// BEGIN OPEN\n// END OPEN\n", r"x\.cu:1: BEGIN OPEN needs a task id"),
         ("// BEGIN OPEN t3: a\n// END OPEN\n// BEGIN GUIDED t3\n", r"x\.cu:3: BEGIN GUIDED t3 is never closed"),
+        ("// BEGIN OPEN t3: a\n// BEGIN UNGUIDED t3\nint x;\n// END OPEN\n", r"x\.cu:4: a marker inside the UNGUIDED"),
+        ("// BEGIN OPEN t3: a\n// BEGIN GUIDED t3\n// END OPEN\n", r"x\.cu:3: an OPEN marker inside the GUIDED"),
+        ("// BEGIN OPEN t3: a\n// BEGIN GUIDED t4\n// END GUIDED\n// END OPEN\n", r"x\.cu:2: a GUIDED block of t4"),
+        (
+            "// BEGIN OPEN t3: a\n// BEGIN SOLUTION t3: b\n// BEGIN UNGUIDED t3\n",
+            r"x\.cu:3: BEGIN UNGUIDED goes at the top level or directly inside an OPEN block",
+        ),
+        ("// BEGIN OPEN t3: a\n// END OPEN\n// BEGIN UNGUIDED t3\n", r"x\.cu:3: BEGIN UNGUIDED t3 is never closed"),
+        ("// BEGIN OPEN t3: a\n// END OPEN\n// END UNGUIDED\n", r"x\.cu:3: END UNGUIDED without a matching BEGIN"),
     ],
 )
 def test_malformed_open_markers_name_file_and_line(source, message):
@@ -129,6 +180,19 @@ def test_an_open_task_scores_time_with_its_open_thresholds():
     assert "open_levels --calibrate" in opened.timing[0].reasoning
 
 
+def test_t8s_levels_place_the_calibration_kernels():
+    guided, opened = registry_with(t8="guided").task("t8"), registry_with(t8="open").task("t8")
+    # grader/records/open_t8_h100.txt, each kernel's slowest run: P through shared memory, no cp.async pipeline, plain
+    # loads instead of ldmatrix, unswizzled ldmatrix, WMMA; then a kernel slower than all of them
+    bf16 = (1.068, 1.159, 1.519, 4.048, 17.27, 25.0)
+    assert [opened.timing[0].points_for(r) for r in bf16] == [5, 5, 4, 2.5, 1, 0]
+    assert [guided.timing[0].points_for(r) for r in bf16] == [5, 4, 2.5, 1, 0, 0]
+    causal = (1.160, 1.116, 1.185, 2.976, 16.22, 25.0)
+    assert [opened.timing[1].points_for(r) for r in causal] == [5, 5, 5, 2.5, 1, 0]
+    assert [guided.timing[1].points_for(r) for r in causal] == [5, 5, 5, 1, 0, 0]
+    assert all("open_levels --calibrate" in rule.reasoning for rule in opened.timing)
+
+
 def test_a_task_set_open_without_open_blocks_is_refused():
     with pytest.raises(
         MarkerError, match="t4: set to the open scaffolding level, but no solution file has a BEGIN OPEN"
@@ -148,44 +212,76 @@ def open_starter(tmp_path_factory):
     return folder
 
 
-def test_the_open_starter_has_one_region_for_t3_and_no_solution_code(open_starter):
-    text = (open_starter / "t3_gemm.cu").read_text()
-    assert todo_counts(text, "t3_gemm.cu") == {"t3": 1}
-    assert [r.task for r in regions.student_regions(text, "t3_gemm.cu")] == ["t3"]
+# Each task with an OPEN block: its file, and a line of the reference's design notes (guided-level text).
+OPEN_FILES = {"t3": ("t3_gemm.cu", "Design (read this first)"), "t8": ("t8_flash_attention_tc.cu", "Why these sizes.")}
+OPEN_FIXTURES = {
+    "t3": {"no_double_buffer", "shared_register_blocking_scalar", "no_shared_memory", "shared_no_register_blocking"},
+    "t8": {
+        "wmma_unswizzled_p_in_shared",
+        "mma_without_ldmatrix",
+        "no_cp_async_pipeline",
+        "p_through_shared_memory",
+        "no_swizzle",
+    },
+}
+
+
+@pytest.mark.parametrize("task", sorted(OPEN_FILES))
+def test_the_open_starter_has_one_region_and_no_solution_code(open_starter, task):
+    name, design_notes = OPEN_FILES[task]
+    text = (open_starter / name).read_text()
+    assert todo_counts(text, name) == {task: 1}
+    assert [r.task for r in regions.student_regions(text, name)] == [task]
     levels = open_levels.open_levels(load_registry())
     leaked = [
         line
-        for _, line in solution_lines((REPO / "solutions/t3_gemm.cu").read_text(), "t3_gemm.cu", levels)
+        for _, line in solution_lines((REPO / "solutions" / name).read_text(), name, levels)
         if len(line.strip()) >= 30 and line in text.splitlines()
     ]
     assert not leaked, f"solution lines of the open region are in the open starter: {leaked[:3]}"
-    assert "Design (read this first)" not in text, "the reference's design notes are guided-level text"
-    guided = (REPO / "starter/t3_gemm.cu").read_text()
-    assert todo_counts(guided, "t3_gemm.cu")["t3"] > 1 and "Design (read this first)" in guided
+    assert design_notes not in text, "the reference's design notes are guided-level text"
+    guided = (REPO / "starter" / name).read_text()
+    assert todo_counts(guided, name)[task] > 1 and design_notes in guided
 
 
-def test_the_grader_splices_at_the_open_level(open_starter, monkeypatch):
+def test_the_open_t8_starter_gives_no_function_of_the_guided_design(open_starter):
+    text = (open_starter / "t8_flash_attention_tc.cu").read_text()
+    helpers = ("swizzle", "FragAddr", "load_tile_async", "tile_scores", "online_softmax", "tile_pv", "store_output")
+    for helper in helpers:
+        assert helper not in text, f"{helper}: the guided level's design is not given at the open level"
+    guided = (REPO / "starter/t8_flash_attention_tc.cu").read_text()
+    assert "#include <mma.h>" in text and "#include <mma.h>" not in guided, "WMMA is offered at the open level"
+
+
+@pytest.mark.parametrize("task", sorted(OPEN_FILES))
+def test_the_open_starter_fails_cleanly(open_starter, task):
+    from assignment.cuda.compiler import require_implemented
+
+    name, _ = OPEN_FILES[task]
+    with pytest.raises(NotImplementedError, match=rf"^{task}: TODO\({task}\) in {name} is not implemented yet"):
+        require_implemented(open_starter / name, (task,))
+
+
+@pytest.mark.parametrize("task", sorted(OPEN_FILES))
+def test_the_grader_splices_at_the_open_level(open_starter, monkeypatch, task):
+    name, _ = OPEN_FILES[task]
     levels = open_levels.open_levels(load_registry())
     monkeypatch.setattr("assignment.markers.task_levels", lambda registry=None: dict(levels))
-    kit = (REPO / "solutions/t3_gemm.cu").read_text()
-    assert regions.splice(kit, kit, ("t3",), filename="t3_gemm.cu").text == apply_levels(kit, "t3_gemm.cu", levels)
-    spliced = regions.splice(kit, (open_starter / "t3_gemm.cu").read_text(), ("t3",), filename="t3_gemm.cu")
-    assert "KIT_TODO(t3);" in spliced.text and not spliced.ignored_outside
-    guided_student = (REPO / "starter/t3_gemm.cu").read_text()
+    kit = (REPO / "solutions" / name).read_text()
+    assert regions.splice(kit, kit, (task,), filename=name).text == apply_levels(kit, name, levels)
+    spliced = regions.splice(kit, (open_starter / name).read_text(), (task,), filename=name)
+    assert f"KIT_TODO({task});" in spliced.text and not spliced.ignored_outside
+    guided_student = (REPO / "starter" / name).read_text()
     with pytest.raises(regions.RegionError, match="TODO regions do not match the starter's"):
-        regions.splice(kit, guided_student, ("t3",), filename="t3_gemm.cu")
+        regions.splice(kit, guided_student, (task,), filename=name)
 
 
 def test_the_open_fixtures_are_valid_region_bodies_for_the_open_starter():
     registry = load_registry()
     levels = open_levels.open_levels(registry)
     found = open_levels.fixtures(registry)
-    assert {f.name for f in found} >= {
-        "no_double_buffer",
-        "shared_register_blocking_scalar",
-        "no_shared_memory",
-        "shared_no_register_blocking",
-    }
+    for task, names in OPEN_FIXTURES.items():
+        assert {f.name for f in found if f.task == task} >= names, task
     for fixture in found:
         text = open_levels.student_text(fixture.file, fixture.task, fixture.body, levels)
         assert todo_counts(text, fixture.file) == {}, fixture.name
@@ -193,15 +289,24 @@ def test_the_open_fixtures_are_valid_region_bodies_for_the_open_starter():
         assert not problems, f"{fixture.name}: {problems[:3]}"
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH: the open-level files cannot be compiled")
-def test_the_open_starter_and_fixtures_compile(open_starter, tmp_path):
+def _open_sources(open_starter) -> dict[str, tuple[str, str]]:
+    """Name -> (file, text): each task's open starter, its reference's open body and every fixture, as a student
+    at the open level would hand them in."""
     registry = load_registry()
     levels = open_levels.open_levels(registry)
-    sources = {"starter": (open_starter / "t3_gemm.cu").read_text()}
-    sources |= {
-        f.name: open_levels.student_text(f.file, f.task, f.body, levels) for f in open_levels.fixtures(registry)
-    }
-    for name, text in sources.items():
+    sources = {}
+    for task, (name, _) in OPEN_FILES.items():
+        sources[f"{task}_starter"] = (name, (open_starter / name).read_text())
+        body = open_levels.reference_body(name, task, levels)
+        sources[f"{task}_reference"] = (name, open_levels.student_text(name, task, body, levels))
+    for f in open_levels.fixtures(registry):
+        sources[f.name] = (f.file, open_levels.student_text(f.file, f.task, f.body, levels))
+    return sources
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH: the open-level files cannot be compiled")
+def test_the_open_starter_and_fixtures_compile(open_starter, tmp_path):
+    for name, (_, text) in _open_sources(open_starter).items():
         path = tmp_path / f"{name}.cu"
         path.write_text(text)
         result = subprocess.run(
