@@ -122,10 +122,8 @@ def test_folder_class_gradebook_and_upload_csv(folder_class):
         line.startswith("alice: t1 not graded, t2 not graded") and line.endswith("theory not graded")
         for line in summary["left_out_of_upload"]
     ), summary["left_out_of_upload"]
-    assert (
-        "eve: t2 not graded, t3 not graded, t4 not graded, t5 not graded, t6 not graded"
-        in summary["left_out_of_gpu_upload"]
-    )
+    gpu = [t.id for t in load_registry().available if t.needs_gpu]
+    assert "eve: " + ", ".join(f"{t} not graded" for t in gpu) in summary["left_out_of_gpu_upload"]
     rates = {row["check"]: row for row in read_csv(out / "class" / "pass_rates.csv")}
     (rate,) = rates.values()  # the one selected check, over the two submissions whose t7 ran (alice, dave)
     assert (rate["passed"], rate["ran"]) == ("1", "2")
@@ -483,6 +481,7 @@ def test_what_did_not_run_is_never_a_zero_in_the_class_files(tmp_path):
         }
 
     complete = {t.id: ran(t.id, 5.0) for t in registry.available}
+    gpu = [t.id for t in registry.available if t.needs_gpu]
     cpu_host = {
         **complete,
         **{
@@ -499,14 +498,15 @@ def test_what_did_not_run_is_never_a_zero_in_the_class_files(tmp_path):
     for sid, tasks in (
         ("whole", complete),
         ("cpu_host", cpu_host),
-        ("gpu_only", {t: complete[t] for t in ("t2", "t3", "t4", "t5", "t6")}),
+        ("gpu_only", {t: complete[t] for t in gpu}),
     ):
         _record(out, student(subs, sid, SOLUTION), sid, tasks)
     summary = batch.collect(subs, out)
     upload = {row["SID"]: row["Total Score"] for row in read_csv(out / "class" / "gradescope_scores.csv")}
     gpu_upload = {row["SID"]: row["Total Score"] for row in read_csv(out / "class" / "gradescope_gpu_scores.csv")}
     assert upload == {"whole": f"{5.0 * len(registry.available) + 10:.2f}"}
-    assert gpu_upload == {"whole": "25.00", "gpu_only": "25.00"}  # five GPU tasks at 5 points each
+    five_each = f"{5.0 * len(gpu):.2f}"  # the GPU tasks at 5 points each
+    assert gpu_upload == {"whole": five_each, "gpu_only": five_each}
     assert "cpu_host: t2 not run, t3 not run, t4 not run, t5 not run, t6 not run" in summary["left_out_of_gpu_upload"]
     assert any(line.startswith("gpu_only: t1 not graded") for line in summary["left_out_of_upload"])
     book = {row["id"]: row for row in read_csv(out / "class" / "gradebook.csv")}
