@@ -24,17 +24,22 @@ def reference_attention(
     query head h attends with KV head h // (H // H_kv)), or have no head dimension at all like q.
     """
     qd, kd, vd = q.double(), expand_kv_heads(k, q).double(), expand_kv_heads(v, q).double()
-    lq, lk, d = q.shape[-2], k.shape[-2], q.shape[-1]
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
-    scores = (qd @ kd.transpose(-2, -1)) * scale
-    if causal:
-        i = torch.arange(lq, device=q.device)[:, None]
-        j = torch.arange(lk, device=q.device)[None, :]
-        scores = scores.masked_fill(j > i + (lk - lq), float("-inf"))
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = _causal_masked((qd @ kd.transpose(-2, -1)) * scale, causal)
     lse = torch.logsumexp(scores, dim=-1)
     weights = torch.exp(scores - torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))[..., None])
     out = weights @ vd
     return out, lse
+
+
+def _causal_masked(scores: torch.Tensor, causal: bool) -> torch.Tensor:
+    """Scores (..., Lq, Lk) with -inf where query i may not see key j (j > i + Lk - Lq: bottom-right aligned)."""
+    if not causal:
+        return scores
+    lq, lk = scores.shape[-2], scores.shape[-1]
+    i = torch.arange(lq, device=scores.device)[:, None]
+    j = torch.arange(lk, device=scores.device)[None, :]
+    return scores.masked_fill(j > i + (lk - lq), float("-inf"))
 
 
 def expand_kv_heads(x: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -176,13 +181,8 @@ def same_precision_attention(
     the probabilities and O (the FlashAttention repository's reference without upcasting). Its error against the
     exact answer is what a fair fp16/bf16 kernel is measured by. Rows that see no key give O = 0."""
     kd, vd = expand_kv_heads(k, q), expand_kv_heads(v, q)
-    lq, lk, d = q.shape[-2], k.shape[-2], q.shape[-1]
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
-    scores = (q @ kd.transpose(-2, -1)) * scale
-    if causal:
-        i = torch.arange(lq, device=q.device)[:, None]
-        j = torch.arange(lk, device=q.device)[None, :]
-        scores = scores.masked_fill(j > i + (lk - lq), float("-inf"))
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = _causal_masked((q @ kd.transpose(-2, -1)) * scale, causal)
     probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a fully masked row: 0/0 -> 0
     return probs @ vd
 

@@ -47,14 +47,20 @@ def attention_pairs(Lq: int, Lk: int, causal: bool) -> int:
 
 
 def attention_work(
-    B: int, H: int, Lq: int, Lk: int, d: int, causal: bool, H_kv: int | None = None
+    B: int, H: int, Lq: int, Lk: int, d: int, causal: bool, H_kv: int | None = None, element_bytes: int = 4
 ) -> tuple[float, float]:
     """(flops, ideal bytes): QKᵀ and PV are 2·d flops per visible pair each; read Q, K, V (H_kv heads, default
-    H), write O and LSE once."""
+    H), write O and LSE once (Q, K, V and O of ``element_bytes`` each: 2 for fp16/bf16; the LSE is float32)."""
     H_kv = H if H_kv is None else H_kv
     flops = 4.0 * B * H * attention_pairs(Lq, Lk, causal) * d
-    bytes_moved = 4.0 * B * (H * (2 * Lq * d + Lq) + H_kv * 2 * Lk * d)
+    bytes_moved = element_bytes * B * (H * 2 * Lq * d + H_kv * 2 * Lk * d) + 4.0 * B * H * Lq
     return flops, bytes_moved
+
+
+def attention_ideal_bytes(shape, element_bytes: int = 4) -> float:
+    """``make profile``'s ideal DRAM bytes of an attention launch of ``shape`` (B, H, Lq, Lk, d; H_kv = H)."""
+    B, H, Lq, Lk, d = (shape[k] for k in ("B", "H", "Lq", "Lk", "d"))
+    return attention_work(B, H, Lq, Lk, d, False, element_bytes=element_bytes)[1]
 
 
 # --------------------------------------------------------------------------- cases
@@ -66,10 +72,11 @@ def _generator(i: int):
     return torch.Generator(device="cuda").manual_seed(1000 + i)
 
 
-def randn(*shape: int, seed: int, scale: float = 1.0):
+def randn(*shape: int, seed: int, scale: float = 1.0, dtype: str = "float32"):
+    """Normal random numbers on the GPU from seed ``seed``, of torch dtype ``dtype`` (by name)."""
     import torch
 
-    return torch.randn(*shape, device="cuda", generator=_generator(seed)) * scale
+    return torch.randn(*shape, device="cuda", generator=_generator(seed), dtype=getattr(torch, dtype)) * scale
 
 
 # (B, H, L, d): seed 000's shapes, the issue's B8 H16 L4096, and a spread of seed 002's test table

@@ -190,8 +190,9 @@ def rule_case(task_id: str, rule, student, reference):
 
 
 def _ideal_bytes(shape) -> float:
-    B, H, Lq, Lk, d = (shape[k] for k in ("B", "H", "Lq", "Lk", "d"))
-    return 4.0 * B * H * (2 * Lq * d + 2 * Lk * d + Lq)  # Q and O: Lq·d each; K and V: Lk·d each; LSE: Lq
+    from assignment.perf.cases import attention_ideal_bytes
+
+    return attention_ideal_bytes(shape)  # Q and O: Lq·d each; K and V: Lk·d each; LSE: Lq
 
 
 def _launch(kernels, shape, upload) -> None:

@@ -122,17 +122,11 @@ BENCH_MAX_RELATIVE_ERROR = 2e-2
 
 
 def attention_case(student, reference, B, H, H_kv, L, d, causal: bool, dtype: str):
-    import torch
-
-    from assignment.perf.cases import Case, attention_work
-
-    dtype = getattr(torch, dtype)
+    from assignment.perf.cases import Case, attention_work, randn
 
     def make(i):
-        gen = torch.Generator(device="cuda").manual_seed(1000 + i)
-        q = torch.randn(B, H, L, d, device="cuda", generator=gen, dtype=dtype)
-        k, v = (torch.randn(B, H_kv, L, d, device="cuda", generator=gen, dtype=dtype) for _ in range(2))
-        return q, k, v
+        q = randn(B, H, L, d, seed=3 * i, dtype=dtype)
+        return q, randn(B, H_kv, L, d, seed=3 * i + 1, dtype=dtype), randn(B, H_kv, L, d, seed=3 * i + 2, dtype=dtype)
 
     candidates = {
         "SDPA": partial(sdpa_backend, "FLASH_ATTENTION", causal=causal),  # the baseline: FlashAttention-2
@@ -141,9 +135,8 @@ def attention_case(student, reference, B, H, H_kv, L, d, causal: bool, dtype: st
     }
     if reference is not None:
         candidates["reference"] = lambda qkv: reference.flash_attention_tc(*qkv, causal=causal)[0]
-    flops, bytes_moved = attention_work(B, H, L, L, d, causal, H_kv)
-    bytes_moved /= 2  # 2-byte elements (attention_work counts 4); the LSE's share is negligible
-    name = "bf16" if dtype == torch.bfloat16 else "fp16"
+    flops, bytes_moved = attention_work(B, H, L, L, d, causal, H_kv, element_bytes=2)
+    name = "bf16" if dtype == "bfloat16" else "fp16"
     label = f"{'causal ' if causal else ''}{name} attention B{B} H{H} H_kv{H_kv} L{L} d{d}"
     return Case(
         label,
@@ -241,8 +234,9 @@ def quick_check(student, reference) -> None:
 
 
 def _ideal_bytes(shape) -> float:
-    B, H, Lq, Lk, d = (shape[k] for k in ("B", "H", "Lq", "Lk", "d"))
-    return 2.0 * B * H * (2 * Lq * d + 2 * Lk * d) + 4.0 * B * H * Lq  # Q, K, V, O in 2 bytes; LSE in 4
+    from assignment.perf.cases import attention_ideal_bytes
+
+    return attention_ideal_bytes(shape, element_bytes=2)  # Q, K, V, O in 2 bytes; LSE in 4
 
 
 def _launch(kernels, shape, upload) -> None:

@@ -1,4 +1,5 @@
-"""Checks shared by the hidden t4 and t5 suites (the same kernel, with and without the causal mask).
+"""Checks shared by the hidden attention suites: t4 and t5 (the same kernel, with and without the causal mask), and
+t8 (its tensor-core kernel in fp16/bf16: ``kernel`` and ``dtype``).
 
 Inputs live on the host; the kernel gets device copies; expected values are computed after the
 student's launch has finished, from the host copies, so no stray device write can reach them.
@@ -15,26 +16,28 @@ from assignment.testing import SENTINEL, assert_close, assert_repeatable, refere
 LAYOUT = "batch, head, query, dim"
 
 
-def qkv_on_gpu(B, H, Lq, Lk, d, seed, magnitude=1.0, H_kv=None):
+def qkv_on_gpu(B, H, Lq, Lk, d, seed, magnitude=1.0, H_kv=None, dtype=None):
     """Normal random q (B, H, Lq, d) (times ``magnitude``), k and v (B, H_kv, Lk, d) made on the GPU (never
-    zeros); H_kv defaults to H."""
+    zeros); H_kv defaults to H; rounded to ``dtype`` when given."""
     H_kv = H if H_kv is None else H_kv
     gen = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randn(B, H, Lq, d, generator=gen, device="cuda") * magnitude
-    return (
+    qkv = (
         q,
         torch.randn(B, H_kv, Lk, d, generator=gen, device="cuda"),
         torch.randn(B, H_kv, Lk, d, generator=gen, device="cuda"),
     )
+    return qkv if dtype is None else tuple(t.to(dtype) for t in qkv)
 
 
-def run_flash(q, k, v, causal, scale=None):
-    """The student's (O, LSE) and host copies of the inputs made before the call; the inputs must come
-    back unchanged. Expected values are then computed from the host copies."""
+def run_flash(q, k, v, causal, scale=None, kernel=None):
+    """The student's (O, LSE) from ``kernel`` (default t4's ``flash_attention``) and host copies of the inputs made
+    before the call; the inputs must come back unchanged. Expected values are then computed from the host copies."""
+    kernel = kernels.flash_attention if kernel is None else kernel
     hosts = tuple(t.cpu() for t in (q, k, v))
     out = torch.full_like(q, SENTINEL)
     lse = torch.full(q.shape[:3], SENTINEL, device=q.device)
-    kernels.flash_attention(q, k, v, causal=causal, scale=scale, out=out, lse=lse)
+    kernel(q, k, v, causal=causal, scale=scale, out=out, lse=lse)
     torch.cuda.synchronize()
     require(
         all(same_bits(d, h) for d, h in zip((q, k, v), hosts)),
@@ -61,12 +64,16 @@ def check_values(shape, d, causal, seed, tol, magnitude=1.0, scale=None, strongl
     assert_close(lse, expected_lse, **(lse_tol or tol), name="LSE", layout="batch, head, query")
 
 
-def check_group_sharing(causal, seed):
+def check_group_sharing(causal, seed, d=64, dtype=None, kernel=None):
     """Query heads that share a KV head give bitwise what they give with that head repeated for each."""
-    q, k, v = qkv_on_gpu(3, 8, 150, 97, 64, seed, H_kv=2)
-    grouped = run_flash(q, k, v, causal)[:2]
+    q, k, v = qkv_on_gpu(3, 8, 150, 97, d, seed, H_kv=2, dtype=dtype)
+    grouped = run_flash(q, k, v, causal, kernel=kernel)[:2]
     repeated = run_flash(
-        q, k.repeat_interleave(4, dim=1).contiguous(), v.repeat_interleave(4, dim=1).contiguous(), causal
+        q,
+        k.repeat_interleave(4, dim=1).contiguous(),
+        v.repeat_interleave(4, dim=1).contiguous(),
+        causal,
+        kernel=kernel,
     )[:2]
     require(
         all(torch.equal(a, b) for a, b in zip(grouped, repeated)),
@@ -77,10 +84,11 @@ def check_group_sharing(causal, seed):
     )
 
 
-def check_repeatable(causal, seed, repeats=20):
-    q, k, v = qkv_on_gpu(2, 3, 333, 517, 64, seed)
+def check_repeatable(causal, seed, repeats=20, dtype=None, kernel=None, message=None):
+    kernel = kernels.flash_attention if kernel is None else kernel
+    q, k, v = qkv_on_gpu(2, 3, 333, 517, 64, seed, dtype=dtype)
     assert_repeatable(
-        lambda: kernels.flash_attention(q, k, v, causal=causal),
+        lambda: kernel(q, k, v, causal=causal),
         repeats,
-        "O or LSE changed between identical runs: a race (a missing __syncthreads?)",
+        message or "O or LSE changed between identical runs: a race (a missing __syncthreads?)",
     )

@@ -9,17 +9,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from assignment.checks import require, same_bits
+from assignment.checks import require
 from assignment.cuda import kernels
 from assignment.registry import load_registry
-from assignment.testing import (
-    SENTINEL,
-    assert_close,
-    assert_close_to_precision,
-    assert_repeatable,
-    reference_attention,
-    same_precision_attention,
-)
+from assignment.testing import assert_close, assert_close_to_precision, reference_attention, same_precision_attention
+from grader.hidden import attention_checks as checks
 from grader.hidden.common import cases, check_local_memory, check_sanitizer, time_rule
 
 pytestmark = pytest.mark.t8
@@ -30,43 +24,19 @@ DIMS = [pytest.param(d, id=f"dim{i}") for i, d in enumerate((64, 128))]
 DTYPES = [pytest.param(torch.float16, id="fp16"), pytest.param(torch.bfloat16, id="bf16")]
 MASKS = [pytest.param(False, id="full"), pytest.param(True, id="causal")]
 PUBLIC = "make test T=t8"
-LAYOUT = "batch, head, query, dim"
-
-
-def qkv_on_gpu(B, H, Lq, Lk, d, seed, dtype, magnitude=1.0, H_kv=None):
-    H_kv = H if H_kv is None else H_kv
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    q = torch.randn(B, H, Lq, d, generator=gen, device="cuda") * magnitude
-    k = torch.randn(B, H_kv, Lk, d, generator=gen, device="cuda")
-    v = torch.randn(B, H_kv, Lk, d, generator=gen, device="cuda")
-    return tuple(t.to(dtype) for t in (q, k, v))
-
-
-def run_flash(q, k, v, causal, scale=None):
-    """The student's (O, LSE) and host copies of the inputs made before the call (which must come back
-    unchanged)."""
-    hosts = tuple(t.cpu() for t in (q, k, v))
-    out = torch.full_like(q, SENTINEL)
-    lse = torch.full(q.shape[:3], SENTINEL, device=q.device)
-    kernels.flash_attention_tc(q, k, v, causal=causal, scale=scale, out=out, lse=lse)
-    torch.cuda.synchronize()
-    require(
-        all(same_bits(d, h) for d, h in zip((q, k, v), hosts)),
-        "inputs_modified",
-        "an input (q, k or v) was modified; write only to O and LSE",
-    )
-    return out, lse, hosts
 
 
 def check_values(shape, d, dtype, causal, seed, magnitude=1.0, scale=None):
-    q, k, v = qkv_on_gpu(shape["B"], shape["H"], shape["Lq"], shape["Lk"], d, seed, dtype, magnitude, shape["H_kv"])
-    out, lse, hosts = run_flash(q, k, v, causal, scale)
+    q, k, v = checks.qkv_on_gpu(
+        shape["B"], shape["H"], shape["Lq"], shape["Lk"], d, seed, magnitude, shape["H_kv"], dtype=dtype
+    )
+    out, lse, hosts = checks.run_flash(q, k, v, causal, scale, kernel=kernels.flash_attention_tc)
     on_gpu = tuple(t.cuda() for t in hosts)
     expected, expected_lse = reference_attention(*on_gpu, causal=causal, scale=scale)
     same = same_precision_attention(*on_gpu, causal=causal, scale=scale)
     require(out.dtype == dtype, "dtype", f"O must keep the input dtype {dtype}, got {out.dtype}")
     assert_close_to_precision(
-        out, expected, same, **TASK.tol(str(dtype).replace("torch.", "")), name="O", layout=LAYOUT
+        out, expected, same, **TASK.tol(str(dtype).replace("torch.", "")), name="O", layout=checks.LAYOUT
     )
     assert_close(lse, expected_lse, **TASK.tol("lse"), name="LSE", layout="batch, head, query")
 
@@ -90,28 +60,18 @@ def test_large_logits_and_custom_scale(d, dtype, seed):
 @pytest.mark.reproduce(f"{PUBLIC} (test_query_heads_of_a_group_share_one_kv_head)")
 @pytest.mark.parametrize("causal", MASKS)
 def test_query_heads_of_a_group_share_one_kv_head(causal, seed):
-    q, k, v = qkv_on_gpu(3, 8, 150, 97, 128, seed, torch.float16, H_kv=2)
-    grouped = run_flash(q, k, v, causal)[:2]
-    repeated = run_flash(
-        q, k.repeat_interleave(4, dim=1).contiguous(), v.repeat_interleave(4, dim=1).contiguous(), causal
-    )[:2]
-    require(
-        all(torch.equal(a, b) for a, b in zip(grouped, repeated)),
-        "mismatch",
-        "O or LSE with 8 query heads over 2 KV heads differs from the same attention with the KV heads repeated: "
-        "query head h must read KV head h / (H / H_kv) of its own batch",
-        "grouped-query attention reads the wrong K/V head",
-    )
+    checks.check_group_sharing(causal, seed, d=128, dtype=torch.float16, kernel=kernels.flash_attention_tc)
 
 
 @pytest.mark.reproduce(f"{PUBLIC} (test_repeatable_bitwise)")
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_repeatable_bitwise(dtype, seed):
-    q, k, v = qkv_on_gpu(2, 3, 333, 517, 64, seed, dtype)
-    assert_repeatable(
-        lambda: kernels.flash_attention_tc(q, k, v, causal=True),
-        20,
-        "O or LSE changed between identical runs: a race (a missing __syncthreads or cp.async wait?)",
+    checks.check_repeatable(
+        True,
+        seed,
+        dtype=dtype,
+        kernel=kernels.flash_attention_tc,
+        message="O or LSE changed between identical runs: a race (a missing __syncthreads or cp.async wait?)",
     )
 
 
