@@ -95,23 +95,28 @@ class Kernels:
 # --------------------------------------------------------------------------- the baselines: PyTorch's own kernels
 
 
+_NO_GQA: set[str] = set()  # the SDPA backends that refused grouped K/V heads once (asked again never)
+
+
 def sdpa_backend(backend: str, qkv, causal: bool):
     """PyTorch's SDPA through exactly one backend (``FLASH_ATTENTION``: FlashAttention-2; ``CUDNN_ATTENTION``),
     never a silent fallback. Grouped K/V heads go in as they are (enable_gqa) where the backend takes them, and
-    repeated to q's heads (a copy, inside the timed call) where it does not."""
+    repeated to q's heads (a copy, inside the timed call) where it does not: the first call finds out which."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from assignment.perf.cases import repeat_kv
 
     q, k, v = qkv
     with sdpa_kernel(getattr(SDPBackend, backend)):
         if k.shape[1] == q.shape[1]:
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        try:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
-        except RuntimeError:
-            group = q.shape[1] // k.shape[1]
-            k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        if backend not in _NO_GQA:
+            try:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+            except RuntimeError:
+                _NO_GQA.add(backend)
+        return F.scaled_dot_product_attention(*repeat_kv(qkv), is_causal=causal)
 
 
 # (B, H, H_kv, L, d): the issue's two shapes, multi-head and Llama 3's grouped heads over a long context.
