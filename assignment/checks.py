@@ -16,6 +16,7 @@ CHECK_KINDS = {
     "unwritten": "output elements never written",
     "shape": "wrong shape or dtype",
     "inputs_modified": "an input was modified",
+    "out_of_bounds_write": "an output written outside its bounds",
     "not_repeatable": "results differ between identical runs (a race?)",
     "memory_error": "an illegal memory access or a race found by compute-sanitizer",
     "structure": "the algorithm's structure (tiling, skipped blocks) is not what the task asks",

@@ -13,6 +13,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from assignment.checks import CheckFailure, require
 
 SENTINEL = 12345.0  # outputs are pre-filled with this so unwritten elements show
+GUARD_HINT = (
+    "NaN in a product of finite inputs means a read outside an input: the checks place a band of NaN right "
+    "before and after every input, so a load past an edge (a K, row or column edge left unguarded) reads NaN."
+)
 
 
 def reference_attention(
@@ -74,6 +78,51 @@ def random_qkv(
     k = torch.randn(batch, kv_heads, lk, d, generator=gen)
     v = torch.randn(batch, kv_heads, lk, d, generator=gen)
     return tuple(t.to(device=device, dtype=dtype) for t in (q, k, v))
+
+
+def guarded(t: torch.Tensor, band: int | None = None, fill: float = float("nan")) -> torch.Tensor:
+    """``t``'s values in a fresh allocation of their own, between two bands of ``fill`` (NaN).
+
+    A kernel that reads past either end of the tensor reads the band, the same NaN in every run, whatever
+    the allocator placed next to the tensor (garbage one run, an unmapped page and an illegal address the
+    next): the output shows the bug, and a regrade gives the same points. Each band is as long as the
+    tensor and at least 1 MiB (a whole tile of rows past the edge lands in it); the tensor starts 256 bytes
+    aligned. Writes past either end of an output made this way are found by ``assert_guards_intact``.
+    """
+    t = t.contiguous()
+    size = t.element_size()
+    if band is None:
+        band = max(t.numel(), (1 << 20) // size)
+    band = -(-band * size // 256) * 256 // size  # whole 256-byte units: the tensor stays aligned
+    whole = torch.full((2 * band + t.numel(),), fill, dtype=t.dtype, device=t.device)
+    view = whole[band : band + t.numel()].view(t.shape)
+    view.copy_(t)
+    return view
+
+
+def _bands(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The elements of ``t``'s allocation before it and after it (the bands ``guarded`` placed there)."""
+    storage = t.untyped_storage()
+    whole = torch.empty(0, dtype=t.dtype, device=t.device).set_(storage, 0, (storage.nbytes() // t.element_size(),))
+    start = t.storage_offset()
+    return whole[:start], whole[start + t.numel() :]
+
+
+def assert_guards_intact(t: torch.Tensor, name: str, layout: str = "") -> None:
+    """``t`` was made by ``guarded``: nothing was written into the NaN bands around it (a write past an edge)."""
+    where = f" ({layout})" if layout else ""
+    for side, band in zip(("before its first", "after its last"), _bands(t)):
+        written = ~torch.isnan(band)
+        if bool(written.any()):
+            first = int(written.nonzero()[0 if side.startswith("after") else -1])
+            offset = first + 1 if side.startswith("after") else band.numel() - first
+            raise CheckFailure(
+                "out_of_bounds_write",
+                f"{name}: {int(written.sum())} elements written outside {name}; the nearest lies {offset} element(s) "
+                f"{side} element{where}. Check the bounds of your stores: every thread whose row or column lies "
+                "past the edge must skip its store.",
+                f"{name}: written outside its bounds",
+            )
 
 
 def _first_bad_index(bad: torch.Tensor) -> tuple[int, ...]:

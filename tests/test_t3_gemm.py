@@ -7,7 +7,15 @@ import torch
 
 from assignment.cuda import kernels
 from assignment.registry import load_registry
-from assignment.testing import SENTINEL, assert_close, assert_repeatable, check_todo_regions
+from assignment.testing import (
+    GUARD_HINT,
+    SENTINEL,
+    assert_close,
+    assert_guards_intact,
+    assert_repeatable,
+    check_todo_regions,
+    guarded,
+)
 
 pytestmark = pytest.mark.t3
 TASK = load_registry().task("t3")
@@ -16,10 +24,12 @@ TRANSPOSES = [(False, False), (False, True), (True, False), (True, True)]
 
 
 def operands(batch, m, n, k, trans_a, trans_b, seed):
+    """A and B on the GPU, each between two bands of NaN (``guarded``): a load past an edge reads NaN, so
+    the bug shows in C every time instead of depending on what the allocator put next to the tensor."""
     gen = torch.Generator().manual_seed(seed)
     a = torch.randn(batch, *((k, m) if trans_a else (m, k)), generator=gen).cuda()
     b = torch.randn(batch, *((n, k) if trans_b else (k, n)), generator=gen).cuda()
-    return a, b
+    return guarded(a), guarded(b)
 
 
 def reference(a, b, trans_a, trans_b, alpha=1.0):
@@ -31,7 +41,7 @@ def reference(a, b, trans_a, trans_b, alpha=1.0):
 @pytest.mark.parametrize("shape", TASK.public_shapes, ids=lambda s: "b{batch}_{M}x{N}x{K}".format(**s))
 def test_gemm_matches_float64(shape, trans, seed):
     a, b = operands(shape["batch"], shape["M"], shape["N"], shape["K"], *trans, seed)
-    out = torch.full((shape["batch"], shape["M"], shape["N"]), SENTINEL, device="cuda")
+    out = guarded(torch.full((shape["batch"], shape["M"], shape["N"]), SENTINEL, device="cuda"))
     c = kernels.gemm(a, b, trans_a=trans[0], trans_b=trans[1], alpha=0.5, out=out)
     tol = {"atol": TOL["atol"] * shape["K"] ** 0.5, "rtol": TOL["rtol"]}
     assert_close(
@@ -40,8 +50,9 @@ def test_gemm_matches_float64(shape, trans, seed):
         **tol,
         name=f"C (trans_a={trans[0]}, trans_b={trans[1]})",
         layout="batch, row, col",
-        hint=TASK.hint,
+        hint=f"{TASK.hint} {GUARD_HINT}",
     )
+    assert_guards_intact(c, "C", layout="batch, row, col")
 
 
 def test_repeatable_bitwise(seed):
