@@ -342,11 +342,16 @@ class Transformer(nn.Module):
         return first, last + 1
 
 
-def empty_model(config: ModelConfig, device: torch.device | str, attention_impl: str = "reference") -> Transformer:
+def empty_model(
+    config: ModelConfig, device: torch.device | str, attention_impl: str = "reference", dtype: torch.dtype | None = None
+) -> Transformer:
     """A model whose tensors are allocated on ``device`` but not initialised (fill them: load or draw weights);
-    built on the meta device first, so no time goes into an initialisation that is overwritten."""
+    built on the meta device first, so no time goes into an initialisation that is overwritten. ``dtype``: its
+    tensors' (None: float32), allocated in it directly (a bf16 1B model never takes the 5 GB of its float32 twin)."""
     with torch.device("meta"):
         model = Transformer(config, attention_impl=attention_impl)
+    if dtype is not None:
+        model = model.to(dtype)  # still on the meta device: nothing is allocated yet
     model = model.to_empty(device=device)
     if config.tie_word_embeddings:  # to_empty makes a tensor per module: tie them again
         model.lm_head.weight = model.embed_tokens.weight

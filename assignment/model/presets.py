@@ -71,9 +71,9 @@ def random_model(
     attention_impl: str = "reference",
     std: float = 0.02,
 ) -> Transformer:
-    """A model with N(0, std²) weights (norm weights 1), made directly on ``device`` from ``seed``."""
+    """A model with N(0, std²) weights (norm weights 1), made directly on ``device`` in ``dtype`` from ``seed``."""
     config = preset_config(config) if isinstance(config, str) else config
-    model = empty_model(config, device, attention_impl)
+    model = empty_model(config, device, attention_impl, dtype)
     generator = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():  # a tied lm_head is listed once (as embed_tokens)

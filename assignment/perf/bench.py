@@ -2,6 +2,7 @@
 
     python -m assignment.perf.bench --task t2|t3|t4|t5|t6 [--quick] [--seed002 | --gqa | --splits]
     python -m assignment.perf.bench --task t6 [--quick] [--model-only | --no-model]
+    python -m assignment.perf.bench --task t8 [--quick] [--bf16 | --ttft]
 
 Every case goes through ``assignment.perf.timing.measure`` (the grader's harness), so the numbers
 here are the numbers that are graded. Columns: median ms, GB/s (memory-bound t2) or TFLOP/s,
@@ -17,7 +18,10 @@ matmul, softmax, matmul), the same without the repeat, and SDPA; ``--splits`` sw
 around the kit's choice. After the kernel table, t6 times the model (model_bench.py): TTFT and TBT of the
 Llama-3.2-1B shape with random weights, naive (no cache) against the student's and the reference's KV cache and
 kernels (decode in a CUDA graph) and transformers' generate, with the memory roofline; ``--model-only`` and
-``--no-model`` run one half (the model alone writes ``t6_model.json``).
+``--no-model`` run one half (the model alone writes ``t6_model.json``). t8's tables (fp16, ``--bf16``) end with rows
+of the same Llama-3.2-1B shape in bf16 (prefill_bench.py): time to first token at prompts of 1024 and 4096 tokens,
+the kit's model with the student's kernel and with SDPA against transformers with SDPA on the same weights
+(``--ttft``: only those rows).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ here are shared by the tasks and the scaling plots.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +35,10 @@ class Case:
     speedup_over: tuple[str, ...] = ()  # baselines to print the student's and the reference's speedups over
     max_relative_error: float = BENCH_MAX_RELATIVE_ERROR  # of a candidate against the first one, during timing
     tensor_cores: bool = False  # fp16/bf16 tensor-core work: the physical floor takes their peak, not fp32's
+    # Entered around the case's timing (run_case): builds what its candidates share (a model) and may leave some out
+    # or add notes and ``record`` before any is called; frees it on the way out. None: nothing to build.
+    scope: Callable[[Case], contextlib.AbstractContextManager[None]] | None = None
+    record: dict[str, Any] = field(default_factory=dict)  # more of the row for the bench's JSON
 
 
 # --------------------------------------------------------------------------- work counts
@@ -302,11 +307,18 @@ def _usable(case: Case) -> None:
 
 
 def run_case(case: Case, copy_gbps: float | None, settings: dict) -> dict:
+    with case.scope(case) if case.scope is not None else contextlib.nullcontext():
+        return _run_case(case, copy_gbps, settings)
+
+
+def _run_case(case: Case, copy_gbps: float | None, settings: dict) -> dict:
     from assignment.perf.timing import ImpossibleTimeError, measure, ratio
 
-    _usable(case)
+    if case.candidates:
+        _usable(case)
     if not case.candidates:
-        return {"label": case.label, "notes": case.notes, "results": {}}
+        print_case(case, {}, copy_gbps, None)
+        return {"label": case.label, "notes": case.notes, "results": {}} | case.record
     baseline = next(iter(case.candidates))
     error = None
     try:
@@ -328,7 +340,7 @@ def run_case(case: Case, copy_gbps: float | None, settings: dict) -> dict:
         "notes": case.notes,
         "error": error,
         "results": {n: r.to_dict() for n, r in results.items()},
-    }
+    } | case.record
     if "student" in results and "reference" in results:
         row["ratio_student_reference"] = ratio(results["student"], results["reference"])
     print_case(case, results, copy_gbps, error)
@@ -342,9 +354,14 @@ def print_case(case: Case, results: dict, copy_gbps: float | None, error: str | 
         header += f"  (floor {any_result.floor_ms:.4f} ms; stopped: {any_result.stop_reason})"
     print(f"\n{header}")
     percent_label = "% copy" if case.percent_of == "copy" else f"% {case.percent_of}"
-    print(
-        f"  {'candidate':<14} {'ms':>10} {case.metric:>9} {percent_label:>9} {'rse':>6} {'reps':>5} {'÷ reference':>11}"
-    )
+    width = max(9, len(percent_label))
+    if not results:
+        print("  no candidate could run")
+    else:
+        print(
+            f"  {'candidate':<14} {'ms':>10} {case.metric:>9} {percent_label:>{width}} {'rse':>6} {'reps':>5} "
+            f"{'÷ reference':>11}"
+        )
     reference = results.get("reference")
     for name, r in results.items():
         value = r.gbps if case.metric == "GB/s" else r.tflops
@@ -356,7 +373,7 @@ def print_case(case: Case, results: dict, copy_gbps: float | None, error: str | 
         vs_ref = f"{r.median_ms / reference.median_ms:.2f}x" if reference else "-"
         shown = _fmt(value, ".1f" if case.metric == "GB/s" else ".2f")
         print(
-            f"  {name:<14} {r.median_ms:>10.4f} {shown:>9} {_fmt(percent, '.0f'):>9} "
+            f"  {name:<14} {r.median_ms:>10.4f} {shown:>9} {_fmt(percent, '.0f'):>{width}} "
             f"{100 * r.rse:>5.1f}% {r.reps:>5} {vs_ref:>11}"
         )
     for base in case.speedup_over:

@@ -327,7 +327,7 @@ def _cached_contender(name: str, task: str, model, cache_cls) -> Contender:
                 contender.mode = "eager"
                 contender.notes.append(
                     f"{name}: the decode step could not be captured in a CUDA graph, so it is "
-                    f"timed eagerly (one launch per kernel): {_first_line(exc)}"
+                    f"timed eagerly (one launch per kernel): {first_line(exc)}"
                 )
         path = CachedPath(runner, max_len, model.device)
         return lambda prompt, n, **kw: timed_generation(path, prompt, n, **kw)
@@ -356,7 +356,7 @@ def _contenders(base, task: str) -> tuple[dict[str, Contender], dict[str, str]]:
         try:
             contenders[name] = _cached_contender(name, task, sharing_weights(base, task), cache_class(task, impl))
         except Exception as exc:  # noqa: BLE001 -- a missing file, a TODO, a build error: the others still run
-            missing[name] = _first_line(exc)
+            missing[name] = first_line(exc)
     try:
         hf = hf_model(base)
         label = f"transformers ({hf.config._attn_implementation})"
@@ -364,13 +364,13 @@ def _contenders(base, task: str) -> tuple[dict[str, Contender], dict[str, str]]:
             "transformers", label, make=lambda max_len: lambda prompt, n, **kw: hf_timed_generation(hf, prompt, n, **kw)
         )
     except ImportError as exc:
-        missing["transformers"] = f"{_first_line(exc)} (pip install transformers)"
+        missing["transformers"] = f"{first_line(exc)} (pip install transformers)"
     except Exception as exc:  # noqa: BLE001 -- a transformers version the kit does not know
-        missing["transformers"] = _first_line(exc)
+        missing["transformers"] = first_line(exc)
     return contenders, missing
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
@@ -489,7 +489,7 @@ def _attempt(
         return contender.make(max_len)(prompt, new_tokens, ttft_reps=ttft_reps, warmup_steps=warmup_steps)
     except Exception as exc:  # noqa: BLE001 -- a TODO, a crash, out of memory: in the table, the rest goes on
         _free_cuda_cache()
-        return _first_line(exc)
+        return first_line(exc)
 
 
 def sweep(contender: Contender, config, device, settings: Settings, copy_gbps: float) -> list[dict]:

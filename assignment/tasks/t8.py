@@ -158,12 +158,23 @@ def attention_case(student, reference, B, H, H_kv, L, d, causal: bool, dtype: st
 
 
 def bench_cases(dtype, student, reference, quick: bool) -> list:
+    """The kernel rows in ``dtype``, then the model's time to first token in bf16 (``ttft_cases``)."""
     shapes = QUICK_SHAPES if quick else BENCH_SHAPES
-    return [
+    kernel_rows = [
         attention_case(student, reference, *shape, causal=causal, dtype=dtype)
         for shape in shapes
         for causal in (False, True)
     ]
+    return kernel_rows + ttft_cases(student, reference, quick)
+
+
+def ttft_cases(student, reference, quick: bool) -> list:
+    """Time to first token of the Llama-3.2-1B shape in bf16 at prompts of 1024 and 4096 tokens, batch 1: the kit's
+    model with ATTN=t8 (this kernel under IMPL in every layer's prefill) and with ATTN=sdpa, against transformers'
+    LlamaForCausalLM with SDPA on the same weights (assignment/perf/prefill_bench.py)."""
+    from assignment.perf.prefill_bench import ttft_cases as model_rows
+
+    return model_rows("t8")
 
 
 def rule_case(rule, student, reference):
@@ -266,7 +277,10 @@ CODE = TaskCode(
     kernels=Kernels,
     bench_metric="TFLOP/s",
     bench_cases=partial(bench_cases, "float16"),
-    bench_variants=(BenchVariant("bf16", "the same table in bfloat16", partial(bench_cases, "bfloat16")),),
+    bench_variants=(
+        BenchVariant("bf16", "the same table in bfloat16", partial(bench_cases, "bfloat16")),
+        BenchVariant("ttft", "only the model's time to first token rows (Llama-3.2-1B shape, bf16)", ttft_cases),
+    ),
     rule_case=rule_case,
     timing_workload=timing_workload,
     profile=Profile(
