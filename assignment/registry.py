@@ -243,19 +243,33 @@ class Task:
 
 
 # The theory part's kinds of numeric question (assignment/theory/questions.py words and draws each one).
-THEORY_KINDS = ("hbm", "smem", "roofline", "online_softmax", "split_kv")
+THEORY_KINDS = (
+    "hbm",
+    "smem",
+    "roofline",
+    "online_softmax",
+    "split_kv",
+    "fragments",
+    "bank_conflicts",
+    "attention_intensity",
+)
 
 
 @dataclass(frozen=True)
 class TheoryKind:
     """One kind of numeric theory question: its points (shared equally by its ``count`` instances and their
-    answers) and the relative tolerance of an answer, |answer - key| <= rtol * |key| (0: exact)."""
+    answers) and the relative tolerance of an answer, |answer - key| <= rtol * |key| (0: exact).
+
+    A kind may belong to a task (``task = "t8"``): its points are then that task's, bonus points when the task is a
+    bonus task (``bonus``, copied from the task's flag, so that the task's one switch moves both)."""
 
     name: str
     title: str
     points: float
     count: int
     rtol: float
+    task: str | None = None
+    bonus: bool = False
 
 
 @dataclass(frozen=True)
@@ -277,7 +291,32 @@ class Theory:
 
     @property
     def points(self) -> float:
+        """Every question's points, a bonus task's included: what a student can earn in the theory part."""
         return sum(kind.points for kind in self.kinds) + self.proof_points
+
+    @property
+    def bonus_points(self) -> float:
+        """The points of the questions that belong to a bonus task: on top of course.total_points, as its own."""
+        return sum(kind.points for kind in self.kinds if kind.bonus)
+
+    @property
+    def regular_points(self) -> float:
+        """The points the theory part adds to course.total_points."""
+        return self.points - self.bonus_points
+
+    @property
+    def own_points(self) -> float:
+        """The points of the course's own questions (those of no task) and of the proof."""
+        return sum(kind.points for kind in self.kinds if kind.task is None) + self.proof_points
+
+    @property
+    def task_ids(self) -> tuple[str, ...]:
+        """The tasks that have questions here, in the order of their first kind."""
+        return tuple(dict.fromkeys(kind.task for kind in self.kinds if kind.task is not None))
+
+    def task_points(self, task_id: str) -> float:
+        """The points of the questions that belong to task ``task_id`` (0: it has none)."""
+        return sum(kind.points for kind in self.kinds if kind.task == task_id)
 
     def kind(self, name: str) -> TheoryKind:
         for kind in self.kinds:
@@ -314,7 +353,8 @@ class Registry:
     report_prompt: str = ""
     # The course's academic-integrity and AI-use policy, Markdown, printed verbatim in the handout.
     integrity_policy: str = ""
-    # The theory part (None: the course has none); its points count in total_points with the tasks'.
+    # The theory part (None: the course has none); its points count in total_points with the tasks', but for the
+    # questions of a bonus task, which come on top with the task's own (Theory.regular_points, bonus_points).
     theory: Theory | None = None
     # ``[hidden_seed] salt``: the secret the grader derives each student's hidden-test seeds from (grader/grade/seeds.py).
     # Instructor-only: None in the student edition, which leaves the table out.
@@ -717,12 +757,25 @@ def parse_registry(data: dict, path: Path) -> Registry:
     student_files = {name for t in tasks for name in t.files}
     total = float(_require(course, "total_points", float, path, None, "course."))
     submit_files = _parse_submit_files(course.get("submit_files", []), path, student_files)
-    theory = _parse_theory(data["theory"], path, edition, submit_files) if "theory" in data else None
+    theory = (
+        _parse_theory(data["theory"], path, edition, submit_files, {t.id: t.bonus for t in tasks})
+        if "theory" in data
+        else None
+    )
     summed = sum(t.points.total for t in tasks if not t.bonus)  # bonus points come on top of the total
-    if not math.isclose(total, summed + (theory.points if theory else 0.0)):
-        with_theory = f" and the theory's to {theory.points:g} ({summed + theory.points:g} in all)" if theory else ""
+    if not math.isclose(total, summed + (theory.regular_points if theory else 0.0)):
+        with_theory = (
+            f" and the theory's to {theory.regular_points:g} ({summed + theory.regular_points:g} in all)"
+            if theory
+            else ""
+        )
+        bonus = [t.id for t in tasks if t.bonus]
+        aside = f"; bonus tasks and their theory questions aside ({', '.join(bonus)})" if bonus else ""
         raise RegistryError(
-            path, None, "course.total_points", f"is {total:g} but the tasks' points add up to {summed:g}{with_theory}"
+            path,
+            None,
+            "course.total_points",
+            f"is {total:g} but the tasks' points add up to {summed:g}{with_theory}{aside}",
         )
     return Registry(
         path=path,
@@ -798,7 +851,10 @@ def _parse_hidden_seed(raw: Any, path: Path, theory: Theory | None, edition: str
     return salt
 
 
-def _parse_theory(raw: Any, path: Path, edition: str, submit_files: tuple[str, ...]) -> Theory:
+def _parse_theory(
+    raw: Any, path: Path, edition: str, submit_files: tuple[str, ...], task_bonus: dict[str, bool]
+) -> Theory:
+    """``task_bonus``: each task id and its bonus flag, which a kind that names the task takes on."""
     if not isinstance(raw, dict):
         raise RegistryError(path, None, "theory", "must be a table ([theory])")
     salt = _require(raw, "salt", str, path, None, "theory.")
@@ -819,17 +875,27 @@ def _parse_theory(raw: Any, path: Path, edition: str, submit_files: tuple[str, .
         if name not in THEORY_KINDS:
             raise RegistryError(path, None, where[:-1], f"is not a kind of question: one of {THEORY_KINDS}")
         if not isinstance(spec, dict):
-            raise RegistryError(path, None, where[:-1], "must be a table { title, points, count, rtol }")
-        unknown = set(spec) - {"title", "points", "count", "rtol"}
+            raise RegistryError(path, None, where[:-1], "must be a table { title, points, count, rtol[, task] }")
+        unknown = set(spec) - {"title", "points", "count", "rtol", "task"}
         if unknown:
             raise RegistryError(path, None, where[:-1], f"unknown field {sorted(unknown)[0]!r}")
         count = spec.get("count", 1)
+        task = spec.get("task")
+        if task is not None and (not isinstance(task, str) or task not in task_bonus):
+            raise RegistryError(
+                path,
+                None,
+                f"{where}task",
+                f"names no task of the registry ({task!r}; the tasks: {', '.join(task_bonus)})",
+            )
         kind = TheoryKind(
             name,
             _require(spec, "title", str, path, None, where),
             float(_require(spec, "points", float, path, None, where)),
             count if isinstance(count, int) and not isinstance(count, bool) else 0,
             float(_require(spec, "rtol", float, path, None, where)),
+            task,
+            task_bonus.get(task, False),
         )
         if kind.points <= 0 or kind.count < 1 or not 0 <= kind.rtol < 0.5:
             raise RegistryError(path, None, where[:-1], "needs points > 0, count >= 1 (an integer) and 0 <= rtol < 0.5")

@@ -31,7 +31,15 @@ import tomllib
 
 from assignment.atomic import write_atomic
 from assignment.registry import Registry, Theory
-from assignment.theory.questions import Question, TheoryError, normalise_id, number_text, questions_for, tolerance_text
+from assignment.theory.questions import (
+    Question,
+    TheoryError,
+    normalise_id,
+    number_text,
+    points_text,
+    questions_for,
+    tolerance_text,
+)
 
 
 class AnswersError(TheoryError):
@@ -190,8 +198,7 @@ def render(student_id: str, questions: list[Question], registry: Registry, kept:
         if question.written:
             continue
         lines.append(
-            f"# Q{question.number} {question.title} ({number_text(question.points)} points, "
-            f"{tolerance_text(question.rtol)})"
+            f"# Q{question.number} {question.title} ({points_text(question)}, {tolerance_text(question.rtol)})"
         )
         for part in question.parts:
             asked.add(part.key)

@@ -159,10 +159,15 @@ def summary_lines(result: SubmissionScore) -> list[str]:
     theory = result.theory
     if theory:
         correct = sum(t.passed for t in theory.numeric)
+        bonus = (
+            f"; {theory.bonus_max:g} of the points are bonus points (a bonus task's questions), on top of the total"
+            if theory.bonus_max
+            else ""
+        )
         lines.append(
             f"{'Theory questions':<37} {theory.score:6.2f} / {theory.max_score:<5g} {correct}/"
             f"{len(theory.numeric)} answers correct; the proof ({sum(m.max_score for m in theory.manual):g} "
-            "points) is graded by hand"
+            f"points) is graded by hand{bonus}"
         )
     return lines
 
@@ -313,6 +318,7 @@ def theory_record(theory: TheoryScore) -> dict:
         "student_id": theory.student_id,
         "score": round(theory.score, 4),
         "max_score": theory.max_score,
+        "bonus_max_score": theory.bonus_max,  # of max_score: a bonus task's questions, on top of the course total
         "notes": theory.notes,
         "review": theory.review,
         "answers": [

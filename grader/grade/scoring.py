@@ -248,9 +248,9 @@ class SubmissionScore:
         return sum(t.score for t in self.tasks) + (self.theory.score if self.theory else 0.0)
 
     def max_score(self, registry: Registry) -> float:
-        """The points this grading could give, bonus tasks' aside (they come on top)."""
+        """The points this grading could give, bonus tasks' aside (they come on top), their theory questions too."""
         regular = sum(t.max_score for t in self.tasks if not t.task.bonus)
-        return regular + (self.theory.max_score if self.theory else 0.0)
+        return regular + (self.theory.regular_max if self.theory else 0.0)
 
     @property
     def review(self) -> list[str]:

@@ -9,7 +9,9 @@ following the counting convention its question states. A numeric answer scores i
 when it is within the registry's relative tolerance of the key; a missing, empty or non-numeric answer scores 0
 and says why. The written proof scores 0 here, pending: it is listed for grading by hand with the rubric
 (grading.json) and as ``manual`` in results.json. A submission without an answers file, or with one that cannot
-be read, is still graded: every theory question 0, with the reason.
+be read, is still graded: every theory question 0, with the reason. The questions of a task (``task`` in the
+registry: t8's) are tagged theory-<task>, and ``bonus`` while that task is a bonus task: their points then come on
+top of the course's total, as the task's own do (``TheoryScore.bonus_max``, ``SubmissionScore.max_score``).
 
 The questions are those of the submission's student id: ``GradeConfig.student_id`` when the grader knows it
 (the batch grader's roster), else the ``student_id`` in the answers file. When both are known and differ, the
@@ -21,10 +23,12 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from assignment.atomic import write_atomic
+from assignment.perf.cases import attention_work
 from assignment.registry import Registry, RubricItem, load_registry
 from assignment.theory import answers as answers_file
 from assignment.theory.questions import (
@@ -32,14 +36,17 @@ from assignment.theory.questions import (
     TheoryError,
     normalise_id,
     number_text,
+    points_text,
     questions_for,
     render_text,
+    theory_points_text,
     tolerance_text,
 )
 from grader.grade.scoring import ScoredTest
 
 TAG = "theory"
 MANUAL_TAG = "manual"
+BONUS_TAG = "bonus"  # a question of a bonus task: its points come on top of the course's total, as the task's do
 # The questions' structure (their keys and parts) is the same for every id: an answers file without a usable id
 # is still reported question by question, against this placeholder's questions.
 PLACEHOLDER_ID = "unknown"
@@ -115,12 +122,106 @@ def split_kv_key(p: dict) -> list[float]:
     return [lse] + [sum(w * o[i] for w, o in zip(weights, p["outputs"])) for i in range(len(p["outputs"][0]))]
 
 
+# t8's questions. The fragment layouts of mma.sync.m16n8k16 with .f16/.bf16 inputs are the PTX ISA's ("Matrix
+# Fragments for mma.m16n8k16 with floating point type"), with g = lane >> 2 and t = lane % 4:
+#   A (16 x 16): ai in row g for i in {0, 1, 4, 5}, g + 8 otherwise; column 2t + (i & 1), + 8 for i >= 4
+#   B (16 x 8):  bi in row 2t + (i & 1), + 8 for i >= 2; column g
+#   C (16 x 8):  ci in row g for i < 2, g + 8 otherwise; column 2t + (i & 1)
+# tests/kit/test_theory_t8.py checks them against what ldmatrix delivers in the orders kit.cuh and t8 use.
+
+
+def fragment_a_owner(row: int, col: int) -> tuple[int, int]:
+    """The lane and the i of ai that hold element (row, col) of A."""
+    return 4 * (row % 8) + (col % 8) // 2, 2 * (row >= 8) + 4 * (col >= 8) + col % 2
+
+
+def fragment_b_owner(row: int, col: int) -> tuple[int, int]:
+    """The lane and the i of bi that hold element (row, col) of B."""
+    return 4 * col + (row % 8) // 2, 2 * (row >= 8) + row % 2
+
+
+def fragment_c_position(lane: int, i: int) -> tuple[int, int]:
+    """The (row, column) of C that lane ``lane``'s ci holds."""
+    return lane // 4 + 8 * (i >= 2), 2 * (lane % 4) + i % 2
+
+
+def fragments_key(p: dict) -> list[float]:
+    a_lane, a_index = fragment_a_owner(p["a_row"], p["a_col"])
+    b_lane, b_index = fragment_b_owner(p["b_row"], p["b_col"])
+    row, col = fragment_c_position(p["lane"], p["element"])
+    # pack_p: n-tiles 2m and 2m + 1 are the left and right halves (k 0..7 and 8..15) of P's 16 x 16 A tile.
+    p_lane, p_index = fragment_a_owner(row, col + 8 * (p["ntile"] % 2))
+    if p_lane != p["lane"]:
+        raise AssertionError("pack_p would move a score to another lane")
+    return [a_lane, a_index, b_lane, b_index, 8 * p["ntile"] + col, p_index]
+
+
+def tile_byte(p: dict, row: int, col: int) -> int:
+    """The byte offset of element (row, col) of the 16-bit tile of a bank_conflicts question."""
+    if p["layout"] == "swizzled":  # t8's: the 16-byte chunk k of row r stored at chunk k ^ (r % 8)
+        return 2 * row * p["cols"] + 16 * ((col // 8) ^ (row % 8)) + 2 * (col % 8)
+    return 2 * (row * (p["cols"] + p["pad"]) + col)
+
+
+def wavefronts(phases: list[list[tuple[int, int]]]) -> int:
+    """The shared-memory wavefronts of one instruction, given as phases of accesses (byte address, size): a phase
+    takes the largest number of distinct 4-byte words one of the 32 banks delivers in it (a word that several
+    lanes read counts once); the phases add up."""
+    total = 0
+    for phase in phases:
+        words = defaultdict(set)
+        for start, size in phase:
+            for word in range(start // 4, (start + size - 1) // 4 + 1):
+                words[word % 32].add(word)
+        total += max(len(w) for w in words.values())
+    return total
+
+
+def bank_conflicts_key(p: dict) -> list[float]:
+    (r2, c2), (r0, c0), (r1, c1) = p["element"], p["block"], p["column"]
+    ldmatrix = [  # one phase per 8 x 8 matrix: lanes 8m .. 8m + 7 give its rows, 16 bytes each (t8's A order)
+        [(tile_byte(p, r0 + lane % 16, c0 + 8 * (lane // 16)), 16) for lane in range(8 * m, 8 * m + 8)]
+        for m in range(4)
+    ]
+    if p["fragment"] == "a":  # a0 a1 of lane 4g + t: row g, columns 2t and 2t + 1, one 32-bit word
+        fragment = [[(tile_byte(p, r0 + lane // 4, c0 + 2 * (lane % 4)), 4) for lane in range(32)]]
+    else:  # b0 of V (B = V, rows k): row 2t, column g, 16 bits
+        fragment = [[(tile_byte(p, r0 + 2 * (lane % 4), c0 + lane // 4), 2) for lane in range(32)]]
+    column = [[(tile_byte(p, r1 + lane, c1), 2) for lane in range(32)]]
+    return [
+        2 * p["rows"] * (p["cols"] + p["pad"]),
+        tile_byte(p, r2, c2) // 4 % 32,
+        wavefronts(ldmatrix),
+        wavefronts(fragment),
+        wavefronts(column),
+    ]
+
+
+def attention_intensity_key(p: dict) -> list[float]:
+    """FLOPs and ideal bytes as the bench counts them (assignment.perf.cases.attention_work), 2 bytes a value."""
+    B, H, L, d = p["B"], p["H"], p["L"], p["d"]
+    flops, ideal = attention_work(B, H, L, L, d, False, H_kv=p["H_kv"], element_bytes=2)
+    query_tiles = -(-L // p["Br"])
+    no_l2 = 2 * B * H * (2 * L * d + query_tiles * 2 * L * d) + 4 * B * H * L  # Q and O; K and V a block; the LSE
+    return [
+        flops / 1e9,
+        ideal / 1e6,
+        flops / ideal,
+        p["peak"] / p["bandwidth"],
+        max(flops / p["peak"], ideal / p["bandwidth"]) * 1e6,
+        flops / no_l2,
+    ]
+
+
 KEYS = {
     "hbm": hbm_key,
     "smem": smem_key,
     "roofline": roofline_key,
     "online_softmax": online_softmax_key,
     "split_kv": split_kv_key,
+    "fragments": fragments_key,
+    "bank_conflicts": bank_conflicts_key,
+    "attention_intensity": attention_intensity_key,
 }
 
 
@@ -171,6 +272,16 @@ class TheoryScore:
     @property
     def numeric_max(self) -> float:
         return sum(test.max_score for test in self.numeric)
+
+    @property
+    def bonus_max(self) -> float:
+        """The points of the questions of bonus tasks: on top of the course's total."""
+        return sum(test.max_score for test in self.tests if BONUS_TAG in test.tags)
+
+    @property
+    def regular_max(self) -> float:
+        """What the theory part adds to the course's total."""
+        return self.max_score - self.bonus_max
 
 
 def grade_theory(
@@ -231,6 +342,13 @@ def _test_name(question: Question, label: str = "") -> str:
     return f"theory Q{question.number}{label and ' ' + label} {question.title}"
 
 
+def _tags(question: Question) -> list[str]:
+    """theory, the kind, and for a task's question theory-<task id> (never the bare id, which marks the task's own
+    checks wherever results.json is read by task) and bonus while the task is a bonus task."""
+    task = [f"{TAG}-{question.task}"] if question.task else []
+    return [TAG, question.kind, *task] + ([BONUS_TAG] if question.bonus else [])
+
+
 def _scored(question: Question, part, given: dict, key: float, name: str) -> ScoredTest:
     points = question.part_points
     tolerance = tolerance_text(question.rtol)
@@ -249,7 +367,7 @@ def _scored(question: Question, part, given: dict, key: float, name: str) -> Sco
             points,
             True,
             f"correct: {value:.10g} [{part.unit}] ({tolerance})",
-            [TAG, question.kind],
+            _tags(question),
         )
     return ScoredTest(
         _test_name(question, part.label),
@@ -258,12 +376,12 @@ def _scored(question: Question, part, given: dict, key: float, name: str) -> Sco
         False,
         f"incorrect: {value:.10g} [{part.unit}] is not {tolerance}. Check the unit and the counting "
         "convention the question states.",
-        [TAG, question.kind],
+        _tags(question),
     )
 
 
 def _zero(question: Question, part, why: str) -> ScoredTest:
-    return ScoredTest(_test_name(question, part.label), 0.0, question.part_points, False, why, [TAG, question.kind])
+    return ScoredTest(_test_name(question, part.label), 0.0, question.part_points, False, why, _tags(question))
 
 
 def _manual(question: Question, text, rubric: tuple[RubricItem, ...], result: TheoryScore) -> ScoredTest:
@@ -311,14 +429,11 @@ def key_text(student_id: str, registry: Registry) -> str:
     questions = questions_for(student_id, registry.theory)
     header = (
         f"Theory answer key of student {student_id!r} (instructor-only): {registry.title}, "
-        f"{number_text(registry.theory.points)} points"
+        f"{theory_points_text(registry.theory)}"
     )
     lines = [header, ""]
     for question in questions:
-        lines.append(
-            f"Q{question.number}. {question.title} ({number_text(question.points)} points, "
-            f"{tolerance_text(question.rtol)})"
-        )
+        lines.append(f"Q{question.number}. {question.title} ({points_text(question)}, {tolerance_text(question.rtol)})")
         if question.written:
             lines += [f"  [{number_text(item.points)}] {item.criterion}" for item in registry.theory.rubric]
         else:

@@ -135,8 +135,9 @@ def by_tag(results: dict, tag: str) -> list[dict]:
 
 
 def with_bonus(registry) -> float:
-    """Every test's points: the course's total and the bonus tasks' on top."""
-    return registry.total_points + sum(t.points.total for t in registry.available if t.bonus)
+    """Every test's points: the course's total, and the bonus tasks' and their theory questions' on top."""
+    theory = registry.theory.bonus_points if registry.theory else 0.0
+    return registry.total_points + sum(t.points.total for t in registry.available if t.bonus) + theory
 
 
 def test_a_full_submission_on_a_fake_autograder_root(unpacked, tmp_path):

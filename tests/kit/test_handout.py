@@ -72,10 +72,18 @@ def test_points_table_matches_registry(html, registry):
     cells = re.findall(r'data-task-total="(t\d+)"( data-bonus="true")?>([\d.]+)<', table)
     assert {k: float(v) for k, _, v in cells} == {t.id: t.points.total for t in registry.tasks}
     assert {k for k, bonus, _ in cells if bonus} == {t.id for t in registry.tasks if t.bonus}
-    parts = [float(v) for v in re.findall(r'data-part-total="\w+">([\d.]+)<', table)]  # the theory part's row
-    assert parts == ([registry.theory.points] if registry.theory else [])
-    # bonus tasks' points come on top of the total
-    assert sum(float(v) for _, bonus, v in cells if not bonus) + sum(parts) == registry.total_points
+    # The theory part's rows: the course's own questions, then each task's (bonus with a bonus task).
+    parts = re.findall(r'data-part-total="([\w-]+)"( data-bonus="true")?>([\d.]+)<', table)
+    theory = registry.theory
+    expected = [("theory", "", theory.own_points)] if theory else []
+    expected += [
+        (f"theory-{t}", ' data-bonus="true"' if registry.task(t).bonus else "", theory.task_points(t))
+        for t in (theory.task_ids if theory else ())
+    ]
+    assert [(k, bonus, float(v)) for k, bonus, v in parts] == expected
+    # bonus tasks' points, and their theory questions', come on top of the total
+    regular = [float(v) for _, bonus, v in cells + parts if not bonus]
+    assert sum(regular) == registry.total_points
 
 
 def _t1_section(html: str) -> str:

@@ -128,7 +128,11 @@ def test_every_question_states_its_numbers_and_units_and_the_points_add_up():
     for sid in IDS[:10]:
         questions = questions_for(sid, THEORY)
         assert math.isclose(sum(q.points for q in questions), THEORY.points)
-        assert [q.number for q in questions] == list(range(1, len(questions) + 1)) and questions[-1].written
+        assert [q.number for q in questions] == list(range(1, len(questions) + 1))
+        # The course's own questions, the proof, then a task's (so that adding those never renumbers the others).
+        (proof,) = [q for q in questions if q.written]
+        assert all(q.task is None for q in questions[: proof.number]) and proof.task is None
+        assert all(q.task is not None for q in questions[proof.number :])
         for q in questions:
             assert all(part.unit for part in q.parts)
             if q.kind == "hbm":
@@ -156,6 +160,8 @@ def test_the_keys_are_finite_and_in_range_for_many_ids():
                     <= question.params["per_block"]
                     < smem_footprint(question.params, largest + 16)
                 )
+            elif question.kind in ("fragments", "bank_conflicts"):  # lanes, indices, banks: exact, 0 included
+                assert all(v == int(v) and 0 <= v for v in key.values()), (sid, question.kind, key)
             else:  # away from 0, so that a relative tolerance means something
                 assert all(v >= 0.05 for v in key.values()), (sid, question.kind, key)
 
@@ -339,10 +345,10 @@ def test_the_written_proof_is_listed_for_grading_by_hand():
     result = grade_theory(keyed_file("alice", written="By induction on j. \\sum_s e^{s - m_j} ..."), REGISTRY)
     (manual,) = result.manual
     assert manual.answer.startswith("By induction") and "\\sum_s" in manual.answer, "LaTeX kept verbatim"
-    proof_test = result.tests[-1]
+    (proof_test,) = [t for t in result.tests if "manual" in t.tags]
     assert proof_test.score == 0 and proof_test.max_score == THEORY.proof_points and "pending" in proof_test.output
     empty = grade_theory(keyed_file("alice", written=""), REGISTRY)
-    assert "no proof written" in empty.tests[-1].output
+    assert "no proof written" in next(t for t in empty.tests if "manual" in t.tags).output
 
 
 # --------------------------------------------------------------------------- the reports
@@ -389,7 +395,8 @@ def test_grade_submission_reads_the_answers_file_from_a_folder_and_a_zip(tmp_pat
         out = tmp_path / f"out-{source.suffix or 'dir'}"
         result = grade_submission(source, out, config, log=lambda *a, **k: None)
         assert result.theory.score == pytest.approx(result.theory.numeric_max)
-        assert result.max_score(REGISTRY) == pytest.approx(REGISTRY.task("t1").points.total + THEORY.points)
+        # A bonus task's questions come on top, as the task's own points do.
+        assert result.max_score(REGISTRY) == pytest.approx(REGISTRY.task("t1").points.total + THEORY.regular_points)
         results = json.loads((out / "results.json").read_text())
         assert results["manual"] and any("theory" in t["tags"] for t in results["tests"])
         rows = list(csv.reader((out / "grades.csv").read_text().splitlines()))
