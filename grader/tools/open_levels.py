@@ -103,7 +103,7 @@ def _check_values(kernels, task: str) -> str:
     return "ok"
 
 
-def calibrate(task_id: str, repeats: int, registry: Registry) -> list[dict]:
+def calibrate(task_id: str, repeats: int, registry: Registry, only: list[str] | None = None) -> list[dict]:
     from assignment.cuda.kernels import Kernels
     from grader.hidden.workloads import workload
 
@@ -113,7 +113,11 @@ def calibrate(task_id: str, repeats: int, registry: Registry) -> list[dict]:
         raise SystemExit(f"{task_id} has no OPEN block in solutions/: nothing to calibrate")
     rows = []
     candidates = [("reference (open body)", reference_body(task.files[0], task_id, levels), task.files[0])]
-    candidates += [(f.name, f.body, f.file) for f in fixtures(registry, task_id)]
+    kept = fixtures(registry, task_id)
+    unknown = sorted(set(only or []) - {f.name for f in kept})
+    if unknown:
+        raise SystemExit(f"no open-level fixture of {task_id} named {', '.join(unknown)} (--list lists them)")
+    candidates += [(f.name, f.body, f.file) for f in kept if not only or f.name in only]
     with tempfile.TemporaryDirectory(prefix="kit-open-") as tmp:
         # The kit's file at the open level (the registry may grade at another): the regions are spliced into it.
         kit = Path(tmp) / "kit"
@@ -186,6 +190,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calibrate", action="store_true", help="time every fixture against the reference (GPU)")
     parser.add_argument("--task", default=None, help="only this task's fixtures")
     parser.add_argument("--repeats", type=int, default=3, help="timing runs per fixture and rule")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="with --calibrate: the reference and these fixtures only",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the measurements here")
     parser.add_argument(
         "--write",
@@ -211,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         tasks = [args.task] if args.task else sorted({f.task for f in fixtures(registry)})
         print(f"GPU: {torch.cuda.get_device_name()}; values checked, then each timing rule {args.repeats} times")
-        rows = [row for task_id in tasks for row in calibrate(task_id, args.repeats, registry)]
+        rows = [row for task_id in tasks for row in calibrate(task_id, args.repeats, registry, args.only)]
         if args.json:
             args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}, indent=2) + "\n")
         return 0
