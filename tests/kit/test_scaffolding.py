@@ -191,6 +191,13 @@ def test_t8s_levels_place_the_calibration_kernels():
     assert [opened.timing[1].points_for(r) for r in causal] == [5, 5, 5, 2.5, 1, 0]
     assert [guided.timing[1].points_for(r) for r in causal] == [5, 5, 5, 1, 0, 0]
     assert all("open_levels --calibrate" in rule.reasoning for rule in opened.timing)
+    # the causal-schedule kernels (the same file, H200): short query tiles first, the mask on every tile; each alone
+    # keeps full points at both levels, in both rules
+    schedule = {"bf16": (0.999, 1.068), "causal": (1.090, 1.167)}
+    for rule, key in zip(guided.timing, schedule):
+        assert [rule.points_for(r) for r in schedule[key]] == [5, 5]
+    for rule, key in zip(opened.timing, schedule):
+        assert [rule.points_for(r) for r in schedule[key]] == [5, 5]
 
 
 def test_a_task_set_open_without_open_blocks_is_refused():
