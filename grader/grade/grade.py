@@ -200,6 +200,14 @@ def _unreadable(
     return result
 
 
+def total_line(result, registry) -> str:
+    """'total 95.00 / 120', with the bonus tasks' most said apart: they come on top of the maximum."""
+    bonus = sum(t.max_score for t in result.tasks if t.task.bonus)
+    bonus += result.theory.bonus_max if result.theory else 0.0
+    extra = f" (+ up to {bonus:g} bonus)" if bonus > 0 else ""
+    return f"total {result.score:.2f} / {result.max_score(registry):g}{extra}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Grade one submission (a folder or a .zip).")
     parser.add_argument("submission", type=Path)
@@ -269,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 3
     print("\n".join(summary_lines(result)))
-    print(f"total {result.score:.2f} / {result.max_score(registry):g}")
+    print(total_line(result, registry))
     for line in result.review:
         print(f"REVIEW {line}")
     print(

@@ -268,3 +268,22 @@ def test_threads_set_the_checkers_and_the_workers_thread_counts(tmp_path, monkey
     assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "1"
     assert json.loads((tmp_path / "worker_t1.json").read_text())["limits"]["threads"] == 1
     assert checker_environment(prepared, tmp_path, CPU_TASKS, 7, None)["OMP_NUM_THREADS"] == "7"  # the host's
+
+
+def test_the_total_line_says_the_bonus_apart():
+    from types import SimpleNamespace
+
+    from grader.grade.grade import total_line
+
+    def task(bonus, points):
+        return SimpleNamespace(task=SimpleNamespace(bonus=bonus), max_score=points)
+
+    def result(tasks, theory=None):
+        regular = sum(t.max_score for t in tasks if not t.task.bonus)
+        return SimpleNamespace(score=30.0, tasks=tasks, theory=theory, max_score=lambda registry: regular)
+
+    assert total_line(result([task(False, 10), task(False, 20)]), None) == "total 30.00 / 30"
+    only_bonus = total_line(result([task(True, 25)]), None)
+    assert only_bonus == "total 30.00 / 0 (+ up to 25 bonus)", only_bonus
+    theory = SimpleNamespace(bonus_max=8.5)
+    assert total_line(result([task(False, 10), task(True, 25)], theory), None).endswith("/ 10 (+ up to 33.5 bonus)")
