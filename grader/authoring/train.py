@@ -22,7 +22,10 @@ steps, and its decay ends when its share does), a trial stopping early when its 
 improved for ``patience`` evaluations. Every evaluation also continues the kit's bar prompt greedily
 (model_card.BAR_PROMPT) and measures the text as the tests do, with the training text's vocabulary as the
 dictionary. The weights kept are those of the lowest validation loss among the evaluations whose greedy
-text met the bar, or of the lowest validation loss overall when none did.
+text met the bar, or of the lowest validation loss overall when none did; then, when the corpus carries the
+tests' dictionary (``dictionary.txt.gz``), the lowest-loss evaluations' weights are saved in bfloat16,
+loaded back on the CPU and held to the kit's whole bar (model_card.bar_failures, what the tests check), and
+the first that meets it is kept instead.
 
 ``--smoke`` trains a tiny model for a few dozen steps on the start of the corpus, on the CPU in
 seconds: CI runs it to prove every file is produced and loads.
@@ -38,6 +41,7 @@ import platform
 import shlex
 import shutil
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -48,7 +52,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, processors, trainers
 from torch import nn
 
-from assignment.model.checkpoint import save_checkpoint
+from assignment.model.checkpoint import load_checkpoint, save_checkpoint
 from assignment.model.config import ModelConfig
 from assignment.model.llama import Transformer
 from grader.authoring.corpus import DOC_SEPARATOR
@@ -58,6 +62,7 @@ from grader.authoring.model_card import (
     LOG_FILE,
     RUN_FILE,
     ProseMeasures,
+    bar_failures,
     load_vocabulary,
     prose_measures,
     write_model_card,
@@ -74,6 +79,7 @@ CHAT_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
 )
 CORPUS_FILES = ("SOURCES.json", "words.txt.gz")
+DICTIONARY_FILE = "dictionary.txt.gz"  # the tests' word list, carried by the corpus (corpus.write_dictionary)
 LOG_FIELDS = (
     "trial",
     "step",
@@ -116,6 +122,7 @@ class Settings:
     max_val_bytes: int | None = None  # ... and of val.txt
     sample_tokens: int = BAR_TOKENS  # per continuation in the model card
     check_tokens: int = BAR_TOKENS  # the greedy bar check at each evaluation
+    candidates: int = 8  # the lowest-loss evaluations whose saved weights are checked against the kit's bar
 
     @property
     def head_dim(self) -> int:
@@ -410,6 +417,9 @@ class Trainer:
         self.trial: TrialResult | None = None
         self.best_state: dict[str, torch.Tensor] = {}
         self.best_key: tuple[bool, float] = (False, -math.inf)  # (greedy bar met, -validation loss): larger is better
+        # The evaluations' weights with the lowest validation losses, on the host in bfloat16 (as they would ship),
+        # for the final check of the kit's bar on the CPU: (validation loss, trial, step, weights).
+        self.candidates: list[tuple[float, int, int, dict[str, torch.Tensor]]] = []
         self.stale = 0  # evaluations since the trial's best one
         self.loss_sum, self.steps_summed = torch.zeros((), device=device), 0
 
@@ -468,6 +478,10 @@ class Trainer:
             trial.best_val_loss, trial.best_step, self.stale = val_loss, step, 0
         else:
             self.stale += 1
+        if step > 0:
+            state = {k: v.detach().to("cpu", torch.bfloat16, copy=True) for k, v in self.model.state_dict().items()}
+            self.candidates = sorted([*self.candidates, (val_loss, trial.trial, step, state)], key=lambda c: c[0])
+            del self.candidates[self.settings.candidates :]
         key = (bar_met, -val_loss)
         if step > 0 and key > self.best_key:
             self.best_key = key
@@ -538,6 +552,42 @@ class Trainer:
         )
         self.model.load_state_dict(self.best_state)
         return r
+
+
+def check_candidates(
+    trainer: Trainer, tokenizer: HFTokenizer, dictionary: set[str], context: int, budget_s: float = 90.0
+) -> None:
+    """Keep the lowest-loss candidate whose weights, saved in bfloat16 and loaded back on the CPU as the kit loads
+    them, meet the kit's bar with the tests' dictionary (model_card.bar_failures); the trainer's choice otherwise.
+
+    The check during training ran in the training precision on the GPU with the training text's vocabulary:
+    greedy text can take another turn on the CPU, and this check is the one the tests will make.
+    """
+    model, result = trainer.model, trainer.result
+    chosen = {k: v.clone() for k, v in trainer.best_state.items()}
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="kit-tiny-candidate-") as tmp:
+        for val_loss, trial, step, state in trainer.candidates:
+            if time.perf_counter() - start > budget_s:
+                break
+            model.load_state_dict(state)
+            save_checkpoint(model, Path(tmp), dtype=torch.bfloat16)
+            save_tokenizer(tokenizer, Path(tmp), context)
+            failures = bar_failures(load_checkpoint(Path(tmp), max_seq_len=2 * BAR_TOKENS), dictionary)
+            print(
+                f"train: candidate trial {trial} step {step} (validation loss {val_loss:.4f}): "
+                + ("meets the bar" if not failures else "misses " + "; ".join(failures)),
+                flush=True,
+            )
+            if not failures:
+                result.best_val_loss, result.best_trial, result.best_step = val_loss, trial, step
+                result.selection = (
+                    "the lowest validation loss among the evaluations whose weights, saved in bfloat16 and loaded back "
+                    "on the CPU, met the kit's bar (model_card.bar_failures, the tests' dictionary)"
+                )
+                return
+    model.load_state_dict(chosen)
+    result.selection += "; no candidate met the kit's bar on the CPU"
 
 
 def write_log(rows: list[dict], path: Path) -> None:
@@ -667,6 +717,8 @@ def main(argv: list[str] | None = None) -> int:
     vocabulary = load_vocabulary(args.corpus / "words.txt.gz")
     trainer = Trainer(model, data, vocabulary, settings, device, args.seed)
     result = trainer.run(args.minutes * 60, use_compile=device.type == "cuda" and not args.no_compile)
+    if (args.corpus / DICTIONARY_FILE).is_file():
+        check_candidates(trainer, tokenizer, load_vocabulary(args.corpus / DICTIONARY_FILE), settings.context)
     facts = run_facts(settings, model, data, result, device, time.perf_counter() - wall_start, command)
     save_run(model, data, settings, args.corpus, args.out, facts)
     write_log(result.log, args.out / LOG_FILE)
