@@ -58,6 +58,10 @@ class ProseMeasures:
     distinct: float
     known: float
 
+    def __str__(self) -> str:
+        ended = ", then a stop token" if self.stopped else ""
+        return f"{self.tokens} tokens{ended}, {self.words} words, {self.distinct:.0%} distinct, {self.known:.0%} known"
+
     def passes(self, tokens: int = BAR_TOKENS, known: float = KNOWN_BAR, distinct: float = DISTINCT_BAR) -> bool:
         return self.tokens >= tokens and not self.stopped and self.known >= known and self.distinct >= distinct
 
