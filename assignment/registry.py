@@ -176,6 +176,9 @@ class Grading:
     timeout_s: float = 600.0
     test_deadline_s: float = 120.0
     reasoning: str = ""
+    # The open scaffolding level of a task without timing rules: how its checks (structure bounds, deadlines) were
+    # measured on honest simpler designs, the instructor's open-level fixtures. Instructor-only, like reasoning.
+    open_reasoning: str = ""
 
 
 @dataclass(frozen=True)
@@ -660,9 +663,12 @@ def _parse_grading(raw: Any, path: Path, task_id: str, edition: str = "instructo
     deadline = float(_require(raw, "test_deadline_s", float, path, task_id, "grading."))
     if not 0 < deadline <= timeout:
         raise RegistryError(path, task_id, "grading", "needs 0 < test_deadline_s <= timeout_s")
+    opened = str(raw.get("open_reasoning", ""))
     if edition == "student":
-        return Grading(timeout, deadline, str(raw.get("reasoning", "")))
-    return Grading(timeout, deadline, _require(raw, "reasoning", str, path, task_id, "grading."))
+        return Grading(timeout, deadline, str(raw.get("reasoning", "")), opened)
+    if "open_reasoning" in raw and len(opened.strip()) < 20:
+        raise RegistryError(path, task_id, "grading.open_reasoning", "must say which designs the checks were run on")
+    return Grading(timeout, deadline, _require(raw, "reasoning", str, path, task_id, "grading."), opened)
 
 
 def parse_registry(data: dict, path: Path) -> Registry:
@@ -703,6 +709,15 @@ def parse_registry(data: dict, path: Path) -> Registry:
             raise RegistryError(path, task_id, "scaffolding", f"must be one of {SCAFFOLDING}, got {scaffolding!r}")
         timing = _parse_timing(raw.get("timing", []), path, task_id, edition, scaffolding)
         timing_points = sum(rule.max_points for rule in timing)
+        grading = _parse_grading(raw.get("grading", {}), path, task_id, edition)
+        if scaffolding == "open" and not timing and edition != "student" and not grading.open_reasoning:
+            raise RegistryError(
+                path,
+                task_id,
+                "grading.open_reasoning",
+                "is missing: an open task without timing rules says how its checks were run on honest simpler "
+                "designs (the open level's fixtures)",
+            )
         available = _require(raw, "available", bool, path, task_id)
         if available and any(rule.student is None for rule in timing):
             raise RegistryError(
@@ -744,7 +759,7 @@ def parse_registry(data: dict, path: Path) -> Registry:
                 hidden=hidden,
                 timing=timing,
                 rules=_parse_rules(raw.get("rules", {}), path, task_id),
-                grading=_parse_grading(raw.get("grading", {}), path, task_id, edition),
+                grading=grading,
                 scaffolding=scaffolding,
                 objectives=_parse_objectives(raw.get("objectives"), path, task_id, available),
                 estimated_hours=_parse_estimated_hours(raw.get("estimated_hours"), path, task_id, available),

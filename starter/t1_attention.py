@@ -84,10 +84,14 @@ def naive_attention(
     _check_inputs(q, k, v)
     scale = default_scale(q.shape[-1]) if scale is None else float(scale)
     # TODO(t1): naive attention
-    # PLAN: 1. Upcast q, k, v to float32 and form S = q @ kᵀ * scale, shape (B, H, Lq, Lk).
-    # PLAN: 2. If causal, set S to -inf where causal_visible(...) is False.
-    # PLAN: 3. Subtract the row max (use 0 for rows whose max is -inf), exponentiate, sum the row.
-    # PLAN: 4. O = (P @ v) / rowsum, with 0 for rows whose sum is 0; cast back to q.dtype.
+    # PLAN: 1. The scores S = Q Kᵀ · scale, shape (B, H, Lq, Lk), in float32: fp16/bf16 products summed in their own
+    # PLAN:    precision lose the digits the tests measure, so upcast before multiplying, not after.
+    # PLAN: 2. Causal: a masked score must add exactly nothing to its row's softmax, whatever the other scores are.
+    # PLAN: 3. The row softmax without overflow: shift each row by its own maximum, so every exponent is <= 0 and the
+    # PLAN:    largest term is exactly 1 (the handout's "Softmax" section). A row whose every score is masked has
+    # PLAN:    maximum -inf, and -inf - (-inf) is NaN: such a row needs another shift (any finite one).
+    # PLAN: 4. O = P V divided by each row's sum of exponentials, shape (B, H, Lq, d). A row that saw no key has sum
+    # PLAN:    0: its O is 0, not 0 / 0. Only the result goes back to q's dtype.
     raise NotImplementedError('t1: naive attention is not implemented yet (TODO(t1) in t1_attention.py)')
 
 
@@ -116,16 +120,8 @@ def flash_attention_forward(
         visible key has O = 0 and LSE = -inf.
 
     Never allocates an Lq x Lk tensor: the largest intermediate is one
-    (B, H, block_q, block_k) tile of scores.
-
-    Math, for one query block and key blocks j = 1, 2, ... (per row):
-        S_j   = Q K_jᵀ · scale
-        m_new = max(m, rowmax(S_j))
-        P_j   = exp(S_j - m_new)
-        l     = exp(m - m_new) · l + rowsum(P_j)
-        acc   = exp(m - m_new) · acc + P_j V_j
-        m     = m_new
-    and at the end O = acc / l, LSE = m + log(l).
+    (B, H, block_q, block_k) tile of scores. The handout's "online softmax"
+    section derives how one pass over the key blocks gives the exact softmax.
     """
     _check_inputs(q, k, v)
     if not (isinstance(block_q, int) and isinstance(block_k, int) and block_q > 0 and block_k > 0):
@@ -136,10 +132,18 @@ def flash_attention_forward(
     out = torch.empty(batch, heads, lq, d, dtype=q.dtype, device=q.device)
     lse = torch.empty(batch, heads, lq, dtype=torch.float32, device=q.device)
     # TODO(t1): tiled FlashAttention-2 forward (online softmax)
-    # PLAN: 1. For each query block [q0, q1): m = -inf, l = 0, acc = 0 (float32, per row).
-    # PLAN: 2. If causal, the last key this block can see is q1 - 1 + Lk - Lq: loop only up to it.
-    # PLAN: 3. For each key block: S = Q_blk K_blkᵀ * scale (mask the diagonal block if causal),
-    # PLAN:    then update m, l and acc with the recurrence in the docstring (guard m = -inf).
-    # PLAN: 4. Write O = acc / l and LSE = m + log(l); rows with l = 0 get O = 0, LSE = -inf.
+    # PLAN: Each query block keeps, per row and in float32, the state of the keys it has read so far:
+    # PLAN:    m = their largest score, l = the sum of exp(s - m), acc = the sum of exp(s - m) v
+    # PLAN: (shapes (B, H, rows), (B, H, rows), (B, H, rows, d)); O = acc / l and LSE = m + log l at the end.
+    # PLAN: 1. A query block starts from the state of no keys at all: m = -inf, l = 0, acc = 0.
+    # PLAN: 2. Causal: the block's last query, row q1 - 1 of rows [q0, q1), sees keys up to q1 - 1 + Lk - Lq; later
+    # PLAN:    key blocks may hold anything (NaN in the tests), so the loop stops before them. Only a block that
+    # PLAN:    crosses that diagonal needs a mask inside it.
+    # PLAN: 3. Each key block's score tile, (B, H, rows, block_k), is the only one alive. When the block raises a
+    # PLAN:    row's maximum, every term already in l and acc was taken against the old maximum and is too large
+    # PLAN:    by exp(m_new - m_old): keep the state true by rescaling both before adding the block's terms.
+    # PLAN:    A row that has seen only masked keys keeps m = -inf; its shift must stay finite (-inf - (-inf) = NaN).
+    # PLAN: 4. After the last key block: O = acc / l and LSE = m + log l (the log of the row's sum of exp(s),
+    # PLAN:    without overflow); a row with l = 0 saw no key: O = 0, LSE = -inf. Each block writes its own rows.
     raise NotImplementedError('t1: tiled FlashAttention-2 forward (online softmax) is not implemented yet (TODO(t1) in t1_attention.py)')
     return out, lse

@@ -67,10 +67,11 @@ def apply_repetition_penalty(logits: torch.Tensor, previous: torch.Tensor, penal
     dividing a negative logit by theta > 1 would raise it.
     """
     # TODO(t7): the repetition penalty
-    # PLAN: 0. Reject penalty <= 0 with a ValueError.
-    # PLAN: 1. Gather each row's logits at the ids in `previous` (torch.gather); a repeated id gathers the same value.
-    # PLAN: 2. Divide the positive ones by the penalty and multiply the others by it (torch.where).
-    # PLAN: 3. Scatter them into a copy of the logits: a repeated id writes the same value twice, so it counts once.
+    # PLAN: 0. A penalty <= 0 is no penalty (it would flip or zero the logits): refuse it with a ValueError.
+    # PLAN: 1. A row's ids in `previous` (B, n) pick the logits to change. An id listed twice is still penalised once:
+    # PLAN:    compute every new value from the original logit, never from one already penalised.
+    # PLAN: 2. The new value is lower whichever the logit's sign: dividing a negative logit by theta > 1 would raise it.
+    # PLAN: 3. The result differs from the logits at those ids only, in a new (B, V) tensor: the caller keeps its own.
     raise NotImplementedError('t7: the repetition penalty is not implemented yet (TODO(t7) in t7_generate.py)')
 
 
@@ -84,9 +85,11 @@ def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
     tensor.
     """
     # TODO(t7): top-k filtering
-    # PLAN: 0. Reject k < 1 with a ValueError; for k >= V return a copy of the logits.
-    # PLAN: 1. The k-th largest value of each row: torch.topk(logits, k, dim=-1).values[:, -1:].
-    # PLAN: 2. -inf wherever a logit is strictly below it (masked_fill), so ties with it stay.
+    # PLAN: 0. k < 1 would keep nothing (a ValueError); k >= V keeps every token (a copy, never the input itself).
+    # PLAN: 1. Each row's threshold is its own k-th largest value z_(k), kept as a (B, 1) column so that it lines up
+    # PLAN:    with every logit of its row.
+    # PLAN: 2. A logit survives when it is >= its row's threshold: >= keeps every tie at z_(k), as the docstring asks.
+    # PLAN:    The others become -inf, which the softmax turns into a probability of exactly 0.
     raise NotImplementedError('t7: top-k filtering is not implemented yet (TODO(t7) in t7_generate.py)')
 
 
@@ -106,11 +109,14 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
     raises ValueError. Returns a new (B, V) tensor.
     """
     # TODO(t7): top-p (nucleus) filtering
-    # PLAN: 0. Reject p <= 0 or p > 1 with a ValueError; for p == 1 return a copy of the logits.
-    # PLAN: 1. probs = softmax of the logits (float32), sorted in decreasing order (torch.sort gives the order).
-    # PLAN: 2. mass_before = cumsum(sorted probs) - sorted probs: the mass of the more probable tokens.
-    # PLAN: 3. Keep a sorted token when mass_before < p; scatter that mask back to vocabulary order.
-    # PLAN: 4. -inf where the mask is False.
+    # PLAN: 0. p outside (0, 1] is an error (ValueError); p = 1 keeps every token (a copy).
+    # PLAN: 1. The decision goes in order of decreasing probability (the softmax of the row, in float32), so it needs
+    # PLAN:    the row in that order and, for each sorted position, the vocabulary id it came from.
+    # PLAN: 2. In that order, the mass *before* a token (the more probable ones, not itself) decides: keep the token
+    # PLAN:    while it is < p. So the crossing token is kept, the most probable one always is, and a partial sum
+    # PLAN:    landing exactly on p ends the set there (the handout's table works four cases).
+    # PLAN: 3. Carry the keep/drop decisions back to vocabulary order (the kept ids are not the first m ids of the
+    # PLAN:    vocabulary) and set the dropped logits to -inf.
     raise NotImplementedError('t7: top-p (nucleus) filtering is not implemented yet (TODO(t7) in t7_generate.py)')
 
 
@@ -139,10 +145,11 @@ def next_token_probs(
     ``sample_next_token``'s job).
     """
     # TODO(t7): temperature, filters and renormalisation
-    # PLAN: 0. Reject temperature <= 0 with a ValueError.
-    # PLAN: 1. z = logits in float32, divided by the temperature.
-    # PLAN: 2. top_k_filter if top_k is not None, then top_p_filter if top_p is not None.
-    # PLAN: 3. softmax over the last dimension: -inf entries get 0, the rest sum to 1.
+    # PLAN: 0. T <= 0 is no distribution (greedy, T = 0, is sample_next_token's case): a ValueError.
+    # PLAN: 1. Temperature first, on float32 logits: the filters are defined on the distribution that is sampled, and
+    # PLAN:    dividing by T changes which tokens reach top-p's mass (the handout's worked example).
+    # PLAN: 2. The filters the caller asked for, top-k before top-p: top-p works on what top-k left.
+    # PLAN: 3. One normalisation of each row at the end: a removed token (-inf) gets exactly 0, the rest sum to 1.
     raise NotImplementedError('t7: temperature, filters and renormalisation is not implemented yet (TODO(t7) in t7_generate.py)')
 
 
@@ -164,9 +171,10 @@ def sample_next_token(
     temperature < 0 raises ValueError.
     """
     # TODO(t7): greedy or one draw per row
-    # PLAN: 0. Reject temperature < 0 with a ValueError.
-    # PLAN: 1. temperature == 0: torch.argmax over the last dimension (it returns the first maximum).
-    # PLAN: 2. Otherwise probs = next_token_probs(...) and torch.multinomial(probs, 1, generator=generator)[:, 0].
+    # PLAN: 0. A negative temperature is an error (ValueError).
+    # PLAN: 1. T = 0 is greedy: each row's first maximum, and no draw at all (the filters never remove the maximum).
+    # PLAN: 2. Otherwise one draw per row from next_token_probs, through the caller's generator so that a seed
+    # PLAN:    reproduces the tokens (the docstring names the call: the tests replay it draw for draw). Shape (B,).
     raise NotImplementedError('t7: greedy or one draw per row is not implemented yet (TODO(t7) in t7_generate.py)')
 
 
@@ -203,11 +211,14 @@ def generate_tokens(
     (T + max_new_tokens > model.max_seq_len).
     """
     # TODO(t7): the generation loop (prefill, then one decode per token)
-    # PLAN: 0. Check the arguments (ValueError): a non-empty prompt, max_new_tokens >= 0, temperature >= 0,
-    # PLAN:    and room in the cache: len(prompt) + max_new_tokens <= model.max_seq_len.
-    # PLAN: 1. Prefill once: a (1, T) long tensor at input_pos = arange(T), both on model.device.
-    # PLAN: 2. For k = 0 .. max_new_tokens-1: apply the penalty over prompt + tokens so far, sample one token;
-    # PLAN:    return if it is a stop token, else yield it, and feed it back at position T + k (not after the last).
+    # PLAN: 0. Refuse, before any model call, what cannot run (ValueError): an empty prompt, max_new_tokens < 0,
+    # PLAN:    temperature < 0, and a prompt plus new tokens that the cache (model.max_seq_len positions) cannot hold.
+    # PLAN: 1. The cache must hold every earlier token at its own position before the next one is fed: the prompt goes
+    # PLAN:    in once, a (1, T) long batch at positions 0..T-1 (shape (T,)); then each generated token alone, (1, 1)
+    # PLAN:    at a (1,) position, the k-th one at T + k. Every tensor on model.device.
+    # PLAN: 2. Each step: the penalty sees the whole history (prompt and tokens so far), then one token is drawn.
+    # PLAN:    A stop token ends the text: neither yielded nor fed. The last wanted token is yielded but not fed
+    # PLAN:    (nothing reads its logits): one prefill and at most max_new_tokens - 1 decodes in all.
     raise NotImplementedError('t7: the generation loop (prefill, then one decode per token) is not implemented yet (TODO(t7) in t7_generate.py)')
 
 
@@ -254,8 +265,10 @@ def stream(
     ``"".join(stream(...)) == tokenizer.decode(generate(...))``.
     """
     # TODO(t7): streaming text (never half a character)
-    # PLAN: 1. For each token from generate_tokens(...) (same arguments): decode all generated tokens so far.
-    # PLAN: 2. If the text ends in REPLACEMENT_CHARACTER, a character is incomplete: wait for the next token.
-    # PLAN: 3. Otherwise yield the part of the text not yet yielded (skip empty pieces).
-    # PLAN: 4. After the loop, yield what is left of the full decode, if anything.
+    # PLAN: The invariant: what has been yielded is a prefix of the decoded text and never ends inside a character.
+    # PLAN: 1. After each token from generate_tokens (same arguments), decode all the generated tokens so far: a token
+    # PLAN:    decoded alone cannot rebuild a character whose bytes span two tokens.
+    # PLAN: 2. A text ending in REPLACEMENT_CHARACTER is waiting for a character's last bytes: yield nothing yet.
+    # PLAN:    Otherwise yield the new part at once (a piece held back to join later text is late).
+    # PLAN: 3. After the loop, yield whatever is left, even a broken character: the pieces must join to the decode.
     raise NotImplementedError('t7: streaming text (never half a character) is not implemented yet (TODO(t7) in t7_generate.py)')

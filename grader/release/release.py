@@ -208,7 +208,8 @@ def secrets(repo: Path) -> list[Secret]:
         found.append(Secret(text, f"assignment/tasks.toml {where} (hidden shapes)"))
     registry = load_registry(repo / "assignment" / "tasks.toml")
     for task in registry.tasks:
-        reasons = [r for rule in task.timing for r in (rule.reasoning, rule.open_reasoning)] + [task.grading.reasoning]
+        reasons = [r for rule in task.timing for r in (rule.reasoning, rule.open_reasoning)]
+        reasons += [task.grading.reasoning, task.grading.open_reasoning]
         for reason in filter(None, reasons):
             for sentence in re.split(r"(?<=[.;:])\s+", reason):
                 if len(sentence) >= 40:
@@ -250,7 +251,8 @@ def check_bundle(bundle: Path, repo: Path = REPO_ROOT) -> list[str]:
     for task in registry.tasks:
         if len(task.hidden):
             problems.append(f"assignment/tasks.toml: {task.id} has hidden shapes")
-        if any(rule.reasoning or rule.open_reasoning for rule in task.timing) or task.grading.reasoning:
+        grading_notes = task.grading.reasoning or task.grading.open_reasoning
+        if any(rule.reasoning or rule.open_reasoning for rule in task.timing) or grading_notes:
             problems.append(f"assignment/tasks.toml: {task.id} has the rubric's reasoning")
     for filename in registry.student_files:
         shipped_file, ours = bundle / "starter" / filename, repo / "starter" / filename

@@ -1,32 +1,46 @@
-"""The open scaffolding level's honest, simpler kernels, and the GPU run that calibrates its partial credit.
+"""The open scaffolding level's honest, simpler designs, and the runs that calibrate its rubric.
 
 At the ``open`` level (registry ``scaffolding = "open"``; assignment/markers.py) a student designs a whole
-kernel body, so the timing rubric needs levels for designs short of the reference's, measured rather than
-guessed. ``grader/fixtures/open/<file stem>.<name>.cu`` holds the body of such a kernel (an open-level
-TODO region filled in); each is a submission a student could honestly hand in.
+kernel body, or a whole function's body, so the rubric needs to be measured on designs short of the reference's
+rather than guessed. Each fixture in ``grader/fixtures/open/`` is a submission a student could honestly hand in:
+
+* ``<file stem>.<name>.cu``: the body of a CUDA task's open TODO region;
+* ``<file stem>.<name>.py``: functions of a Python task's file, each one's body (after its docstring) the body of
+  that function's open TODO region; the file's other regions keep the reference's body. The bodies run inside
+  the student file, so they use its names (helpers, constants) and the variables its given lines set.
 
     python -m grader.tools.open_levels --list                  # the fixtures and the open starter they fill in
-    python -m grader.tools.open_levels --calibrate [--task t3] [--repeats 3] [--json out.json]   # on a GPU
+    python -m grader.tools.open_levels --calibrate [--task t3] [--repeats 3] [--json out.json]
     python -m grader.tools.open_levels --write DIR             # each fixture as a submission folder, to grade
 
-``--calibrate`` checks each kernel's values against the reference on awkward shapes, then times it
-against the reference exactly as the hidden suite's timing check does (the same workload, the kit's
-timing harness, interleaved, cold L2) and prints the ratio each reaches and the points the rule's
-``open`` thresholds give it. The reference's own open body is timed too: the noise floor. A kernel whose values
-are off (or that does not build) is reported and not timed; the others still are.
+``--calibrate`` on a CUDA task (a GPU) checks each kernel's values against the reference on awkward shapes, then
+times it against the reference exactly as the hidden suite's timing check does (the same workload, the kit's
+timing harness, interleaved, cold L2) and prints the ratio each reaches and the points the rule's ``open``
+thresholds give it. The reference's own open body is timed too: the noise floor. A kernel whose values are off
+(or that does not build) is reported and not timed; the others still are.
+
+``--calibrate`` on a Python task (where it runs: the CPU, and a GPU when there is one) runs the task's hidden
+suite on each candidate, the reference's own bodies first, with one seed (``--seed``), and prints the checks
+passed, the slowest check against the task's per-check deadline, the suite's time against its limit, and what
+the structure checks measured (their ``measured`` metadata, e.g. t1's peak memory against its bound).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
+import os
+import subprocess
 import sys
 import tempfile
+import textwrap
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from assignment.markers import apply_levels, strip_solutions
-from assignment.registry import Registry, load_registry
+from assignment.markers import PLAN, STUB, apply_levels, strip_solutions
+from assignment.registry import Registry, Task, load_registry
 from grader.authoring.starter import levels_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +53,7 @@ class OpenFixture:
     task: str
     file: str  # the student file it fills in, e.g. t3_gemm.cu
     name: str  # e.g. no_double_buffer
-    body: str  # the TODO region's lines
+    body: str  # the TODO region's lines (CUDA), or the module whose functions fill the regions (Python)
 
 
 def open_levels(registry: Registry) -> dict[str, str]:
@@ -49,13 +63,13 @@ def open_levels(registry: Registry) -> dict[str, str]:
 
 def fixtures(registry: Registry, task: str | None = None) -> list[OpenFixture]:
     found = []
-    for path in sorted(FIXTURES.glob("*.cu")):
-        stem, _, name = path.name[: -len(".cu")].partition(".")
-        file = stem + ".cu"
+    for path in sorted([*FIXTURES.glob("*.cu"), *FIXTURES.glob("*.py")]):
+        stem, _, name = path.name[: -len(path.suffix)].partition(".")
+        file = stem + path.suffix
         owners = [t.id for t in registry.tasks if file in t.files]
         if not owners or not name:
             raise ValueError(
-                f"{path}: name it <student file stem>.<fixture name>.cu (e.g. t3_gemm.no_double_buffer.cu)"
+                f"{path}: name it <student file stem>.<fixture name>{path.suffix} (e.g. t3_gemm.no_double_buffer.cu)"
             )
         fixture = OpenFixture(owners[0], file, name, path.read_text(encoding="utf-8"))
         if task is None or fixture.task == task:
@@ -77,8 +91,11 @@ def reference_body(file: str, task: str, levels: dict[str, str]) -> str:
 
 def student_text(file: str, task: str, body: str, levels: dict[str, str]) -> str:
     """The open-level starter of ``file`` with the task's TODO region filled with ``body``: what a student at the
-    open level would submit."""
+    open level would submit. For a Python file, ``body`` is a fixture module: see ``python_student_text``."""
     from assignment.cuda.regions import student_regions
+
+    if file.endswith(".py"):
+        return python_student_text(file, task, body, levels)
 
     starter, _ = strip_solutions((SOLUTIONS / file).read_text(encoding="utf-8"), f"solutions/{file}", levels=levels)
     lines = starter.splitlines(keepends=True)
@@ -88,6 +105,52 @@ def student_text(file: str, task: str, body: str, levels: dict[str, str]) -> str
     region = regions[0]
     first = region.body_start - 1
     return "".join(lines[:first]) + body + "".join(lines[first + len(region.body) :])
+
+
+def _function_bodies(module_text: str, where: str) -> dict[str, str]:
+    """Name -> body (after the docstring, dedented) of each top-level function of a fixture module."""
+    lines = module_text.splitlines(keepends=True)
+    bodies = {}
+    for node in ast.parse(module_text).body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        body = node.body
+        if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and len(body) > 1:
+            body = body[1:]
+        if not body or (isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)):
+            raise ValueError(f"{where}: {node.name} has no body to fill a region with")
+        bodies[node.name] = textwrap.dedent("".join(lines[body[0].lineno - 1 : node.end_lineno]))
+    return bodies
+
+
+def python_student_text(file: str, task: str, module_text: str, levels: dict[str, str]) -> str:
+    """The open-level starter of a Python ``file`` with each of the task's TODO regions filled: by the body of the
+    fixture module's function of the same name, else by the reference's own body. What a student at the open level
+    would submit: the given code as the starter has it, no TODO left, no marker."""
+    levelled = apply_levels((SOLUTIONS / file).read_text(encoding="utf-8"), file, levels)
+    _, regions = strip_solutions(levelled, file, levels={})
+    functions = [n for n in ast.walk(ast.parse(levelled)) if isinstance(n, ast.FunctionDef)]
+    bodies = _function_bodies(module_text, file) if module_text.strip() else {}
+    lines = levelled.splitlines(keepends=True)
+    out, filled, cursor = [], set(), 0
+    for region in regions:
+        out.extend(lines[cursor : region.begin_line - 1])
+        cursor = region.end_line
+        inside = [f.name for f in functions if f.lineno <= region.begin_line <= f.end_lineno]
+        name = inside[-1] if inside else None
+        marker = lines[region.begin_line - 1]
+        indent = marker[: len(marker) - len(marker.lstrip())]
+        if region.task == task and name in bodies:
+            out.append(textwrap.indent(bodies[name], indent))
+            filled.add(name)
+        else:
+            reference = lines[region.begin_line : region.end_line - 1]
+            out.extend(line for line in reference if not (PLAN.match(line) or STUB.match(line)))
+    out.extend(lines[cursor:])
+    unknown = sorted(set(bodies) - filled)
+    if unknown:
+        raise ValueError(f"{file}: the fixture defines {', '.join(unknown)}, which holds no open region of {task}")
+    return "".join(out)
 
 
 def _check_values(kernels, task: str) -> str:
@@ -103,7 +166,9 @@ def _check_values(kernels, task: str) -> str:
     return "ok"
 
 
-def calibrate(task_id: str, repeats: int, registry: Registry, only: list[str] | None = None) -> list[dict]:
+def calibrate(
+    task_id: str, repeats: int, registry: Registry, seed: int = 0, only: list[str] | None = None
+) -> list[dict]:
     from assignment.cuda.kernels import Kernels
     from grader.hidden.workloads import workload
 
@@ -111,6 +176,8 @@ def calibrate(task_id: str, repeats: int, registry: Registry, only: list[str] | 
     levels = open_levels(registry)
     if levels.get(task_id) != "open":
         raise SystemExit(f"{task_id} has no OPEN block in solutions/: nothing to calibrate")
+    if all(file.endswith(".py") for file in task.files):
+        return calibrate_python(task, levels, registry, seed)
     rows = []
     candidates = [("reference (open body)", reference_body(task.files[0], task_id, levels), task.files[0])]
     kept = fixtures(registry, task_id)
@@ -167,6 +234,72 @@ def calibrate(task_id: str, repeats: int, registry: Registry, only: list[str] | 
     return rows
 
 
+def calibrate_python(task: Task, levels: dict[str, str], registry: Registry, seed: int) -> list[dict]:
+    """Run the task's hidden suite on the reference's own open bodies and on each fixture (``KIT_SEED=seed``)."""
+    from grader.grade.runner import hidden_suite
+
+    candidates = [("reference (open body)", None)] + [(f.name, f) for f in fixtures(registry, task.id)]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kit-open-") as tmp:
+        for name, fixture in candidates:
+            folder = Path(tmp) / name.split()[0]
+            folder.mkdir()
+            for file in task.files:
+                body = fixture.body if fixture is not None and fixture.file == file else ""
+                (folder / file).write_text(student_text(file, task.id, body, levels), encoding="utf-8")
+            report = Path(tmp) / f"{folder.name}.json"
+            env = {k: v for k, v in os.environ.items() if k not in ("KIT_WORKER_CONFIG", "IMPL", "KIT_SEED")}
+            env.update(IMPL=str(folder), KIT_SEED=str(seed))
+            command = [sys.executable, "-m", "pytest", *map(str, hidden_suite(task)), "-q", "-p", "no:cacheprovider"]
+            command += ["--json-report", f"--json-report-file={report}"]
+            start = time.monotonic()
+            subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=4 * 3600)
+            row = {"task": task.id, "kernel": name, "seed": seed, "suite_s": round(time.monotonic() - start, 1)}
+            row["load"] = os.getloadavg()[0]  # the suite's times on a shared machine depend on it
+            row.update(_suite_figures(report, task))
+            rows.append(row)
+            print(_python_row_line(row), flush=True)
+    return rows
+
+
+def _suite_figures(report: Path, task: Task) -> dict:
+    """Checks passed, the slowest check, and the structure checks' measurements, from a pytest JSON report."""
+    if not report.is_file():
+        return {"checks": 0, "passed": 0, "failed": ["the suite wrote no report"]}
+    tests = json.loads(report.read_text()).get("tests", [])
+    seconds = {
+        t["nodeid"]: sum((t.get(p) or {}).get("duration", 0.0) for p in ("setup", "call", "teardown")) for t in tests
+    }
+    slowest = sorted(seconds, key=seconds.get, reverse=True)[:3]
+    return {
+        "checks": len(tests),
+        "passed": sum(t["outcome"] == "passed" for t in tests),
+        "failed": [t["nodeid"].split("::")[-1] for t in tests if t["outcome"] not in ("passed", "skipped")],
+        "slowest": {nodeid.split("::")[-1]: round(seconds[nodeid], 2) for nodeid in slowest},
+        "deadline_s": task.grading.test_deadline_s,
+        "timeout_s": task.grading.timeout_s,
+        "measured": {
+            t["nodeid"].split("::")[-1]: t["metadata"]["measured"]
+            for t in tests
+            if "measured" in (t.get("metadata") or {})
+        },
+    }
+
+
+def _python_row_line(row: dict) -> str:
+    slowest = ", ".join(f"{name} {s:.1f} s" for name, s in row.get("slowest", {}).items())
+    line = (
+        f"{row['kernel']:<34} checks {row['passed']}/{row['checks']} passed | suite {row['suite_s']:.0f} s (limit "
+        f"{row.get('timeout_s', 0):g} s; load average {row['load']:.1f}) | slowest checks (deadline "
+        f"{row.get('deadline_s', 0):g} s): {slowest}"
+    )
+    if row["failed"]:
+        line += " | failed: " + ", ".join(row["failed"][:6])
+    for check, figures in row.get("measured", {}).items():
+        line += f"\n    {check}: " + ", ".join(f"{k} {v}" for k, v in figures.items())
+    return line
+
+
 def _open_rule(rule):
     """The rule as the open level scores it (None until the registry gives it open thresholds)."""
     return replace(rule, thresholds=rule.open_thresholds) if rule.open_thresholds else None
@@ -184,18 +317,29 @@ def _row_line(row: dict) -> str:
     return " | ".join(parts)
 
 
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--list", action="store_true", help="list the fixtures")
     parser.add_argument("--calibrate", action="store_true", help="time every fixture against the reference (GPU)")
     parser.add_argument("--task", default=None, help="only this task's fixtures")
-    parser.add_argument("--repeats", type=int, default=3, help="timing runs per fixture and rule")
+    parser.add_argument("--repeats", type=int, default=3, help="timing runs per fixture and rule (CUDA tasks)")
+    parser.add_argument("--seed", type=int, default=0, help="the hidden suites' seed (Python tasks)")
     parser.add_argument(
         "--only",
         nargs="+",
         default=None,
         metavar="NAME",
-        help="with --calibrate: the reference and these fixtures only",
+        help="with --calibrate: the reference and these fixtures only (CUDA tasks)",
     )
     parser.add_argument("--json", type=Path, default=None, help="write the measurements here")
     parser.add_argument(
@@ -217,17 +361,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.calibrate:
         import torch
 
-        if not torch.cuda.is_available():
-            print("error: --calibrate times kernels: it needs a CUDA GPU", file=sys.stderr)
-            return 2
         tasks = [args.task] if args.task else sorted({f.task for f in fixtures(registry)})
-        print(f"GPU: {torch.cuda.get_device_name()}; values checked, then each timing rule {args.repeats} times")
-        rows = [row for task_id in tasks for row in calibrate(task_id, args.repeats, registry, args.only)]
+        kernels = [t for t in tasks if not all(file.endswith(".py") for file in registry.task(t).files)]
+        if kernels and not torch.cuda.is_available():
+            print(f"error: --calibrate times kernels ({', '.join(kernels)}): it needs a CUDA GPU", file=sys.stderr)
+            return 2
+        gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+        if kernels:
+            print(f"GPU: {gpu}; values checked, then each timing rule {args.repeats} times")
+        if len(kernels) < len(tasks):
+            print(
+                f"CPU: {_cpu_name()}, {os.cpu_count()} cores; GPU: {gpu or 'none'}; hidden suites with KIT_SEED={args.seed}"
+            )
+        rows = [row for task_id in tasks for row in calibrate(task_id, args.repeats, registry, args.seed, args.only)]
         if args.json:
-            args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}, indent=2) + "\n")
+            machine = {"gpu": gpu, "cpu": _cpu_name(), "cores": os.cpu_count()}
+            args.json.write_text(json.dumps({**machine, "rows": rows}, indent=2) + "\n")
         return 0
     for fixture in fixtures(registry, args.task):
-        print(f"{fixture.task} {fixture.file} {fixture.name}: {fixture.body.strip().splitlines()[0].strip('/ ')}")
+        first = fixture.body.strip().splitlines()[0].strip('/#" ')
+        print(f"{fixture.task} {fixture.file} {fixture.name}: {first}")
     return 0
 
 

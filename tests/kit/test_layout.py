@@ -30,9 +30,9 @@ def test_records_hold_no_code():
 
 # The kit's packages from the top down: a module imports from its own package or from a layer below its own, never
 # from a layer above, nor from another package of its own layer. `grader/scripts/` and `grader/notes/` are scripts
-# run by hand; `grader` alone is the package's (empty) __init__.
+# run by hand, `grader/fixtures/` submissions the tools read as text; `grader` alone is the package's (empty) __init__.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("grader.scripts", "grader.notes"),
+    ("grader.scripts", "grader.notes", "grader.fixtures"),
     ("grader.tools",),  # instructor tools that exercise the grader
     ("grader.classroom", "grader.release"),  # a class; the student bundle
     ("handout",),  # the handout (its facts read grader.grade.config's defaults)

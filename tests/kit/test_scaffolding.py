@@ -3,15 +3,31 @@ the open rubric, and the open-level fixtures the rubric was calibrated on."""
 
 from __future__ import annotations
 
+import ast
+import importlib.util
+import json
+import os
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+import torch
 
 from assignment.cuda import regions
-from assignment.markers import MarkerError, apply_levels, strip_solutions
+from assignment.markers import (
+    BEGIN_OPEN,
+    BEGIN_SOLUTION,
+    END_OPEN,
+    END_SOLUTION,
+    GOAL,
+    PLAN,
+    MarkerError,
+    apply_levels,
+    strip_solutions,
+)
 from assignment.registry import REGISTRY_PATH, RegistryError, load_registry, parse_registry
 from assignment.todos import todo_counts
 from grader.authoring.starter import main, render_starter, solution_lines
@@ -289,7 +305,7 @@ def test_the_open_fixtures_are_valid_region_bodies_for_the_open_starter():
     found = open_levels.fixtures(registry)
     for task, names in OPEN_FIXTURES.items():
         assert {f.name for f in found if f.task == task} >= names, task
-    for fixture in found:
+    for fixture in (f for f in found if f.file.endswith(".cu")):
         text = open_levels.student_text(fixture.file, fixture.task, fixture.body, levels)
         assert todo_counts(text, fixture.file) == {}, fixture.name
         problems = regions.check_file(text, (fixture.task,), fixture.file)
@@ -306,7 +322,7 @@ def _open_sources(open_starter) -> dict[str, tuple[str, str]]:
         sources[f"{task}_starter"] = (name, (open_starter / name).read_text())
         body = open_levels.reference_body(name, task, levels)
         sources[f"{task}_reference"] = (name, open_levels.student_text(name, task, body, levels))
-    for f in open_levels.fixtures(registry):
+    for f in (f for f in open_levels.fixtures(registry) if f.file.endswith(".cu")):
         sources[f.name] = (f.file, open_levels.student_text(f.file, f.task, f.body, levels))
     return sources
 
@@ -349,3 +365,179 @@ def test_the_handout_says_when_a_task_is_open(tmp_path):
     section = html[html.index('id="t3"') : html.index('id="t4"')]
     assert "set at the <strong>open</strong> level" in section and section.count("TODO(t3)") >= 1
     assert "set at the <strong>open</strong> level" not in html[html.index('id="t2"') : html.index('id="t3"')]
+
+
+# --------------------------------------------------------------------------- the Python tasks' open levels
+
+# Each Python task with OPEN blocks: its file and its stubs (one per function body, at both levels).
+PY_OPEN = {"t1": ("t1_attention.py", 2), "t7": ("t7_generate.py", 7)}
+PY_FIXTURES = {
+    "t1": {"two_pass", "merged_tile_softmax", "blocks_concatenated"},
+    "t7": {"row_by_row", "incremental_stream"},
+}
+_LEVEL_MARKERS = (BEGIN_OPEN, END_OPEN, GOAL, BEGIN_SOLUTION, END_SOLUTION, PLAN)
+
+
+@pytest.mark.parametrize("task", sorted(PY_OPEN))
+def test_the_python_open_starter_states_goals_not_steps(open_starter, task):
+    name, stubs = PY_OPEN[task]
+    text, guided = (open_starter / name).read_text(), (REPO / "starter" / name).read_text()
+    assert todo_counts(text, name) == {task: stubs} == todo_counts(guided, name)
+    solution = (REPO / "solutions" / name).read_text()
+    goals = [m["text"].strip() for m in map(GOAL.match, solution.splitlines()) if m]
+    plans = {line.strip() for line in guided.splitlines() if PLAN.match(line)}
+    assert goals and all(f"PLAN: {goal}" in text for goal in goals), "each GOAL line is the open stub's text"
+    assert not plans & {line.strip() for line in text.splitlines()}, "the guided plan's steps are not at the open level"
+    assert not [g for g in goals if len(g) >= 30 and g in guided], "the goals are the open level's text only"
+    levels = open_levels.open_levels(load_registry())
+    leaked = [
+        line
+        for _, line in solution_lines(solution, name, levels)
+        if len(line.strip()) >= 30 and line in text.splitlines()
+    ]
+    assert not leaked, f"solution lines of the open regions are in the open starter: {leaked[:3]}"
+
+
+@pytest.mark.parametrize("task", sorted(PY_OPEN))
+def test_the_python_open_starter_filled_with_the_reference_is_the_solution(task):
+    # So the open level passes wherever the solutions do: filled with the reference's bodies, the open starter is
+    # the solution file less its markers, plans and goals.
+    name, _ = PY_OPEN[task]
+    levels = open_levels.open_levels(load_registry())
+    solution = (REPO / "solutions" / name).read_text()
+    unmarked = "".join(
+        line for line in solution.splitlines(keepends=True) if not any(m.match(line) for m in _LEVEL_MARKERS)
+    )
+    assert open_levels.student_text(name, task, "", levels) == unmarked
+
+
+def test_the_python_open_starters_fail_every_public_test_at_a_todo(open_starter, tmp_path):
+    report = tmp_path / "report.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("IMPL", "PYTHONPATH")}
+    files = [str(p) for task in sorted(PY_OPEN) for p in sorted((REPO / "tests").glob(f"test_{task}_*.py"))]
+    command = [sys.executable, "-m", "pytest", *files, "-q", "-p", "no:cacheprovider", "--json-report"]
+    subprocess.run(
+        [*command, f"--json-report-file={report}"],
+        cwd=REPO,
+        env={**env, "IMPL": str(open_starter)},
+        capture_output=True,
+        timeout=900,
+    )
+    tests = json.loads(report.read_text())["tests"]
+    assert len(tests) > 50 and all(t["outcome"] == "failed" for t in tests), [
+        t["nodeid"] for t in tests if t["outcome"] != "failed"
+    ]
+    unclean = [t["nodeid"] for t in tests if "NotImplementedError" not in json.dumps(t)]
+    assert not unclean, f"public tests that fail without the open stub's NotImplementedError: {unclean[:3]}"
+
+
+def _fixture_module(fixture, tmp_path):
+    levels = open_levels.open_levels(load_registry())
+    path = tmp_path / fixture.name / fixture.file
+    path.parent.mkdir()
+    path.write_text(open_levels.student_text(fixture.file, fixture.task, fixture.body, levels))
+    spec = importlib.util.spec_from_file_location(f"open_fixture_{fixture.name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return path, module
+
+
+def test_the_python_open_fixtures_are_correct_submissions_within_the_rules(tmp_path):
+    from assignment.policy import Rules, check_file
+    from assignment.testing import random_qkv, reference_attention
+
+    registry = load_registry()
+    found = [f for f in open_levels.fixtures(registry) if f.file.endswith(".py")]
+    for task, names in PY_FIXTURES.items():
+        assert {f.name for f in found if f.task == task} >= names, task
+    solution = importlib.util.spec_from_file_location("open_t7_solution", REPO / "solutions" / "t7_generate.py")
+    reference_t7 = importlib.util.module_from_spec(solution)
+    solution.loader.exec_module(reference_t7)
+    logits = torch.randn(6, 50, generator=torch.Generator().manual_seed(3)) * 2
+    logits[0, :4] = 1.5  # ties at the k-th value
+    history = torch.randint(0, 50, (6, 9), generator=torch.Generator().manual_seed(4))
+    for fixture in found:
+        path, module = _fixture_module(fixture, tmp_path)
+        task = registry.task(fixture.task)
+        assert todo_counts(path.read_text(), fixture.file) == {}, fixture.name
+        assert not check_file(path, Rules(task.id, task.rules.imports, task.rules.forbidden)), fixture.name
+        if fixture.task == "t1":  # the awkward case: Lq > Lk causal (rows that see nothing), blocks not dividing L
+            q, k, v = random_qkv(2, 2, 37, 23, 8, seed=5)
+            out, lse = module.flash_attention_forward(q, k, v, causal=True, block_q=8, block_k=5)
+            expected, expected_lse = reference_attention(q, k, v, causal=True)
+            torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5, msg=fixture.name)
+            torch.testing.assert_close(lse.double(), expected_lse, atol=1e-5, rtol=1e-5, msg=fixture.name)
+            naive = module.naive_attention(q, k, v, causal=True)
+            torch.testing.assert_close(naive.double(), expected, atol=1e-5, rtol=1e-5, msg=fixture.name)
+        else:
+            for function, *args in (
+                ("top_k_filter", 4),
+                ("top_p_filter", 0.7),
+                ("apply_repetition_penalty", history, 1.3),
+            ):
+                got = getattr(module, function)(logits, *args)
+                assert torch.equal(got, getattr(reference_t7, function)(logits, *args)), (fixture.name, function)
+
+
+def test_a_python_fixture_fills_only_the_functions_it_defines():
+    levels = open_levels.open_levels(load_registry())
+    body = "def naive_attention(q, k, v, causal=False, scale=None):\n    return q * 0\n"
+    text = open_levels.student_text("t1_attention.py", "t1", body, levels)
+    assert "    return q * 0\n" in text and "for q0 in range(0, lq, block_q):" in text
+    assert "TODO" not in text and "GOAL" not in text and "BEGIN" not in text
+    with pytest.raises(ValueError, match="the fixture defines causal_visible, which holds no open region of t1"):
+        open_levels.student_text("t1_attention.py", "t1", "def causal_visible(a, b, c, d):\n    return a\n", levels)
+
+
+def test_an_open_task_without_timing_rules_says_how_its_checks_were_calibrated():
+    for task in PY_OPEN:
+        opened = registry_with(**{task: "open"}).task(task)
+        assert opened.scaffolding == "open" and not opened.timing
+        assert "open_levels --calibrate" in opened.grading.open_reasoning
+    data = tomllib.loads(REGISTRY_PATH.read_text(encoding="utf-8"))
+    t1 = next(raw for raw in data["task"] if raw["id"] == "t1")
+    del t1["grading"]["open_reasoning"]
+    parse_registry(data, REGISTRY_PATH)  # guided: nothing to say
+    t1["scaffolding"] = "open"
+    with pytest.raises(RegistryError, match=r"t1.*grading\.open_reasoning.*is missing"):
+        parse_registry(data, REGISTRY_PATH)
+
+
+def test_the_handout_says_what_is_open_in_a_python_task():
+    from handout.render import render_html
+
+    html = render_html(registry_with(t1="open"))
+    section = html[html.index('id="t1"') : html.index('id="t2"')]
+    assert "set at the <strong>open</strong> level" in section and "each function's body is yours" in section
+    assert "launch" not in section[section.index("set at the") :][:300]
+
+
+def test_the_guided_plans_of_the_python_tasks_teach_instead_of_naming_calls():
+    from grader.tools import student_share
+
+    registry = load_registry()
+    for task, (name, _) in PY_OPEN.items():
+        guided, opened = (student_share.measure(task, level, registry) for level in ("guided", "open"))
+        tree = ast.parse((REPO / "solutions" / name).read_text())
+        own = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)} | {"ValueError"}
+        # a plan may name the file's own functions (they are its interface) and the math of an invariant
+        dictated = set(guided.named_by_plan) - own - {"exp", "log"}
+        assert not dictated, f"{task}'s guided plan names library calls: {sorted(dictated)}"
+        assert guided.steps > 0 and opened.steps == 0, "steps at the guided level, goals alone at the open level"
+        assert guided.student_lines == opened.student_lines > 0 and guided.calls == opened.calls
+
+
+def test_the_share_counts_a_call_a_plan_names(tmp_path):
+    from grader.tools import student_share
+
+    registry = load_registry()
+    for path in (REPO / "solutions").iterdir():
+        if path.is_file():
+            shutil.copy(path, tmp_path / path.name)
+    text = (tmp_path / "t1_attention.py").read_text()
+    marker = "    # BEGIN SOLUTION t1: naive attention\n"
+    (tmp_path / "t1_attention.py").write_text(text.replace(marker, marker + "    # PLAN: mask with torch.where\n"))
+    before = student_share.measure("t1", "guided", registry)
+    after = student_share.measure("t1", "guided", registry, tmp_path)
+    assert "where" in after.named_by_plan and "where" not in before.named_by_plan
+    assert after.plan_lines == before.plan_lines + 1 and after.decided == before.decided - 1
