@@ -234,6 +234,27 @@ def local_memory_of(filename: str, tasks: tuple[str, ...]) -> tuple[int, int]:
     return used, LOCAL_MEMORY_LIMIT_BYTES
 
 
+def require_python_implemented(filename: str, task: str):
+    """The student's Python file (a Path), after raising NotImplementedError while it still holds a stub of
+    ``task`` (the starter's ``raise NotImplementedError("tN: ...")``). What counts is the stub, as ``make submit``,
+    ``make report`` and the grader count it (``assignment.todos``): a ``# TODO(tN)`` comment left in a finished
+    file is only a comment."""
+    from assignment.impl import student_file
+    from assignment.policy import UndecodableSource, python_text
+    from assignment.todos import python_todo_counts
+
+    path = student_file(filename)
+    try:
+        left = python_todo_counts(python_text(path.read_bytes())).get(task, 0)
+    except UndecodableSource:
+        return path  # the rules check says what is wrong with it
+    if left:
+        raise NotImplementedError(
+            f"{task}: TODO({task}) in {filename} is not implemented yet ({left} stub{'s' if left > 1 else ''} left)"
+        )
+    return path
+
+
 def check_todo_regions(filename: str, tasks: tuple[str, ...]) -> None:
     """The rules the grader applies to a CUDA file's TODO regions before it splices them (public tests)."""
     from assignment.cuda import compiler, regions
