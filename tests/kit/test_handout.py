@@ -404,6 +404,11 @@ def test_the_course_chapters_quote_the_kit_not_a_copy_of_it(html, registry):
             assert f"<code>{name}</code>" in submitting, name
     for name in registry.submit_files:
         assert f"<code>{name}</code>" in submitting, name
+    # The note the integrity policy asks for is a deliverable with its own row, saying what goes in it.
+    note_row = re.search(
+        rf"<tr>\s*<td><code>{re.escape(registry.notes_file)}</code></td>\s*<td>(.*?)</td>", submitting, re.S
+    )
+    assert note_row and "AI" in note_row.group(1) and "see the section" not in note_row.group(1), submitting
     assert "make submit" in submitting and "MANIFEST.json" in submitting
 
 

@@ -91,6 +91,23 @@ def test_zip_holds_the_files_at_the_top_level_with_their_hashes(packed):
     assert not [p for p in root.iterdir() if p.name.endswith(".tmp")], "the temporary zip is renamed or removed"
 
 
+def test_the_integrity_note_is_packed_and_asked_for_by_name_when_missing(tmp_path, capsys):
+    """The integrity policy asks for a note on collaboration, sources and AI use: make submit packs it (the
+    registry's notes_file) and, when it is missing, says what belongs in it."""
+    note = REGISTRY.notes_file
+    assert note and note in REGISTRY.submit_files and f"`{note}`" in REGISTRY.integrity_policy
+    make_bundle(tmp_path, "starter")
+    code, output = run_submit(tmp_path, capsys)
+    assert code == 0, output
+    warning = next(line for line in output.splitlines() if line.strip().startswith(f"{note}:"))
+    assert "integrity policy" in warning and "AI" in warning and "next to the Makefile" in warning, warning
+    (tmp_path / note).write_text("Discussed tiling with Ana; used a chat assistant to explain ldmatrix.\n")
+    code, output = run_submit(tmp_path, capsys)
+    assert code == 0 and not any(line.strip().startswith(f"{note}:") for line in output.splitlines()), output
+    with zipfile.ZipFile(tmp_path / "submission.zip") as zf:
+        assert zf.read(note) == (tmp_path / note).read_bytes()
+
+
 def test_the_grader_scores_the_zip_as_the_folder(packed, tmp_path):
     """t1 and t7 grade on a CPU: about 20-25 s for the pair on a 2-core host, so each of the two gradings runs once
     (a fixed seed: both draw the same hidden shapes)."""
