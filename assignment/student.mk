@@ -29,7 +29,7 @@ student-help:
 	@echo "  make bench T=t2           time your kernel; ends with where you stand on the timing rubric"
 	@echo "  make profile T=t4         Nsight Compute metrics of one launch"
 	@echo "  make sanitize T=t4        compute-sanitizer memcheck and racecheck, as the grader runs them"
-	@echo "  make check-cuda           compile every .cu file (sm_80 and sm_90)"
+	@echo "  make check-cuda           every .cu file: its TODO regions by the grader's rules, then compiled (sm_80, sm_90)"
 	@echo "  make generate PROMPT=\"The history of\" [CKPT=dir] [MAX_TOKENS=100] [TEMPERATURE=0.8 (0: greedy)]"
 	@echo "                [TOP_P=] [TOP_K=] [SEED=0] [DEVICE=cpu|cuda] [DTYPE=bfloat16] [ATTN=reference|sdpa|<task id>] [CHAT=1]"
 	@echo "                (the attentions ATTN takes: python -m assignment.model.generate --help)"
