@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from assignment import submit
+from assignment import feedback, submit
 from assignment.registry import load_registry
 from grader.isolation import sandbox
 
@@ -33,7 +33,8 @@ def make_bundle(root: Path, source: str = "solutions") -> Path:
     for name in REGISTRY.student_files:
         shutil.copyfile(REPO / source / name, student / name)
     (root / "REPORT.md").write_text("# My report\n\nt4 reaches 0.9x the reference.\n")
-    (root / "feedback.json").write_text(json.dumps({"schema_version": 1, "answers": {}}))  # started, not finished
+    version = feedback.load_form().schema_version
+    (root / "feedback.json").write_text(json.dumps({"schema_version": version, "answers": {}}))  # started, not finished
     return student
 
 
