@@ -13,7 +13,7 @@ HAVE_HIDDEN := $(wildcard grader/hidden)
 TASKS     ?=
 GRADE_FLAGS ?=
 
-.PHONY: help test test-slow lint format demo starter check-starter selfcheck grade grade-all repeatability preflight handout release gradescope feedback-summary corpus train-tiny clean
+.PHONY: help test check-T test-slow lint format demo starter check-starter selfcheck grade grade-all repeatability preflight handout release gradescope feedback-summary corpus train-tiny clean
 
 help:
 	@echo "Students:"
@@ -45,8 +45,12 @@ help:
 # The test command CI runs: generated files in sync, every .cu compiles, then pytest without the slow end-to-end
 # tests, which make test-slow runs (CI runs both: .ci/run).
 TEST_MARKS = $(if $(T),$(T) and not slow,not slow)
-test: $(SETUP) check-starter $(if $(HAVE_NVCC),check-cuda,)
+test: $(SETUP) $(if $(T),check-T,) check-starter $(if $(HAVE_NVCC),check-cuda,)
 	$(PY) -m pytest tests $(if $(HAVE_HIDDEN),grader/hidden,) -m "$(TEST_MARKS)"
+
+# T= names a task (or a pytest -m expression of them): checked first, so a typo fails at once, naming the tasks.
+check-T: $(SETUP)
+	@$(PY) -m assignment.pytest_plugin "$(T)"
 
 test-slow: $(SETUP)
 	$(PY) -m pytest tests -m "slow$(if $(T), and $(T),)"

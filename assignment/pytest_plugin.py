@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from functools import lru_cache
 
@@ -37,6 +38,47 @@ def pytest_configure(config: pytest.Config) -> None:
     registry = load_registry()
     for task in registry.tasks:
         config.addinivalue_line("markers", f"{task.id}: {task.title} (task {task.id})")
+    problem = selection_problem(config.option.markexpr or "", registry, _marker_names(config.getini("markers")))
+    if problem:
+        raise pytest.UsageError(problem)
+
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _marker_names(lines: list[str]) -> set[str]:
+    return {line.split(":")[0].split("(")[0].strip() for line in lines}
+
+
+def selection_problem(expression: str, registry, markers: set[str]) -> str:
+    """'' when ``expression`` (``make test T=...``, ``pytest -m ...``) names only task ids and markers that exist,
+    else what is wrong and what to type instead (pytest's own message names neither the tasks nor T=)."""
+    words = [w for w in _WORD.findall(expression) if w not in ("and", "or", "not")]
+    unknown = [w for w in dict.fromkeys(words) if w not in markers and w not in registry.ids]
+    if not unknown:
+        return ""
+    ids = ", ".join(registry.ids)
+    what = " and ".join(f"'{w}'" for w in unknown)
+    return (
+        f"{what} is not a task of this assignment (in the test selection {expression!r}); the tasks are {ids}. "
+        f"Run one task's tests with e.g. make test T={registry.ids[0]}, or every task's with make test."
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m assignment.pytest_plugin EXPRESSION``: check a T= selection before anything else runs (the
+    Makefile's test target asks, so a typo costs a second, not the CUDA checks that run before pytest)."""
+    import sys
+    import tomllib
+
+    from assignment.impl import REPO_ROOT
+
+    args = sys.argv[1:] if argv is None else argv
+    lines = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
+    problem = selection_problem(" ".join(args), load_registry(), _marker_names(lines))
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+    return 2 if problem else 0
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -150,3 +192,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         first = found[0].kit_todo[1]
         count = f"{len(found)} test{'s' if len(found) != 1 else ''} stop{'s' if len(found) == 1 else ''}"
         terminalreporter.write_line(f"{task}: {count} at a TODO({task}) region not written yet (first: {first})")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
