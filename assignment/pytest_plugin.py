@@ -6,6 +6,8 @@
 * skips, with a visible reason, every test of a GPU task when no GPU is found (unless marked ``cpu``);
 * provides the ``seed`` fixture: public tests use the registry's fixed seed,
   hidden tests a seed drawn at grading time (``KIT_SEED``, printed on failure);
+* reports a test stopped by a student file that does not import (a syntax error, say) in one line, and the error
+  itself once at the end, instead of the same traceback per test;
 * reports a test that fails at a TODO stub (``NotImplementedError("t1: ...")``) in one line instead of a
   traceback, and sums them up per task ("t1: 40 tests stop at a TODO(t1) region not written yet"); they
   still count as failures (the exit status, the JSON report, the grader).
@@ -20,7 +22,7 @@ from functools import lru_cache
 
 import pytest
 
-from assignment.impl import default_impl, student_dir
+from assignment.impl import StudentImportError, default_impl, student_dir
 from assignment.registry import RegistryError, check_markers, load_registry
 from assignment.markers import STUB_MESSAGE
 
@@ -139,6 +141,7 @@ def devices() -> list[str]:
 
 
 TODO = "todo"
+STOPPED_AT_IMPORT = "stopped at import"  # the terminal's count of the tests a student file that does not import stopped
 
 
 def _todo_failure(call) -> tuple[str, str] | None:
@@ -162,6 +165,9 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         if todo is not None:
             report.longrepr = f"TODO({todo[0]}) not written yet: NotImplementedError: {todo[1]}"
             report.kit_todo = todo
+        elif call.excinfo is not None and call.excinfo.errisinstance(StudentImportError):
+            report.kit_import = str(call.excinfo.value)
+            report.longrepr = report.kit_import.splitlines()[0]
         for key, value in item.user_properties:
             if key == "seed":
                 report.sections.append(("kit", f"replay with KIT_SEED={value}"))
@@ -176,12 +182,24 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     the grader still see failures."""
     failed = terminalreporter.stats.get("failed", [])
     todo = [r for r in failed if getattr(r, "kit_todo", None)]
-    if todo:
-        terminalreporter.stats["failed"] = [r for r in failed if not getattr(r, "kit_todo", None)]
+    unimported = [r for r in failed if getattr(r, "kit_import", None)]
+    if todo or unimported:
+        terminalreporter.stats["failed"] = [r for r in failed if r not in todo and r not in unimported]
         if not terminalreporter.stats["failed"]:
             del terminalreporter.stats["failed"]
-        terminalreporter.stats.setdefault(TODO, []).extend(todo)
+        if todo:
+            terminalreporter.stats.setdefault(TODO, []).extend(todo)
+        if unimported:
+            terminalreporter.stats.setdefault(STOPPED_AT_IMPORT, []).extend(unimported)
     yield
+    if unimported:
+        terminalreporter.section("Student files that do not import", sep="=", red=True)
+        for message in dict.fromkeys(r.kit_import for r in unimported):
+            count = sum(r.kit_import == message for r in unimported)
+            terminalreporter.write_line(message)
+            terminalreporter.write_line(
+                f"  ({count} test{'s' if count != 1 else ''} stopped there; fix it and run again)"
+            )
     if not todo:
         return
     by_task: dict[str, list] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -80,3 +81,31 @@ def test_an_unknown_task_is_named_with_the_valid_ids(command):
     assert proc.returncode != 0 and "'t9' is not a task of this assignment" in out, out[-2000:]
     assert ", ".join(load_registry().ids) in out and "make test T=t1" in out
     assert "Unknown marker" not in out and "Traceback" not in out and "builds succeeded" not in out
+
+
+@pytest.mark.parametrize(
+    "broken, error",
+    [("def broken(:\n    pass\n", "SyntaxError: invalid syntax"), ("_x = undefined_helper(3)\n", "NameError")],
+    ids=["syntax-error", "error-at-import"],
+)
+def test_a_student_file_that_does_not_import_is_reported_once(tmp_path, broken, error):
+    """A syntax error in t1_attention.py once printed the same traceback for each of t1's 41 tests: now each test is a
+    line, and the error, with its line of the student's file, is shown once."""
+    shutil.copytree(REPO_ROOT / "solutions", tmp_path / "impl")
+    path = tmp_path / "impl" / "t1_attention.py"
+    path.write_text(path.read_text() + "\n" + broken)
+    env = dict(os.environ, IMPL=str(tmp_path / "impl"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/test_t1_attention.py", "-p", "no:cacheprovider"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO_ROOT,
+        timeout=300,
+    )
+    out = proc.stdout
+    assert proc.returncode == 1, out[-3000:]
+    line = len(path.read_text().splitlines()) - broken.count("\n") + 1
+    assert out.count(f"t1_attention.py does not import: {error}") == 1, out[-3000:]
+    assert f"(line {line})" in out and "stopped at import" in out.splitlines()[-1], out[-3000:]
+    assert "Traceback" not in out and "exec_module" not in out, "a traceback through the kit"
