@@ -31,28 +31,22 @@ def test_other_not_implemented():
 """
 
 
+def run_pytest(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    environment = {k: v for k, v in os.environ.items() if k != "IMPL"} | env
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=environment, cwd=cwd, timeout=300)
+
+
 def test_todo_failures_are_summed_up_per_task_and_still_fail_the_run(tmp_path):
     (tmp_path / "test_sample.py").write_text(TESTS)
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    env.pop("IMPL", None)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "assignment.pytest_plugin",
-            "-p",
-            "no:cacheprovider",
-            "--rootdir",
-            str(tmp_path),
-            str(tmp_path / "test_sample.py"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
+    proc = run_pytest(
+        "-p",
+        "assignment.pytest_plugin",
+        "--rootdir",
+        str(tmp_path),
+        str(tmp_path / "test_sample.py"),
         cwd=tmp_path,
-        timeout=120,
+        PYTHONPATH=str(REPO_ROOT),
     )
     out = proc.stdout
     assert proc.returncode == 1, out
@@ -94,16 +88,7 @@ def test_a_student_file_that_does_not_import_is_reported_once(tmp_path, broken, 
     shutil.copytree(REPO_ROOT / "solutions", tmp_path / "impl")
     path = tmp_path / "impl" / "t1_attention.py"
     path.write_text(path.read_text() + "\n" + broken)
-    env = dict(os.environ, IMPL=str(tmp_path / "impl"))
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests/test_t1_attention.py", "-p", "no:cacheprovider"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO_ROOT,
-        timeout=300,
-    )
-    out = proc.stdout
+    out = (proc := run_pytest("tests/test_t1_attention.py", cwd=REPO_ROOT, IMPL=str(tmp_path / "impl"))).stdout
     assert proc.returncode == 1, out[-3000:]
     line = len(path.read_text().splitlines()) - broken.count("\n") + 1
     assert out.count(f"t1_attention.py does not import: {error}") == 1, out[-3000:]
