@@ -165,8 +165,21 @@ def compare(
 
 def _share(mask: torch.Tensor) -> str:
     """'3.1%' of a boolean mask, never a count (counts would tell the hidden shapes)."""
-    share = 100.0 * float(mask.sum()) / max(1, mask.numel())
-    return f"{share:.2g}%" if share >= 0.01 else "<0.01%"
+    return percent(int(mask.sum()), mask.numel())
+
+
+def percent(part: int, whole: int) -> str:
+    """``part`` of ``whole`` as a plain percentage with about two digits ('3.1%', '42%'), never an exponent; '100%'
+    and '0%' only when it is all or none ('>99%', '<0.01%' near them)."""
+    if part <= 0 or whole <= 0:
+        return "0%"
+    if part >= whole:
+        return "100%"
+    share = 100.0 * part / whole
+    if share < 0.01:
+        return "<0.01%"
+    shown = f"{share:.2g}" if share < 10 else f"{share:.0f}"
+    return ">99%" if float(shown) >= 100 or share > 99.5 else f"{shown}%"
 
 
 def assert_close(actual, expected, *, atol, rtol, name, hint: str | Callable[[], str] = "", layout="") -> float:
