@@ -38,7 +38,8 @@ help:
 	@echo "  make gradescope [VISIBILITY=after_due_date]  build/gradescope/autograder.zip: grades t1, t7 and the theory on Gradescope (no GPU); the GPU tasks show as pending"
 	@echo "  make feedback-summary SUBMISSIONS=dir [GRADES=dir]  the beta testers' feedback in one page (build/feedback-summary)"
 	@echo "  make handout [AUDIENCE=instructor] [HOURS=build/feedback-summary]  build/handout/handout.html and .pdf"
-	@echo "                           (instructor: with the rubric's reasoning; HOURS: the beta testers' hours per task)"
+	@echo "                           (AUDIENCE=instructor: handout-instructor.html and .pdf beside them, with the"
+	@echo "                           rubric's reasoning; HOURS: the beta testers' hours per task)"
 	@echo "  make corpus               build/corpus: the shipped model's training text, from Debian packages"
 	@echo "  make train-tiny           retrain the shipped model (assignment/model/checkpoints/kit-tiny) on a GPU"
 
