@@ -260,7 +260,7 @@ def report(model: TimedModel, prompt_tokens: int, device: str, args: argparse.Na
     between = (done[-1] - done[0]) / steps if steps else float("nan")
     total = done[-1] - model.start
     count = torch.get_num_threads()
-    threads = f" ({count} thread{'s' if count != 1 else ''})" if torch.device(device).type == "cpu" else ""
+    threads = f", {count} CPU thread{'s' if count != 1 else ''}" if torch.device(device).type == "cpu" else ""
     mode = (
         "greedy"
         if settings["temperature"] == 0
@@ -271,7 +271,7 @@ def report(model: TimedModel, prompt_tokens: int, device: str, args: argparse.Na
     return (
         f"-- prompt tokens: {prompt_tokens} | model calls: 1 prefill + {steps} decode | TTFT {ttft * 1e3:.1f} ms | "
         f"time between tokens {between * 1e3:.2f} ms | {generated / total:.1f} tokens/s\n"
-        f"-- {device}{threads}, {args.dtype}, attention {args.attention}, {mode}, seed {args.seed}"
+        f"-- {device}, {args.dtype}, attention {args.attention}, {mode}, seed {args.seed}{threads}"
     )
 
 

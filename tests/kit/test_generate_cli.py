@@ -82,6 +82,6 @@ def test_make_generate_on_a_cpu_reports_its_threads():
         pytest.skip("runs on the GPU here")
     done = make_generate("TEMPERATURE=0", "DEVICE=cpu")
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "cpu (1 thread)" in done.stderr, done.stderr[-500:]
+    assert "seed 0, 1 CPU thread" in done.stderr, done.stderr[-500:]
     threads = make_generate("TEMPERATURE=0", "DEVICE=cpu", "THREADS=2")
-    assert threads.returncode == 0 and "cpu (2 threads)" in threads.stderr, threads.stderr[-500:]
+    assert threads.returncode == 0 and "seed 0, 2 CPU threads" in threads.stderr, threads.stderr[-500:]
