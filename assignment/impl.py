@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import os
 import sys
+import traceback
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -21,6 +22,31 @@ NAMED_IMPLS = ("solutions", "starter")
 
 class ImplError(RuntimeError):
     """The implementation directory or a student file cannot be found."""
+
+
+class StudentImportError(ImplError):
+    """A student's Python file fails to import (a syntax error, an exception at its top level): one message that
+    names the file, the error and the line, shown once however many tests stop there (``assignment.pytest_plugin``)."""
+
+    def __init__(self, path: Path, error: BaseException):
+        self.path, self.error = path, error
+        super().__init__(f"{path.name} does not import: {describe_import_error(path, error)}")
+
+
+def describe_import_error(path: Path, error: BaseException) -> str:
+    """``SyntaxError: invalid syntax (line 12)`` and the line with a caret, or the exception and the line of the
+    student's file it was raised from."""
+    if isinstance(error, SyntaxError) and Path(error.filename or "").name == path.name:
+        where = f" (line {error.lineno})" if error.lineno else ""
+        text = (error.text or "").rstrip("\n")
+        caret = ""
+        if text and error.offset:
+            stripped = text.lstrip()
+            caret = "\n    " + stripped + "\n    " + " " * max(0, error.offset - 1 - (len(text) - len(stripped))) + "^"
+        return f"{type(error).__name__}: {error.msg}{where}{caret}"
+    lines = [frame.lineno for frame in traceback.extract_tb(error.__traceback__) if Path(frame.filename) == path]
+    where = f" (line {lines[-1]})" if lines else ""
+    return f"{type(error).__name__}: {error}{where}"
 
 
 def default_impl() -> str:
@@ -56,7 +82,11 @@ def _load_module(path: Path) -> ModuleType:
         raise ImplError(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the student's own error, once, in a line: not a traceback through the kit
+        del sys.modules[name]
+        raise StudentImportError(path, exc) from exc
     return module
 
 

@@ -6,6 +6,8 @@
 * skips, with a visible reason, every test of a GPU task when no GPU is found (unless marked ``cpu``);
 * provides the ``seed`` fixture: public tests use the registry's fixed seed,
   hidden tests a seed drawn at grading time (``KIT_SEED``, printed on failure);
+* reports a test stopped by a student file that does not import (a syntax error, say) in one line, and the error
+  itself once at the end, instead of the same traceback per test;
 * reports a test that fails at a TODO stub (``NotImplementedError("t1: ...")``) in one line instead of a
   traceback, and sums them up per task ("t1: 40 tests stop at a TODO(t1) region not written yet"); they
   still count as failures (the exit status, the JSON report, the grader).
@@ -14,12 +16,13 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from functools import lru_cache
 
 import pytest
 
-from assignment.impl import default_impl, student_dir
+from assignment.impl import StudentImportError, default_impl, student_dir
 from assignment.registry import RegistryError, check_markers, load_registry
 from assignment.markers import STUB_MESSAGE
 
@@ -37,6 +40,47 @@ def pytest_configure(config: pytest.Config) -> None:
     registry = load_registry()
     for task in registry.tasks:
         config.addinivalue_line("markers", f"{task.id}: {task.title} (task {task.id})")
+    problem = selection_problem(config.option.markexpr or "", registry, _marker_names(config.getini("markers")))
+    if problem:
+        raise pytest.UsageError(problem)
+
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _marker_names(lines: list[str]) -> set[str]:
+    return {line.split(":")[0].split("(")[0].strip() for line in lines}
+
+
+def selection_problem(expression: str, registry, markers: set[str]) -> str:
+    """'' when ``expression`` (``make test T=...``, ``pytest -m ...``) names only task ids and markers that exist,
+    else what is wrong and what to type instead (pytest's own message names neither the tasks nor T=)."""
+    words = [w for w in _WORD.findall(expression) if w not in ("and", "or", "not")]
+    unknown = [w for w in dict.fromkeys(words) if w not in markers and w not in registry.ids]
+    if not unknown:
+        return ""
+    ids = ", ".join(registry.ids)
+    what = " and ".join(f"'{w}'" for w in unknown)
+    return (
+        f"{what} is not a task of this assignment (in the test selection {expression!r}); the tasks are {ids}. "
+        f"Run one task's tests with e.g. make test T={registry.ids[0]}, or every task's with make test."
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m assignment.pytest_plugin EXPRESSION``: check a T= selection before anything else runs (the
+    Makefile's test target asks, so a typo costs a second, not the CUDA checks that run before pytest)."""
+    import sys
+    import tomllib
+
+    from assignment.impl import REPO_ROOT
+
+    args = sys.argv[1:] if argv is None else argv
+    lines = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
+    problem = selection_problem(" ".join(args), load_registry(), _marker_names(lines))
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+    return 2 if problem else 0
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -97,6 +141,7 @@ def devices() -> list[str]:
 
 
 TODO = "todo"
+STOPPED_AT_IMPORT = "stopped at import"  # the terminal's count of the tests a student file that does not import stopped
 
 
 def _todo_failure(call) -> tuple[str, str] | None:
@@ -120,6 +165,9 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         if todo is not None:
             report.longrepr = f"TODO({todo[0]}) not written yet: NotImplementedError: {todo[1]}"
             report.kit_todo = todo
+        elif call.excinfo is not None and call.excinfo.errisinstance(StudentImportError):
+            report.kit_import = str(call.excinfo.value)
+            report.longrepr = report.kit_import.splitlines()[0]
         for key, value in item.user_properties:
             if key == "seed":
                 report.sections.append(("kit", f"replay with KIT_SEED={value}"))
@@ -134,12 +182,24 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     the grader still see failures."""
     failed = terminalreporter.stats.get("failed", [])
     todo = [r for r in failed if getattr(r, "kit_todo", None)]
-    if todo:
-        terminalreporter.stats["failed"] = [r for r in failed if not getattr(r, "kit_todo", None)]
+    unimported = [r for r in failed if getattr(r, "kit_import", None)]
+    if todo or unimported:
+        terminalreporter.stats["failed"] = [r for r in failed if r not in todo and r not in unimported]
         if not terminalreporter.stats["failed"]:
             del terminalreporter.stats["failed"]
-        terminalreporter.stats.setdefault(TODO, []).extend(todo)
+        if todo:
+            terminalreporter.stats.setdefault(TODO, []).extend(todo)
+        if unimported:
+            terminalreporter.stats.setdefault(STOPPED_AT_IMPORT, []).extend(unimported)
     yield
+    if unimported:
+        terminalreporter.section("Student files that do not import", sep="=", red=True)
+        for message in dict.fromkeys(r.kit_import for r in unimported):
+            count = sum(r.kit_import == message for r in unimported)
+            terminalreporter.write_line(message)
+            terminalreporter.write_line(
+                f"  ({count} test{'s' if count != 1 else ''} stopped there; fix it and run again)"
+            )
     if not todo:
         return
     by_task: dict[str, list] = {}
@@ -150,3 +210,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         first = found[0].kit_todo[1]
         count = f"{len(found)} test{'s' if len(found) != 1 else ''} stop{'s' if len(found) == 1 else ''}"
         terminalreporter.write_line(f"{task}: {count} at a TODO({task}) region not written yet (first: {first})")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -356,6 +356,8 @@ class Registry:
     report_prompt: str = ""
     # The course's academic-integrity and AI-use policy, Markdown, printed verbatim in the handout.
     integrity_policy: str = ""
+    # The note on collaboration, sources and AI use the policy asks for (one of submit_files; None: no such note).
+    notes_file: str | None = None
     # The theory part (None: the course has none); its points count in total_points with the tasks', but for the
     # questions of a bonus task, which come on top with the task's own (Theory.regular_points, bonus_points).
     theory: Theory | None = None
@@ -777,6 +779,7 @@ def parse_registry(data: dict, path: Path) -> Registry:
         if "theory" in data
         else None
     )
+    policy = _parse_policy(course.get("integrity_policy", ""), path)
     summed = sum(t.points.total for t in tasks if not t.bonus)  # bonus points come on top of the total
     if not math.isclose(total, summed + (theory.regular_points if theory else 0.0)):
         with_theory = (
@@ -803,7 +806,8 @@ def parse_registry(data: dict, path: Path) -> Registry:
         max_file_bytes=int(_require(course, "max_file_bytes", int, path, None, "course.")),
         edition=edition,
         report_prompt=str(course.get("report_prompt", "")),
-        integrity_policy=_parse_policy(course.get("integrity_policy", ""), path),
+        integrity_policy=policy,
+        notes_file=_parse_notes_file(course.get("notes_file"), path, submit_files, policy),
         theory=theory,
         hidden_seed_salt=_parse_hidden_seed(data.get("hidden_seed"), path, theory, edition),
         chapters=_parse_chapters(data.get("chapter", []), path, tuple(t.id for t in tasks)),
@@ -957,6 +961,28 @@ def _parse_policy(raw: Any, path: Path) -> str:
     if not isinstance(raw, str):
         raise RegistryError(path, None, "course.integrity_policy", "must be a string (Markdown)")
     return raw.strip()
+
+
+def _parse_notes_file(raw: Any, path: Path, submit_files: tuple[str, ...], policy: str) -> str | None:
+    """The integrity note's file name: packed by `make submit` (so in submit_files) and named by the policy that
+    asks for it (so a student reading the policy knows where the note goes)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, str) or raw not in submit_files:
+        raise RegistryError(
+            path,
+            None,
+            "course.notes_file",
+            f"{raw!r} must be in course.submit_files, or `make submit` would not pack it",
+        )
+    if policy and f"`{raw}`" not in policy:
+        raise RegistryError(
+            path,
+            None,
+            "course.notes_file",
+            f"the integrity policy must name `{raw}`, so students know where the note goes",
+        )
+    return raw
 
 
 def _parse_submit_files(raw: Any, path: Path, student_files: set[str]) -> tuple[str, ...]:

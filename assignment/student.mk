@@ -29,9 +29,10 @@ student-help:
 	@echo "  make bench T=t2           time your kernel; ends with where you stand on the timing rubric"
 	@echo "  make profile T=t4         Nsight Compute metrics of one launch"
 	@echo "  make sanitize T=t4        compute-sanitizer memcheck and racecheck, as the grader runs them"
-	@echo "  make check-cuda           compile every .cu file (sm_80 and sm_90)"
+	@echo "  make check-cuda           every .cu file: its TODO regions by the grader's rules, then compiled (sm_80, sm_90)"
 	@echo "  make generate PROMPT=\"The history of\" [CKPT=dir] [MAX_TOKENS=100] [TEMPERATURE=0.8 (0: greedy)]"
 	@echo "                [TOP_P=] [TOP_K=] [SEED=0] [DEVICE=cpu|cuda] [DTYPE=bfloat16] [ATTN=reference|sdpa|<task id>] [CHAT=1]"
+	@echo "                [THREADS=n (CPU; default: one per 25M parameters, at most the cores you may use)]"
 	@echo "                (the attentions ATTN takes: python -m assignment.model.generate --help)"
 	@echo "  make report               REPORT.md and REPORT.html from your own runs (reuses results that are still valid)"
 	@echo "  make feedback             the beta-tester feedback form in the terminal (feedback.json; resumes)"
@@ -65,7 +66,7 @@ generate: $(SETUP)
 	  $(if $(MAX_TOKENS),--max-tokens $(MAX_TOKENS)) $(if $(TEMPERATURE),--temperature $(TEMPERATURE)) \
 	  $(if $(TOP_P),--top-p $(TOP_P)) $(if $(TOP_K),--top-k $(TOP_K)) $(if $(SEED),--seed $(SEED)) \
 	  $(if $(DEVICE),--device $(DEVICE)) $(if $(DTYPE),--dtype $(DTYPE)) $(if $(ATTN),--attention $(ATTN)) \
-	  $(if $(CHAT),--chat)
+	  $(if $(CHAT),--chat) $(if $(THREADS),--threads $(THREADS))
 
 feedback: $(SETUP)
 	$(PY) -m assignment.feedback --file feedback.json

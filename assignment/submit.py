@@ -4,9 +4,9 @@
 
 The zip holds, at its top level (where the grader looks first), the registry's student files from the
 implementation folder (``--impl``; default as for the tests: ``IMPL``, else ``starter/`` in a bundle), the
-registry's ``submit_files`` (REPORT.md, REPORT.html, feedback.json, theory_answers.toml) found in the bundle's
-root (``--root``; default the folder holding ``assignment/``, where ``make feedback`` writes feedback.json and
-``make theory`` theory_answers.toml), and
+registry's ``submit_files`` (REPORT.md, REPORT.html, feedback.json, theory_answers.toml, and NOTES.md, the note
+the integrity policy asks for) found in the bundle's root (``--root``; default the folder holding ``assignment/``,
+where ``make feedback`` writes feedback.json and ``make theory`` theory_answers.toml), and
 ``MANIFEST.json``: each file's name, size and SHA-256, the kit's version, the registry's hash, the time and
 the TODO regions left per task.
 
@@ -18,7 +18,8 @@ Nothing is written until the files pass the checks the grader applies before it 
   fine), a CUDA file whose TODO regions the grader cannot splice into its own file or
   whose spliced build nvcc rejects;
 * warnings (the zip is still written): TODO regions left, per task (partial work may be submitted),
-  a missing REPORT.md, REPORT.html or feedback.json, an unfinished feedback.json, theory answers missing or
+  a missing REPORT.md, REPORT.html, feedback.json or NOTES.md (what belongs in the note, by name), an unfinished
+  feedback.json, theory answers missing or
   unreadable (``theory_answers.toml``, read as the grader reads it), no nvcc to compile with.
 
 CUDA files are checked as the grader builds them: for each task that owns the file, the student's regions
@@ -100,10 +101,19 @@ def read_files(impl: Path, root: Path, registry: Registry, checks: Checks) -> No
         checks.files.append(packed)
         if not packed.path.is_file():
             packed.check = "not found"
-            checks.warnings.append(f"{name}: not found in {_shown(root)} (packed when it is there)")
+            checks.warnings.append(f"{name}: not found in {_shown(root)} ({_how_to_add(name, registry)})")
             continue
         if _read_capped(packed, limit, checks):
             packed.check = "ok"
+
+
+def _how_to_add(name: str, registry: Registry) -> str:
+    if name == registry.notes_file:
+        return (
+            "the integrity policy asks for this note: the people you discussed the assignment with, your sources and "
+            f"each AI tool you used, for what; write it in {name} next to the Makefile and run make submit again"
+        )
+    return "packed when it is there"
 
 
 def _read_capped(packed: PackedFile, limit: int, checks: Checks) -> bool:

@@ -5,6 +5,7 @@ messages that teach (max error, where, a hint), and an allocation tracker.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -172,7 +173,8 @@ def compare(
         return Comparison(
             False,
             f"{name}: {int(nan.sum())} NaN values, the first at index {idx}{where}; expected {e[idx].item():.6g}. "
-            f"NaN usually means exp(-inf - (-inf)) or 0/0 in a fully masked row. {hint}".strip(),
+            f"NaN comes from 0/0, inf/inf or inf - inf: exp(-inf - (-inf)) in a row that sees no key, or an exp() "
+            f"that overflowed. {hint}".strip(),
             math.inf,
             "nan",
             f"{name}: {_share(nan)} of the elements are NaN",
@@ -212,15 +214,138 @@ def compare(
 
 def _share(mask: torch.Tensor) -> str:
     """'3.1%' of a boolean mask, never a count (counts would tell the hidden shapes)."""
-    share = 100.0 * float(mask.sum()) / max(1, mask.numel())
-    return f"{share:.2g}%" if share >= 0.01 else "<0.01%"
+    return percent(int(mask.sum()), mask.numel())
 
 
-def assert_close(actual, expected, *, atol, rtol, name, hint="", layout="") -> float:
-    result = compare(actual, expected, atol=atol, rtol=rtol, name=name, hint=hint, layout=layout)
+def percent(part: int, whole: int) -> str:
+    """``part`` of ``whole`` as a plain percentage with about two digits ('3.1%', '42%'), never an exponent; '100%'
+    and '0%' only when it is all or none ('>99%', '<0.01%' near them)."""
+    if part <= 0 or whole <= 0:
+        return "0%"
+    if part >= whole:
+        return "100%"
+    share = 100.0 * part / whole
+    if share < 0.01:
+        return "<0.01%"
+    shown = f"{share:.2g}" if share < 10 else f"{share:.0f}"
+    return ">99%" if float(shown) >= 100 or share > 99.5 else f"{shown}%"
+
+
+def assert_close(actual, expected, *, atol, rtol, name, hint: str | Callable[[], str] = "", layout="") -> float:
+    """``compare``, raising CheckFailure on a mismatch. A callable ``hint`` is called only then, so that it can look
+    at the output (``edge_case_hint``) before it names a cause."""
+    result = compare(
+        actual, expected, atol=atol, rtol=rtol, name=name, hint="" if callable(hint) else hint, layout=layout
+    )
     if not result.ok:
-        raise CheckFailure(result.kind, result.message, result.summary)
+        message = f"{result.message} {hint()}".strip() if callable(hint) else result.message
+        raise CheckFailure(result.kind, message, result.summary)
     return result.max_error
+
+
+# --------------------------------------------------------------------------- hints that name the cause they see
+#
+# An edge-case test (huge logits, scores near -200, fp16 inputs) also fails for a bug that has nothing to do with its
+# edge case: a missing accumulator rescale fails them all. Its hint must then not blame the edge case. So a hint that
+# names a cause is given only when the output shows that cause's symptom, and a code that is wrong on ordinary
+# inputs too is sent to the test of ordinary inputs first.
+
+
+def edge_case_hint(
+    hint: str,
+    *,
+    symptom: Callable[[], bool],
+    right_on_ordinary_inputs: Callable[[], bool],
+    what: str,
+    first: str,
+    otherwise: str = "",
+) -> Callable[[], str]:
+    """The hint of an edge-case check, for ``assert_close`` (worked out only when the check fails). When ``what`` is
+    wrong on ordinary inputs of the same shape as well (``right_on_ordinary_inputs()`` is False), the edge case is not
+    the cause: the hint sends the student to ``first``, the test of ordinary inputs, and names nothing else. Else
+    ``hint``, which names a cause, when the output shows that cause's ``symptom()``, and ``otherwise`` (which names
+    none) when it does not."""
+
+    def worked_out() -> str:
+        if not right_on_ordinary_inputs():
+            return (
+                f"{what} is also wrong on ordinary inputs of this shape, so the edge case of this test is not the "
+                f"cause: make {first} pass first."
+            )
+        return hint if symptom() else otherwise
+
+    return worked_out
+
+
+def passes(check: Callable[[], object]) -> bool:
+    """Whether ``check`` (a test's own comparison, e.g. on ordinary inputs) runs without failing."""
+    try:
+        check()
+    except AssertionError:  # CheckFailure included
+        return False
+    return True
+
+
+def ordinary_like(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Ordinary attention inputs (normal, scores near 0) shaped as q (B, H, Lq, d) and k, v (B, H_kv, Lk, d), in
+    their dtype and on their device: what an edge-case test tries to tell its edge case from a bug that breaks
+    everything."""
+    (batch, heads, lq, d), (kv_heads, lk) = q.shape, k.shape[1:3]
+    ordinary = random_qkv(batch, heads, lq, lk, d, seed=7, kv_heads=kv_heads)
+    return tuple(t.to(q.device, q.dtype) for t in ordinary)
+
+
+def attention_edge_hint(
+    hint: str,
+    symptom: Callable[[], bool],
+    run,
+    q,
+    k,
+    v,
+    *,
+    tol: dict,
+    first: str,
+    what: str,
+    causal: bool = False,
+    scale: float | None = None,
+    otherwise: str = "",
+) -> Callable[[], str]:
+    """``edge_case_hint`` for an attention check: ``run(q, k, v)`` (O, or (O, LSE)) on ordinary inputs shaped as
+    q, k, v (``ordinary_like``) must match float64 within ``tol`` for the edge case to be the suspect."""
+
+    def right_on_ordinary_inputs() -> bool:
+        q2, k2, v2 = ordinary_like(q, k, v)
+        out = run(q2, k2, v2)
+        expected, _ = reference_attention(q2, k2, v2, causal=causal, scale=scale)
+        return compare(out[0] if isinstance(out, tuple) else out, expected, **tol, name="O").ok
+
+    return edge_case_hint(
+        hint,
+        symptom=symptom,
+        right_on_ordinary_inputs=right_on_ordinary_inputs,
+        what=what,
+        first=first,
+        otherwise=otherwise,
+    )
+
+
+def non_finite_where_finite(actual: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Inf or NaN in ``actual`` where ``expected`` is finite: exp() overflowed, or 0/0; for an LSE, -inf in a row that
+    sees keys: its running sum stayed 0 (every exp() underflowed)."""
+    a = actual.detach().to("cpu", torch.float64)
+    e = expected.detach().to("cpu", torch.float64)
+    return a.shape == e.shape and bool((torch.isfinite(e) & ~torch.isfinite(a)).any())
+
+
+def empty_rows(actual: torch.Tensor, expected: torch.Tensor) -> bool:
+    """A row (the last dimension) that came out all zeros or with a NaN where the expected row has a non-zero
+    value: its sum of exponentials was 0, every exp() having underflowed."""
+    a = actual.detach().to("cpu", torch.float64)
+    e = expected.detach().to("cpu", torch.float64)
+    if a.shape != e.shape or a.dim() == 0:
+        return False
+    lost = (a == 0).all(-1) | torch.isnan(a).any(-1)
+    return bool((lost & (e != 0).any(-1)).any())
 
 
 def same_precision_attention(
@@ -281,6 +406,27 @@ def local_memory_of(filename: str, tasks: tuple[str, ...]) -> tuple[int, int]:
     if used is None:
         pytest.skip("cuobjdump is not on PATH on this host (it ships with the CUDA toolkit)")
     return used, LOCAL_MEMORY_LIMIT_BYTES
+
+
+def require_python_implemented(filename: str, task: str):
+    """The student's Python file (a Path), after raising NotImplementedError while it still holds a stub of
+    ``task`` (the starter's ``raise NotImplementedError("tN: ...")``). What counts is the stub, as ``make submit``,
+    ``make report`` and the grader count it (``assignment.todos``): a ``# TODO(tN)`` comment left in a finished
+    file is only a comment."""
+    from assignment.impl import student_file
+    from assignment.policy import UndecodableSource, python_text
+    from assignment.todos import python_todo_counts
+
+    path = student_file(filename)
+    try:
+        left = python_todo_counts(python_text(path.read_bytes())).get(task, 0)
+    except UndecodableSource:
+        return path  # the rules check says what is wrong with it
+    if left:
+        raise NotImplementedError(
+            f"{task}: TODO({task}) in {filename} is not implemented yet ({left} stub{'s' if left > 1 else ''} left)"
+        )
+    return path
 
 
 def check_todo_regions(filename: str, tasks: tuple[str, ...]) -> None:

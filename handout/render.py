@@ -1,4 +1,6 @@
-"""Render the handout: build/handout/handout.html (self-contained) and handout.pdf.
+"""Render the handout: build/handout/handout.html (self-contained) and handout.pdf for students; the instructor's
+copy (with the rubric's reasoning) beside them as handout-instructor.html and handout-instructor.pdf, so that neither
+audience's files ever overwrite the other's.
 
     python -m handout.render [--out build/handout] [--no-pdf] [--audience instructor]
                              [--hours build/feedback-summary]
@@ -140,6 +142,13 @@ def template_environment() -> jinja2.Environment:
 
 
 AUDIENCES = ("student", "instructor")
+FILE_STEMS = {"student": "handout", "instructor": "handout-instructor"}  # one name per audience: never the other's
+
+
+def output_paths(out_dir: Path, audience: str) -> tuple[Path, Path]:
+    """(the HTML, the PDF) of ``audience``'s handout in ``out_dir``."""
+    stem = FILE_STEMS[audience]
+    return out_dir / f"{stem}.html", out_dir / f"{stem}.pdf"
 
 
 def render_html(
@@ -178,7 +187,7 @@ def render_html(
 
 def write_html(out_dir: Path, **kwargs) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
-    html_path = out_dir / "handout.html"
+    html_path = output_paths(out_dir, kwargs.get("audience", "student"))[0]
     # Write atomically: a half-written handout must never be printed or served.
     partial = html_path.with_suffix(".html.partial")
     partial.write_text(render_html(**kwargs), encoding="utf-8")
@@ -198,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         "--audience",
         choices=AUDIENCES,
         default="student",
-        help="student (what the bundle ships) or instructor (adds the rubric's reasoning)",
+        help="student (what the bundle ships: handout.html/.pdf) or instructor (adds the rubric's reasoning: "
+        "handout-instructor.html/.pdf)",
     )
     parser.add_argument(
         "--hours",
@@ -220,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         print("handout: PDF skipped (--no-pdf)")
         return 0
     try:
-        pdf_path = html_to_pdf(html_path, args.out / "handout.pdf")
+        pdf_path = html_to_pdf(html_path, output_paths(args.out, args.audience)[1])
     except PdfError as exc:
         optional = pdf_is_optional(False)
         level = "warning" if optional else "error"

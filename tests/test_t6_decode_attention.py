@@ -18,7 +18,10 @@ from assignment.testing import (
     assert_close,
     assert_repeatable,
     check_todo_regions,
+    edge_case_hint,
     local_memory_of,
+    non_finite_where_finite,
+    passes,
     reference_attention,
 )
 
@@ -163,10 +166,20 @@ def test_row_of_length_zero(seed):
 
 
 def test_large_logits(seed):
-    q, k, v, lens = decode_inputs(2, 8, 2, 2100, 64, [2048, 999], seed=seed, magnitude=30.0)
+    shape, lengths = (2, 8, 2, 2100, 64), [2048, 999]
+    q, k, v, lens = decode_inputs(*shape, lengths, seed=seed, magnitude=30.0)
     out, lse = run_decode(q, k, v, lens)
-    hint = "Subtract the running max inside exp2() and rescale the accumulator and the sum when it grows."
     expected, expected_lse = reference_decode(q, k, v, lens)
+    ordinary = decode_inputs(*shape, lengths, seed=7)
+    hint = edge_case_hint(
+        "exp2() overflowed: subtract the running max inside exp2() (scores this large overflow float32).",
+        symptom=lambda: non_finite_where_finite(out, expected) or non_finite_where_finite(lse, expected_lse),
+        right_on_ordinary_inputs=lambda: passes(
+            lambda: check_against_reference(*ordinary, *run_decode(*ordinary), "ordinary inputs")
+        ),
+        what="the kernel",
+        first="test_decode_matches_float64",
+    )
     assert_close(
         out, expected, **TASK.tol("large_logits"), name="O with logits x30", layout="batch, head, dim", hint=hint
     )

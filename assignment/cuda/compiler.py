@@ -15,7 +15,7 @@ Two builds, never mixed (``include/kit.cuh`` says how they meet at run time):
 the kit's headers, flags, nvcc version, architecture), so an unchanged file is never rebuilt, and two implementations
 (a student's and the reference) load side by side in one process: each module is its own handle.
 
-    python -m assignment.cuda.compiler --check-all [DIR ...]   # compile every .cu for sm_80 and sm_90 (CI)
+    python -m assignment.cuda.compiler --check-all [DIR ...]   # every .cu: its regions' rules, sm_80 and sm_90 builds
 """
 
 from __future__ import annotations
@@ -454,17 +454,19 @@ def build_module(
     flags = module_flags(device_printf)
     key = cache_key(spliced.text, arch, flags=NVCC_FLAGS + flags + (() if source_rules else ("unruled",)))
     target = module_path(source, arch, key, cache)
+    if use_cache and target.is_file():  # a module is written whole (a rename) and only after every check passed
+        return ModuleBuild(target, arch, 0.0, True, kit=kit)
+    own = source == kit  # the kit's own file (make check-cuda): every line is the file's to quote
+    # The kit's build comes first, outside this module's lock: in a bundle the kit's copy of a file is the starter,
+    # so an untouched file's module is the kit's own (one target, one lock, which a nested build would wait on).
+    reference = (
+        None
+        if own
+        else build_module(kit, arch, kit=kit, quiet=True, cache=kit_cache, limits=limits, device_printf=device_printf)
+    )
     with _target_lock(target):
-        if use_cache and target.is_file():  # a module is written only after every check passed
+        if use_cache and target.is_file():  # built meanwhile: by another thread, or as the kit's own build above
             return ModuleBuild(target, arch, 0.0, True, kit=kit)
-        own = source == kit  # the kit's own file (make check-cuda): every line is the file's to quote
-        reference = (
-            None
-            if own
-            else build_module(
-                kit, arch, kit=kit, quiet=True, cache=kit_cache, limits=limits, device_printf=device_printf
-            )
-        )
         if reuse_kit_build and reference is not None and reference.path.name == target.name:
             # The same text, flags and compiler as the kit's own build: that build is this module.
             _copy_into(reference.path, target)
@@ -600,17 +602,54 @@ def _check_one(source: Path, arch: str, use_cache: bool) -> tuple[Path, str, flo
     return source, arch, time.perf_counter() - start, "cached" if cached and all(cached) else ""
 
 
+def region_problems(source: Path) -> str:
+    """'' when the TODO regions of a task's file splice into the kit's copy of it and pass the region rules as
+    written (what ``make submit`` checks first; no nvcc needed), else why, in the file's own lines. '' for the kit's
+    own files and for a file the kit has no copy of (nothing is spliced into those)."""
+    from assignment.cuda import regions, rules
+    from assignment.cuda.reading import ReadingError
+
+    try:
+        kit = kit_source(source.name)
+    except CudaToolkitError:
+        return ""
+    if source.resolve() == kit.resolve():
+        return ""
+    try:
+        text = read_student_text(source)
+        tasks = tuple(dict.fromkeys(r.task for r in regions.student_regions(text, source.name)))
+        spliced = regions.splice(kit.read_text(encoding="utf-8"), text, tasks, filename=source.name)
+        problems = rules.check_regions(spliced.regions)
+    except (regions.RegionError, ReadingError) as exc:
+        return f"{_display(source)}: {exc}"
+    return f"{_display(source)}: " + "; ".join(str(p) for p in problems) if problems else ""
+
+
 def check_all(dirs: list[Path], archs: tuple[str, ...] = CHECK_ARCHS, jobs: int = 2, use_cache: bool = True) -> int:
-    """Compile every .cu under ``dirs`` for every arch; print a table; 0 when all compile."""
+    """Check every .cu under ``dirs``: its TODO regions by the grader's rules (without nvcc too), then, where they
+    pass, compile it for every arch; print a table; 0 when all pass and compile, 2 when nvcc is missing."""
     sources = sorted({p.resolve() for d in dirs for p in Path(d).rglob("*.cu")})
     if not sources:
         print(f"no .cu files under {', '.join(map(str, dirs))}")
         return 0
-    nvcc_version()  # fail early and clearly when nvcc is missing
-    jobs_list = [(s, normalize_arch(a)) for s in sources for a in archs]
+    rejected = {s: why for s in sources if (why := region_problems(s))}
+    width = max(len(_display(s)) for s in sources)
+    try:
+        nvcc_version()
+    except CudaToolkitError as exc:
+        print(f"{'file':<{width}}  TODO regions")
+        for source in sources:
+            print(f"{_display(source):<{width}}  {'FAILED' if source in rejected else 'regions ok'}")
+        for message in rejected.values():
+            print("\n" + message, file=sys.stderr)
+        if rejected:
+            return 1
+        print(f"\nerror: {exc}: the TODO regions pass the grader's rules, but nothing was compiled", file=sys.stderr)
+        return 2
+    jobs_list = [(s, normalize_arch(a)) for s in sources for a in archs if s not in rejected]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # nvcc is a subprocess: threads suffice
         results = list(pool.map(lambda job: _check_one(job[0], job[1], use_cache), jobs_list))
-    width = max(len(_display(s)) for s in sources)
+    results += [(s, "-", None, why) for s, why in rejected.items()]
     print(f"{'file':<{width}}  {'arch':<6}  {'seconds':>8}  status")
     failures = []
     for source, arch, seconds, note in results:
@@ -621,7 +660,8 @@ def check_all(dirs: list[Path], archs: tuple[str, ...] = CHECK_ARCHS, jobs: int 
             failures.append(note)
     for message in failures:
         print("\n" + message, file=sys.stderr)
-    print(f"{len(results) - len(failures)}/{len(results)} builds succeeded")
+    unbuilt = f"; {len(rejected)} file(s) not built: their TODO regions break the grader's rules" if rejected else ""
+    print(f"{len(jobs_list) - len(failures) + len(rejected)}/{len(jobs_list)} builds succeeded{unbuilt}")
     return 1 if failures else 0
 
 

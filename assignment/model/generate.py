@@ -2,7 +2,7 @@
 
     python -m assignment.model.generate --prompt "The history of" [--ckpt DIR] [--max-tokens 100]
         [--temperature 0.8] [--top-p 0.95] [--top-k 50] [--seed 0] [--device cpu|cuda] [--chat]
-        [--attention reference|sdpa|<task id>]
+        [--attention reference|sdpa|<task id>] [--threads N]
 
 Runs the shipped checkpoint by default (no network, no GPU needed). The sampling loop is the task's whose code
 ``generates`` (``assignment/tasks/``: t7's ``t7_generate.py``), in the implementation ``IMPL`` names (solutions in
@@ -15,13 +15,24 @@ prefill, after one untimed warm-up step); the time between tokens is the mean ov
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
 from . import DEFAULT_CHECKPOINT
+
+# On a CPU, one thread per this many parameters: decoding a token multiplies every weight matrix by one vector, so a
+# model of P parameters is 2P flops a token, and a thread needs about 50 MFLOP (some milliseconds) before splitting
+# the work pays for waking it. The shipped model (under 10 M) gets one thread: with a thread per core of a shared
+# host it took 183 ms between tokens, with one 7 ms (seed 000's tester; tests/kit/test_generate_cli.py).
+PARAMETERS_PER_THREAD = 25_000_000
+THREADS_SETTING = "KIT_CPU_THREADS"  # the user's own count (make generate THREADS=n) wins, as does OMP_NUM_THREADS
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # a container's CPU quota: "max 100000" or "150000 100000"
 
 
 @dataclass
@@ -63,7 +74,74 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--attention", default="reference", help=attention_help())
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the checkpoint's chat template")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help=f"CPU threads (default: {THREADS_SETTING} or OMP_NUM_THREADS, else one per "
+        f"{PARAMETERS_PER_THREAD // 10**6} M parameters, at most the cores this process may use)",
+    )
     return parser.parse_args(argv)
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its affinity), at most its container's CPU quota (cgroup v2 cpu.max)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        quota, period = CGROUP_CPU_MAX.read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
+def cpu_threads(parameters: int) -> int:
+    """Threads to generate with on a CPU: KIT_CPU_THREADS, else OMP_NUM_THREADS, when set; else one per
+    PARAMETERS_PER_THREAD parameters, at least one and at most the available cores (PyTorch's own default, a thread
+    per core it sees, oversubscribes a shared host with a small model)."""
+    for name in (THREADS_SETTING, "OMP_NUM_THREADS"):
+        value = os.environ.get(name, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return max(1, min(available_cores(), parameters // PARAMETERS_PER_THREAD))
+
+
+def device_problem(device: str, attention: str) -> str:
+    """Why this host cannot run the model on ``device`` with ``attention``, in make generate's words ('' if it
+    can): asked before anything loads, so the answer is a line, not a traceback from deep inside PyTorch."""
+    from .attention import KIT_IMPLEMENTATIONS, task_attention
+
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        return f"DEVICE={device} is not a device: use DEVICE=cpu or DEVICE=cuda, or leave DEVICE out (a GPU if any)"
+    gpu = torch.cuda.is_available()
+    if kind == "cuda" and not gpu:
+        return (
+            f"DEVICE={device} needs a CUDA GPU, and PyTorch sees none on this host (torch.cuda.is_available() is "
+            "False): leave DEVICE out or use DEVICE=cpu here, or run on a GPU host"
+        )
+    try:
+        spec = task_attention(attention)
+    except ValueError as exc:
+        return str(exc)
+    if spec is None or not spec.cuda or kind == "cuda":
+        return ""
+    from assignment import tasks
+
+    here = [*(f"ATTN={name}" for name in KIT_IMPLEMENTATIONS)] + [
+        f"ATTN={c.id}" for c in tasks.with_model_attention() if not c.model_attention.cuda
+    ]
+    if gpu:
+        return f"ATTN={attention} ({spec.label}) runs on the GPU: leave DEVICE={device} out"
+    return (
+        f"ATTN={attention} ({spec.label}) needs a CUDA GPU, and PyTorch sees none on this host: run it on a GPU "
+        f"host, or use {', '.join(here)} here"
+    )
 
 
 def attention_help() -> str:
@@ -116,12 +194,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_tokens < 0:
         print("generate: --max-tokens must be >= 0", file=sys.stderr)
         return 2
+    problem = device_problem(device, args.attention)
+    if problem:
+        print(f"generate: {problem}", file=sys.stderr)
+        return 2
     try:
         loop = sampling_loop()
         loaded = load_checkpoint(args.ckpt, device=device, dtype=DTYPES[args.dtype], attention=args.attention)
     except (ImplError, CheckpointError, ValueError) as exc:
         print(f"generate: {exc}", file=sys.stderr)
         return 2
+    if torch.device(device).type == "cpu":
+        torch.set_num_threads(args.threads or cpu_threads(sum(p.numel() for p in loaded.model.parameters())))
     tokenizer, settings = loaded.tokenizer, sampling_settings(args, loaded.generation_config)
     warm_up(loaded.model)
     try:
@@ -175,6 +259,8 @@ def report(model: TimedModel, prompt_tokens: int, device: str, args: argparse.Na
     generated = len(done)  # the prefill gives the first token, each decode step one more (the last may stop)
     between = (done[-1] - done[0]) / steps if steps else float("nan")
     total = done[-1] - model.start
+    count = torch.get_num_threads()
+    threads = f", {count} CPU thread{'s' if count != 1 else ''}" if torch.device(device).type == "cpu" else ""
     mode = (
         "greedy"
         if settings["temperature"] == 0
@@ -185,7 +271,7 @@ def report(model: TimedModel, prompt_tokens: int, device: str, args: argparse.Na
     return (
         f"-- prompt tokens: {prompt_tokens} | model calls: 1 prefill + {steps} decode | TTFT {ttft * 1e3:.1f} ms | "
         f"time between tokens {between * 1e3:.2f} ms | {generated / total:.1f} tokens/s\n"
-        f"-- {device}, {args.dtype}, attention {args.attention}, {mode}, seed {args.seed}"
+        f"-- {device}, {args.dtype}, attention {args.attention}, {mode}, seed {args.seed}{threads}"
     )
 
 

@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
             return 1 if found else 0
+        answers.existing_answers(path, student_id)  # refuse another student's (or an unreadable) file first
         print(render_text(student_id, questions, registry))
         if args.markdown:
             args.markdown.parent.mkdir(parents=True, exist_ok=True)

@@ -228,13 +228,13 @@ def _key(key: str) -> str:
     return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
 
 
-def prepare(path: Path, student_id: str, questions: list[Question], registry: Registry) -> str:
-    """Create the answers file, or add what it lacks while keeping every answer; what was done, in a line."""
+def existing_answers(path: Path, student_id: str) -> Answers | None:
+    """The answers already in ``path`` (None: no file yet), after refusing a file that cannot be read or that holds
+    another student's answers. ``make theory`` asks this first, so that a refusal comes before anything is printed
+    or written (the questions file included)."""
     path = Path(path)
     if not path.exists():
-        write_atomic(path, render(student_id, questions, registry))
-        count = sum(len(q.parts) for q in questions) + sum(q.written for q in questions)
-        return f"wrote {path}: {count} answers to fill in; `make submit` packs it"
+        return None
     try:
         kept = load(path)
     except AnswersError as exc:
@@ -242,9 +242,20 @@ def prepare(path: Path, student_id: str, questions: list[Question], registry: Re
     if kept.student_id and not _same_id(kept.student_id, student_id):
         raise AnswersError(
             f"{path} holds the answers of student {kept.student_id!r}, not {student_id!r}; it was "
-            f"left as it is (use ID={kept.student_id}, or move the file away to start "
-            f"{student_id!r}'s)"
+            f"left as it is, and no questions were written (use ID={kept.student_id}, or move the file away to "
+            f"start {student_id!r}'s)"
         )
+    return kept
+
+
+def prepare(path: Path, student_id: str, questions: list[Question], registry: Registry) -> str:
+    """Create the answers file, or add what it lacks while keeping every answer; what was done, in a line."""
+    path = Path(path)
+    kept = existing_answers(path, student_id)
+    if kept is None:
+        write_atomic(path, render(student_id, questions, registry))
+        count = sum(len(q.parts) for q in questions) + sum(q.written for q in questions)
+        return f"wrote {path}: {count} answers to fill in; `make submit` packs it"
     missing = missing_entries(kept, questions)
     still_open = len(problems(kept, questions, student_id))
     if not missing:

@@ -415,8 +415,9 @@ def main(argv: list[str] | None = None) -> int:
     gpu_tasks = [t.id for t in tasks if t.needs_gpu]
     if gpu_tasks and not gpus and host.get("gpus") and not args.skip_preflight:
         print(
-            f"error: {', '.join(gpu_tasks)} need a GPU worker and --gpus gives none (grade the others with --task, "
-            "or pass --skip-preflight to report them as not run)",
+            f"error: {', '.join(gpu_tasks)} need a GPU worker and GPUS= (--gpus) gives none: name GPUs with "
+            'GPUS=0,1, grade the others with TASKS="..." (--task), or report them as not run with '
+            "GRADE_FLAGS=--skip-preflight",
             file=sys.stderr,
         )
         return 3

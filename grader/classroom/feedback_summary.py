@@ -158,12 +158,15 @@ def summarise_question(q: Question, responses: list[Response]) -> dict:
         picked = [p for v in values for p in (v if q.multiple else [v])]
         out |= {"multiple": q.multiple, "counts": {c: picked.count(c) for c in q.choices}}
     elif q.type == "scale":
+        rated = [v for v in values if isinstance(v, int)]  # "did not attempt" is counted apart, never averaged
         out |= {
             "low": q.low,
             "high": q.high,
-            "distribution": {str(k): values.count(k) for k in range(SCALE[0], SCALE[1] + 1)},
+            "rated": len(rated),
+            "not_attempted": len(values) - len(rated),
+            "distribution": {str(k): rated.count(k) for k in range(SCALE[0], SCALE[1] + 1)},
         }
-        out |= {k: v for k, v in describe(values).items() if k in ("mean", "median")}
+        out |= {k: v for k, v in describe(rated).items() if k in ("mean", "median")}
     elif q.type == "number":
         out |= describe(values)
     return out
@@ -209,7 +212,13 @@ def task_rows(
             "task": task.id,
             "title": task.title,
             "difficulty": [
-                {"question": q.id, "text": q.text, "n": questions[q.id]["answered"], "mean": questions[q.id]["mean"]}
+                {
+                    "question": q.id,
+                    "text": q.text,
+                    "n": questions[q.id]["rated"],
+                    "not_attempted": questions[q.id]["not_attempted"],
+                    "mean": questions[q.id]["mean"],
+                }
                 for q in form.questions
                 if q.type == "scale" and q.task == task.id
             ],
@@ -261,7 +270,10 @@ def scale_plot(summary: dict) -> bytes:
     )
     ax.set_ylabel("answers")
     ax.yaxis.get_major_locator().set_params(integer=True)
-    ax.set_title(f"n = {summary['answered']}, mean {summary['mean']:.2f}, median {summary['median']:g}", fontsize=10)
+    skipped = f", {summary['not_attempted']} did not attempt" if summary["not_attempted"] else ""
+    ax.set_title(
+        f"n = {summary['rated']}, mean {summary['mean']:.2f}, median {summary['median']:g}{skipped}", fontsize=10
+    )
     return png(fig)
 
 
@@ -358,7 +370,7 @@ def summarise(
 
     figures: dict[str, bytes] = {}
     for q in form.questions:
-        if q.type == "scale" and questions[q.id]["answered"]:
+        if q.type == "scale" and questions[q.id]["rated"]:
             figures[f"scale_{q.id}.png"] = scale_plot(questions[q.id])
     families: dict[str, dict[str, list[float]]] = {}
     for q in form.questions:

@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass, field
 
 from assignment.registry import Task, load_registry
-from grader.grade.config import GradeConfig
+from grader.grade.config import THEORY, GradeConfig
 from grader.grade.runner import gpu_available
 from grader.isolation import sandbox
 
@@ -64,8 +64,9 @@ def decide_isolation(config: GradeConfig) -> tuple[str, str, str | None]:
             level,
             detail,
             (
-                f"student Python would run without a sandbox ({detail}); pass --allow-weak-isolation "
-                "to grade anyway (trusted code only), or install bubblewrap"
+                f"student Python would run without a sandbox ({detail}): install bubblewrap (apt-get install "
+                "bubblewrap), or, for code you trust, grade anyway with GRADE_FLAGS=--allow-weak-isolation "
+                "(--allow-weak-isolation on the grader's command line)"
             ),
         )
     return level, detail, None
@@ -90,9 +91,12 @@ def run_preflight(tasks: list[Task], config: GradeConfig, *, time_reference: boo
         return result
     names = ", ".join(t.id for t in gpu_tasks)
     if not gpu_available():
+        theory = [THEORY] if load_registry().theory and (not config.tasks or THEORY in config.tasks) else []
+        others = " ".join([t.id for t in tasks if not t.needs_gpu] + theory)
+        instead = f'grade the others here with TASKS="{others}" (--task on the command line), or ' if others else ""
         result.problems.append(
-            f"{names} need a CUDA GPU and this host has none (grade the others with --task, or "
-            "pass --skip-preflight to report them as not run)"
+            f"{names} need{'s' if len(gpu_tasks) == 1 else ''} a CUDA GPU and this host has none: {instead}grade "
+            "on a GPU host, or report them as not run with GRADE_FLAGS=--skip-preflight (--skip-preflight)"
         )
         return result
     for tool, why in GPU_TOOLS.items():

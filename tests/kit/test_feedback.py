@@ -50,10 +50,6 @@ def test_the_form_has_seed_000s_questions_and_one_hours_question_per_task():
         "familiarity_python",
         "familiarity_llm",
         "familiarity_flashattention",
-        "difficulty_python_attention",
-        "difficulty_cuda_softmax",
-        "difficulty_cuda_gemm",
-        "difficulty_cuda_attention",
         "ai_tools",
         "ai_helpfulness",
         "vibe_coding_full_marks",
@@ -64,6 +60,29 @@ def test_the_form_has_seed_000s_questions_and_one_hours_question_per_task():
     assert {f"hours_{t.id}" for t in load_registry().tasks} <= ids
 
 
+def test_every_task_of_the_registry_has_a_difficulty_question_that_can_be_not_attempted():
+    """The form asks each task's difficulty (t7 included; a new task gets one without an edit), and a tester who never
+    got to a task, a GPU task without a GPU say, can say so instead of rating it."""
+    form = load_form()
+    for task in load_registry().tasks:
+        question = form.question(f"difficulty_{task.id}")
+        assert question.type == "scale" and question.task == task.id and task.title in question.text
+        assert question.not_attempted == "did not attempt"
+        assert question.check("did not attempt") is None and question.check("skipped") is not None
+        assert question.parse("n") == question.parse("did not attempt") == "did not attempt"
+    assert form.question("familiarity_python").check("did not attempt") is not None  # only where it is offered
+
+
+def test_did_not_attempt_is_typed_in_the_terminal_and_saved_as_text(tmp_path):
+    form, path = load_form(), tmp_path / "feedback.json"
+    lines = ["n" if q.id == "difficulty_t4" else line for q, line in zip(form.questions, typed_answers(form))]
+    out = []
+    assert run_terminal(form, path, read=script(lines), write=out.append)
+    assert load_answers(path, form)["difficulty_t4"] == "did not attempt"
+    assert any("5 = very hard; n = did not attempt" in line for line in out)
+    assert feedback.main(["--check", str(path)]) == 0
+
+
 def test_terminal_form_fills_a_complete_valid_file(tmp_path):
     form, path = load_form(), tmp_path / "feedback.json"
     out = []
@@ -71,7 +90,7 @@ def test_terminal_form_fills_a_complete_valid_file(tmp_path):
     data = json.loads(path.read_text())
     assert data["schema_version"] == form.schema_version and form.problems(data["answers"]) == []
     assert data["answers"]["ai_tools"] == list(form.question("ai_tools").choices[:2])
-    assert data["answers"]["hours_t4"] == 12.5 and data["answers"]["difficulty_cuda_gemm"] == 3
+    assert data["answers"]["hours_t4"] == 12.5 and data["answers"]["difficulty_t3"] == 3
     assert feedback.main(["--check", str(path)]) == 0
 
 
@@ -122,7 +141,7 @@ def test_check_names_what_is_missing_or_invalid(tmp_path, capsys):
     assert feedback.main(["--check", str(path)]) == 1
     err = capsys.readouterr().err
     assert "finished: 'perhaps' is not valid" in err and "made_up: not a question" in err
-    assert "difficulty_cuda_gemm: not answered yet" in err
+    assert "difficulty_t3: not answered yet" in err
 
 
 @pytest.mark.parametrize(
@@ -133,6 +152,7 @@ def test_check_names_what_is_missing_or_invalid(tmp_path, capsys):
         ('id = "a"\ntext = "x"\ntype = "choice"\nchoices = ["only"]\nrequired = true', "two distinct choices"),
         ('id = "a"\ntext = "x"\ntype = "number"\nmin = 5\nmax = 1\nrequired = true', "min <= max"),
         ('id = "a"\ntext = "x"\ntype = "text"\nrequired = true\nwidth = 3', "unknown field"),
+        ('id = "a"\ntext = "x"\ntype = "number"\nnot_attempted = "no"\nrequired = true', "for a scale question"),
     ],
 )
 def test_a_broken_form_names_the_question(tmp_path, entry, message):

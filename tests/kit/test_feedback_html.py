@@ -55,7 +55,7 @@ def valid_answers(form) -> dict:
         if q.type == "choice":
             value = list(q.choices[:2]) if q.multiple else q.choices[i % len(q.choices)]
         elif q.type == "scale":
-            value = SCALE[0] + i % (SCALE[1] - SCALE[0] + 1)
+            value = q.not_attempted if q.task == "t4" else SCALE[0] + i % (SCALE[1] - SCALE[0] + 1)
         elif q.type == "number":
             value = min(max(12.5 + i, q.min), q.max)
         else:
@@ -83,8 +83,11 @@ def test_every_question_is_on_the_page_with_its_control(form, page):
             kind = "checkbox" if q.multiple else "radio"
             assert block.count(f'<input type="{kind}" name="{q.id}"') == len(q.choices), q.id
         elif q.type == "scale":
-            assert block.count(f'<input type="radio" name="{q.id}"') == SCALE[1] - SCALE[0] + 1, q.id
+            levels = SCALE[1] - SCALE[0] + 1
+            assert block.count(f'<input type="radio" name="{q.id}"') == levels + bool(q.not_attempted), q.id
             assert html_escape(q.low) in block and html_escape(q.high) in block, q.id
+            if q.not_attempted:  # a task the tester never got to is an answer of its own, not a rating
+                assert f'value="{feedback_html.NOT_ATTEMPTED_VALUE}"' in block and q.not_attempted in block, q.id
         elif q.type == "number":
             assert (
                 f'<input type="number" id="input-{q.id}"' in block
@@ -169,7 +172,10 @@ def fill(driver, form, answers: dict) -> None:
         if value is None:
             continue
         if q.type in ("choice", "scale"):
-            picks = [value] if q.type == "scale" else [q.choices.index(v) for v in (value if q.multiple else [value])]
+            scale_pick = feedback_html.NOT_ATTEMPTED_VALUE if value == q.not_attempted else value
+            picks = (
+                [scale_pick] if q.type == "scale" else [q.choices.index(v) for v in (value if q.multiple else [value])]
+            )
             for pick in picks:
                 by_css(driver, f'input[name="{q.id}"][value="{pick}"]').click()
         else:
@@ -324,6 +330,8 @@ def test_the_page_checks_a_value_as_question_check_does(opened, form):
         [],
         ["x"],
         "a" * 4001,
+        "did not attempt",
+        "Did not attempt",
     ]
     for q in form.questions:
         samples += list(q.choices) + [list(q.choices[:1]), list(q.choices[:2]), [q.choices[0]] * 2] if q.choices else []

@@ -76,6 +76,7 @@ def klass(tmp_path):
             answers["what_to_add"] = SCRIPT
         if i == 5:
             answers["ai_helpfulness"] = None  # an optional question skipped: still complete
+            answers["difficulty_t4"] = "did not attempt"  # no GPU: counted apart, never averaged
         put(root / where, answer_file(form, answers))
         counted.append({k: v for k, v in answers.items() if v is not None})
     zipped = answers_for(form, 6)
@@ -84,7 +85,7 @@ def klass(tmp_path):
         archive.writestr("s06/handin/attention.py", "# solution\n")
     counted.append(zipped)
 
-    partial = {"finished": form.question("finished").choices[1], "hours_t1": 7, "difficulty_python_attention": 2}
+    partial = {"finished": form.question("finished").choices[1], "hours_t1": 7, "difficulty_t1": 2}
     put(root / "partial/feedback.json", answer_file(form, partial))
     counted.append(partial)
     wrong_type = answers_for(form, 8) | {"hours_t1": "five"}
@@ -146,11 +147,14 @@ def test_summary_counts_aggregates_names_bad_files_and_joins_grades(klass, tmp_p
         values = [a[q.id] for a in counted if q.id in a]
         got = summary["questions"][q.id]
         assert got["answered"] == len(values), q.id
+        if q.type == "scale":
+            skipped = values.count("did not attempt")
+            assert got["not_attempted"] == skipped and got["rated"] == len(values) - skipped, q.id
+            values = [v for v in values if v != "did not attempt"]
+            assert got["distribution"] == {str(k): values.count(k) for k in range(1, 6)}, q.id
         if q.type in ("scale", "number"):
             assert got["mean"] == pytest.approx(statistics.fmean(values)), q.id
             assert got["median"] == pytest.approx(statistics.median(values)), q.id
-        if q.type == "scale":
-            assert got["distribution"] == {str(k): values.count(k) for k in range(1, 6)}, q.id
         if q.type == "choice" and not q.multiple:
             assert got["counts"] == {c: values.count(c) for c in q.choices}, q.id
     hours_t1 = [2.5 * i + 2 for i in range(1, 7)] + [7]  # k = 2: hours_t1 is the form's third question
@@ -210,8 +214,9 @@ def test_summary_counts_aggregates_names_bad_files_and_joins_grades(klass, tmp_p
     assert tasks["t2"]["graded"] == 1 and tasks["t2"]["mean_percent"] == pytest.approx(50, **close)
     assert tasks["t3"]["graded"] == 0 and tasks["t3"]["mean_score"] is None
     difficulty_t1 = tasks["t1"]["difficulty"]
-    assert [d["question"] for d in difficulty_t1] == ["difficulty_python_attention"]
-    assert difficulty_t1[0]["mean"] == pytest.approx(summary["questions"]["difficulty_python_attention"]["mean"])
+    assert [d["question"] for d in difficulty_t1] == ["difficulty_t1"]
+    assert difficulty_t1[0]["mean"] == pytest.approx(summary["questions"]["difficulty_t1"]["mean"])
+    assert [d["not_attempted"] for d in tasks["t4"]["difficulty"]] == [1] and "1 did not attempt it" in html
     assert tasks["t1"]["per_task"]["hours"] == pytest.approx(statistics.fmean(hours_t1))
     assert "Difficulty and scores by task" in html
 
@@ -244,8 +249,9 @@ def test_questions_name_their_task():
     assert {q.id: q.task for q in form.questions if q.id.startswith("hours_")} == {
         f"hours_{t.id}": t.id for t in registry.tasks
     }
-    assert form.question("difficulty_python_attention").task == "t1"
-    assert form.question("difficulty_cuda_gemm").task == "t3"
+    assert {q.id: q.task for q in form.questions if q.id.startswith("difficulty_t")} == {
+        f"difficulty_{t.id}": t.id for t in registry.tasks
+    }
     assert form.question("finished").task is None
 
 

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from assignment.registry import load_registry
 from grader.grade.config import GradeConfig
@@ -167,19 +168,23 @@ def test_csv_cells_are_never_formulas(tmp_path):
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this host has a GPU")
-def test_preflight_refuses_gpu_tasks_on_a_host_without_a_gpu(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "grader.grade.grade", "solutions", "--out", str(tmp_path), "--task", "t2"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 3 and "need a CUDA GPU" in proc.stderr, proc.stderr
+@pytest.mark.skipif(torch.cuda.is_available(), reason="what a host without a GPU says")
+def test_preflight_refuses_gpu_tasks_on_a_host_without_a_gpu_naming_the_make_variables(tmp_path):
+    """make grade is how instructors grade: the refusal names its variables (TASKS=, GRADE_FLAGS=), and the tasks
+    this host can grade, not the grader's command-line flags alone."""
+    registry = load_registry()
+    cpu_tasks = " ".join([t.id for t in registry.available if not t.needs_gpu] + ["theory"])
+    make = ["make", "-s", "grade", "SUBMISSION=solutions", f"OUT={tmp_path}", f"PY={sys.executable}"]
+    every = subprocess.run(make, cwd=REPO, capture_output=True, text=True)
+    assert every.returncode != 0 and "t2, t3" in every.stderr and "need a CUDA GPU" in every.stderr, every.stderr
+    assert f'TASKS="{cpu_tasks}"' in every.stderr and "GRADE_FLAGS=--skip-preflight" in every.stderr, every.stderr
+    some = subprocess.run([*make, "TASKS=t1 t2"], cwd=REPO, capture_output=True, text=True)
+    assert "t2 needs a CUDA GPU" in some.stderr and 'TASKS="t1"' in some.stderr, some.stderr
 
 
 def test_weak_isolation_needs_an_explicit_flag():
     config = replace(GradeConfig(), tasks=("t1",), preflight=False, isolation="process")
-    with pytest.raises(PreflightError, match="allow-weak-isolation"):
+    with pytest.raises(PreflightError, match="GRADE_FLAGS=--allow-weak-isolation"):
         check_host(config, load_registry())
     assert check_host(replace(config, allow_weak_isolation=True), load_registry()).isolation == sandbox.FALLBACK
 

@@ -282,6 +282,28 @@ def test_the_instructor_handout_keeps_the_reasoning(tmp_path, registry):
         render.render_html(audience="everyone")
 
 
+def test_the_two_audiences_write_to_separate_files(tmp_path, monkeypatch):
+    """make handout AUDIENCE=instructor once overwrote the student's build/handout/handout.html and .pdf with the copy
+    that holds the rubric's reasoning: each audience has files of its own, in the same folder or not."""
+
+    def print_to_pdf(html: Path, pdf: Path) -> Path:  # Chromium's part: what matters here is where it writes
+        pdf.write_bytes(b"%PDF " + html.read_bytes())
+        return pdf
+
+    monkeypatch.setattr(render, "html_to_pdf", print_to_pdf)
+    assert render.main(["--out", str(tmp_path)]) == 0
+    assert render.main(["--out", str(tmp_path), "--audience", "instructor"]) == 0
+    student, instructor = render.output_paths(tmp_path, "student"), render.output_paths(tmp_path, "instructor")
+    assert student == (tmp_path / "handout.html", tmp_path / "handout.pdf")
+    assert len(set(student + instructor)) == 4 and all(p.is_file() for p in student + instructor)
+    assert "Why these thresholds" not in student[0].read_text(encoding="utf-8")
+    assert "Why these thresholds" in instructor[0].read_text(encoding="utf-8")
+    assert b"Why these thresholds" not in student[1].read_bytes()
+    assert render.DEFAULT_OUT.relative_to(REPO_ROOT).as_posix() == "build/handout"
+    docs = (REPO_ROOT / "README.md").read_text() + (REPO_ROOT / "Makefile").read_text()
+    assert instructor[0].name in docs and instructor[1].name in docs, "README and make help name the instructor's copy"
+
+
 def test_t4_states_one_lse_formula_the_base2_one_the_kernel_needs(registry):
     """Q comes in pre-scaled by scale*log2(e), so m is in base-2 units: LSE = m ln 2 + ln l, never m + log l."""
     t4 = registry.task("t4")
@@ -412,6 +434,11 @@ def test_the_course_chapters_quote_the_kit_not_a_copy_of_it(html, registry):
             assert f"<code>{name}</code>" in submitting, name
     for name in registry.submit_files:
         assert f"<code>{name}</code>" in submitting, name
+    # The note the integrity policy asks for is a deliverable with its own row, saying what goes in it.
+    note_row = re.search(
+        rf"<tr>\s*<td><code>{re.escape(registry.notes_file)}</code></td>\s*<td>(.*?)</td>", submitting, re.S
+    )
+    assert note_row and "AI" in note_row.group(1) and "see the section" not in note_row.group(1), submitting
     assert "make submit" in submitting and "MANIFEST.json" in submitting
 
 

@@ -327,17 +327,32 @@ def test_the_integrity_policy_is_markdown_text_that_the_student_edition_keeps_wh
     registry = load_registry()
     assert "AI" in registry.integrity_policy and not registry.integrity_policy.startswith("\n")
     # An instructor's own policy, with a Markdown heading and blank lines: the student edition keeps every line.
-    policy = 'integrity_policy = """\n## Our rules\n\n\n# Not a comment\nreasoning = not a key either\n"""\n'
+    policy = (
+        'integrity_policy = """\n## Our rules\n\n\n# Not a comment\nreasoning = not a key either; `NOTES.md`\n"""\n'
+    )
     old = REGISTRY_PATH.read_text()
     start = old.index('integrity_policy = """')
     end = old.index('"""\n', start + 25) + 4
     path = write_variant(tmp_path, old[start:end], policy)
     edited = load_registry(path)
-    assert edited.integrity_policy == "## Our rules\n\n\n# Not a comment\nreasoning = not a key either"
+    assert edited.integrity_policy == "## Our rules\n\n\n# Not a comment\nreasoning = not a key either; `NOTES.md`"
     (tmp_path / "student.toml").write_text(student_edition(path.read_text()))
     assert load_registry(tmp_path / "student.toml").integrity_policy == edited.integrity_policy
     with pytest.raises(RegistryError, match=r"field 'course.integrity_policy': must be a string"):
         load_registry(write_variant(tmp_path, old[start:end], "integrity_policy = 3\n"))
+
+
+def test_the_integrity_note_is_packed_and_named_by_the_policy(tmp_path):
+    old = REGISTRY_PATH.read_text()
+    note = 'notes_file = "NOTES.md"\n'
+    assert note in old
+    with pytest.raises(RegistryError, match=r"course.notes_file.*must be in course.submit_files"):
+        load_registry(write_variant(tmp_path, note, 'notes_file = "NOTE.txt"\n'))
+    start = old.index('integrity_policy = """')
+    end = old.index('"""\n', start + 25) + 4
+    with pytest.raises(RegistryError, match=r"course.notes_file.*the integrity policy must name `NOTES.md`"):
+        load_registry(write_variant(tmp_path, old[start:end], 'integrity_policy = "Be honest."\n'))
+    assert load_registry(write_variant(tmp_path, note, "")).notes_file is None  # a course without the note
 
 
 def test_the_student_edition_keeps_the_objectives_hours_and_policy(tmp_path):

@@ -205,3 +205,50 @@ def test_the_bundle_fails_cleanly_as_shipped_and_passes_with_the_solutions(built
     assert solved.returncode == 0, solved.stdout[-3000:]
     summary = json.loads((tmp_path / "solved.json").read_text())["summary"]
     assert summary.get("passed", 0) > 0 and not summary.get("failed") and not summary.get("error")
+
+
+def _without_nvcc() -> str:
+    """PATH less every folder that holds an nvcc: a student's laptop."""
+    import os
+
+    return os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if not (Path(p) / "nvcc").exists())
+
+
+def _bundle_run(bundle: Path, command: list[str], path: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("IMPL", "PYTHONPATH", "KIT_CACHE_DIR")}
+    if path is not None:
+        env["PATH"] = path
+    return subprocess.run(command, cwd=bundle, capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_the_bundles_check_cuda_runs_the_region_rules_without_nvcc(built, tmp_path):
+    """A deleted `// END TODO(t2)` is caught by make check-cuda on a host without the CUDA toolkit, not only by
+    make submit; with the regions intact it says that nothing was compiled, and why."""
+    bundle = copy_of(built[0], tmp_path)
+    make = ["make", "--no-print-directory", "check-cuda", f"PY={sys.executable}"]
+    intact = _bundle_run(bundle, make, _without_nvcc())
+    assert intact.returncode != 0, intact.stdout + intact.stderr  # nothing was compiled: not a success
+    assert "regions ok" in intact.stdout and "nvcc not found" in intact.stderr, intact.stdout + intact.stderr
+    assert "Traceback" not in intact.stderr
+    starter = bundle / "starter" / "t2_softmax.cu"
+    lines = starter.read_text().splitlines(keepends=True)
+    first_end = next(i for i, line in enumerate(lines) if line.strip() == "// END TODO(t2)")
+    starter.write_text("".join(lines[:first_end] + lines[first_end + 1 :]))
+    broken = _bundle_run(bundle, make, _without_nvcc())
+    assert broken.returncode != 0 and "FAILED" in broken.stdout, broken.stdout + broken.stderr
+    assert "nothing was compiled" not in broken.stderr  # the regions are the news, not the missing toolkit
+    assert "t2_softmax.cu" in broken.stderr and "keep the '// END TODO(t2)' line" in broken.stderr, broken.stderr
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+def test_the_bundles_check_cuda_compiles_an_untouched_starter_file(built, tmp_path):
+    """In a bundle the kit's copy of a file is the starter itself, so an untouched file's device module is the kit's
+    own: one build, where it once waited forever on its own lock."""
+    bundle = copy_of(built[0], tmp_path)
+    (bundle / "only").mkdir()
+    shutil.copy2(bundle / "starter" / "t2_softmax.cu", bundle / "only" / "t2_softmax.cu")
+    done = _bundle_run(
+        bundle, [sys.executable, "-m", "assignment.cuda.compiler", "--check-all", "only", "--arch", "sm_80"]
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1/1 builds succeeded" in done.stdout

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from assignment import submit
+from assignment import feedback, submit
 from assignment.registry import load_registry
 from grader.isolation import sandbox
 
@@ -33,7 +33,8 @@ def make_bundle(root: Path, source: str = "solutions") -> Path:
     for name in REGISTRY.student_files:
         shutil.copyfile(REPO / source / name, student / name)
     (root / "REPORT.md").write_text("# My report\n\nt4 reaches 0.9x the reference.\n")
-    (root / "feedback.json").write_text(json.dumps({"schema_version": 1, "answers": {}}))  # started, not finished
+    version = feedback.load_form().schema_version
+    (root / "feedback.json").write_text(json.dumps({"schema_version": version, "answers": {}}))  # started, not finished
     return student
 
 
@@ -89,6 +90,23 @@ def test_zip_holds_the_files_at_the_top_level_with_their_hashes(packed):
     else:
         assert "nvcc not found" in output
     assert not [p for p in root.iterdir() if p.name.endswith(".tmp")], "the temporary zip is renamed or removed"
+
+
+def test_the_integrity_note_is_packed_and_asked_for_by_name_when_missing(tmp_path, capsys):
+    """The integrity policy asks for a note on collaboration, sources and AI use: make submit packs it (the
+    registry's notes_file) and, when it is missing, says what belongs in it."""
+    note = REGISTRY.notes_file
+    assert note and note in REGISTRY.submit_files and f"`{note}`" in REGISTRY.integrity_policy
+    make_bundle(tmp_path, "starter")
+    code, output = run_submit(tmp_path, capsys)
+    assert code == 0, output
+    warning = next(line for line in output.splitlines() if line.strip().startswith(f"{note}:"))
+    assert "integrity policy" in warning and "AI" in warning and "next to the Makefile" in warning, warning
+    (tmp_path / note).write_text("Discussed tiling with Ana; used a chat assistant to explain ldmatrix.\n")
+    code, output = run_submit(tmp_path, capsys)
+    assert code == 0 and not any(line.strip().startswith(f"{note}:") for line in output.splitlines()), output
+    with zipfile.ZipFile(tmp_path / "submission.zip") as zf:
+        assert zf.read(note) == (tmp_path / note).read_bytes()
 
 
 def test_the_grader_scores_the_zip_as_the_folder(packed, tmp_path):

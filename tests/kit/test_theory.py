@@ -461,15 +461,19 @@ def test_make_theory_without_an_id_or_with_another_students_file_says_so_and_tou
     none = run_theory("--answers", str(path))
     assert none.returncode == 2 and "no student id" in none.stderr and "make theory ID=" in none.stderr
     assert not path.exists()
-    assert run_theory("--answers", str(path), env={"STUDENT_ID": "bob"}).returncode == 0
-    before = path.read_text()
-    other = run_theory("--id", "carol", "--answers", str(path))
+    questions = tmp_path / "build" / "questions.md"  # what make theory writes beside the answers (--markdown)
+    assert run_theory("--answers", str(path), "--markdown", str(questions), env={"STUDENT_ID": "bob"}).returncode == 0
+    before, bobs_questions = path.read_text(), questions.read_text()
+    other = run_theory("--id", "carol", "--answers", str(path), "--markdown", str(questions))
     assert other.returncode == 2 and "holds the answers of student 'bob'" in other.stderr
+    # Refused before anything is written or printed: bob's questions are still there, carol's were never shown.
+    assert questions.read_text() == bobs_questions and "Q1." not in other.stdout and "wrote" not in other.stdout
     path.write_text(before + "q9 = = 1\n")
     broken = path.read_text()
-    bad = run_theory("--answers", str(path), "--id", "bob")
+    bad = run_theory("--answers", str(path), "--id", "bob", "--markdown", str(questions))
     assert bad.returncode == 2 and "is not valid TOML" in bad.stderr and "left as it is" in bad.stderr
     assert path.read_text() == broken, "a file it cannot read is never rewritten"
+    assert "Q1." not in bad.stdout and questions.read_text() == bobs_questions
     dry = subprocess.run(
         ["make", "-n", "theory", "ID=zed", "PY=python3"], check=False, cwd=REPO, capture_output=True, text=True
     )
