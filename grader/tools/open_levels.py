@@ -7,7 +7,10 @@ rather than guessed. Each fixture in ``grader/fixtures/open/`` is a submission a
 * ``<file stem>.<name>.cu``: the body of a CUDA task's open TODO region;
 * ``<file stem>.<name>.py``: functions of a Python task's file, each one's body (after its docstring) the body of
   that function's open TODO region; the file's other regions keep the reference's body. The bodies run inside
-  the student file, so they use its names (helpers, constants) and the variables its given lines set.
+  the student file, so they use its names (helpers, constants) and the variables its given lines set;
+* ``<file stem>.<name>.toml``: a CUDA kernel that is the reference's own open body with a few lines changed,
+  given as the change: ``note`` (what the design is, a comment atop the body) and ``replace = [[old, new], ...]``,
+  each ``old`` found exactly once in the reference's body (one refinement left out, with no copy to drift).
 
     python -m grader.tools.open_levels --list                  # the fixtures and the open starter they fill in
     python -m grader.tools.open_levels --calibrate [--task t3] [--repeats 3] [--json out.json]
@@ -36,6 +39,7 @@ import sys
 import tempfile
 import textwrap
 import time
+import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -63,18 +67,36 @@ def open_levels(registry: Registry) -> dict[str, str]:
 
 def fixtures(registry: Registry, task: str | None = None) -> list[OpenFixture]:
     found = []
-    for path in sorted([*FIXTURES.glob("*.cu"), *FIXTURES.glob("*.py")]):
+    for path in sorted([*FIXTURES.glob("*.cu"), *FIXTURES.glob("*.py"), *FIXTURES.glob("*.toml")]):
         stem, _, name = path.name[: -len(path.suffix)].partition(".")
-        file = stem + path.suffix
+        file = stem + (".cu" if path.suffix == ".toml" else path.suffix)
         owners = [t.id for t in registry.tasks if file in t.files]
         if not owners or not name:
             raise ValueError(
                 f"{path}: name it <student file stem>.<fixture name>{path.suffix} (e.g. t3_gemm.no_double_buffer.cu)"
             )
-        fixture = OpenFixture(owners[0], file, name, path.read_text(encoding="utf-8"))
+        if path.suffix == ".toml":
+            body = _edited_reference(path, file, owners[0], registry)
+        else:
+            body = path.read_text(encoding="utf-8")
+        fixture = OpenFixture(owners[0], file, name, body)
         if task is None or fixture.task == task:
             found.append(fixture)
     return found
+
+
+def _edited_reference(path: Path, file: str, task: str, registry: Registry) -> str:
+    """A ``.toml`` fixture's body: the reference's open body with its ``replace`` pairs applied, under its note."""
+    spec = tomllib.loads(path.read_text(encoding="utf-8"))
+    body = reference_body(file, task, open_levels(registry))
+    for old, new in spec.get("replace", []):
+        if body.count(old) != 1:
+            raise ValueError(
+                f"{path}: {old!r} stands {body.count(old)} times in the reference's open body of {file}, not once"
+            )
+        body = body.replace(old, new)
+    note = textwrap.wrap(spec.get("note", "").strip(), 112)
+    return "".join(f"    // {line}\n" for line in note) + body
 
 
 def reference_body(file: str, task: str, levels: dict[str, str]) -> str:

@@ -245,6 +245,8 @@ OPEN_FIXTURES = {
         "no_cp_async_pipeline",
         "p_through_shared_memory",
         "no_swizzle",
+        "causal_short_tiles_first",
+        "causal_mask_every_tile",
     },
 }
 
@@ -310,6 +312,20 @@ def test_the_open_fixtures_are_valid_region_bodies_for_the_open_starter():
         assert todo_counts(text, fixture.file) == {}, fixture.name
         problems = regions.check_file(text, (fixture.task,), fixture.file)
         assert not problems, f"{fixture.name}: {problems[:3]}"
+
+
+def test_a_toml_fixture_is_the_reference_body_with_its_changes(tmp_path, monkeypatch):
+    registry = load_registry()
+    reference = open_levels.reference_body("t8_flash_attention_tc.cu", "t8", open_levels.open_levels(registry))
+    mask = next(f for f in open_levels.fixtures(registry, "t8") if f.name == "causal_mask_every_tile")
+    assert mask.body.startswith("    // An honest open-level t8 kernel") and mask.body.endswith(reference[-200:])
+    assert "if (kv0 + BC > Lk" in reference and "if (kv0 + BC > Lk" not in mask.body
+    assert "every tile tested against the mask" in mask.body
+    stale = tmp_path / "t8_flash_attention_tc.stale.toml"
+    stale.write_text('note = "x"\nreplace = [["a line the reference no longer has", "y"]]\n')
+    monkeypatch.setattr(open_levels, "FIXTURES", tmp_path)
+    with pytest.raises(ValueError, match=r"stale\.toml.*stands 0 times in the reference's open body"):
+        open_levels.fixtures(registry, "t8")
 
 
 def _open_sources(open_starter) -> dict[str, tuple[str, str]]:
