@@ -31,7 +31,7 @@ from grader.grade import seeds
 from grader.grade.config import ISOLATION_CHOICES, REPO_ROOT, THEORY, GradeConfig
 from grader.grade.preflight import Preflight, isolation_check, run_preflight
 from grader.grade.prepare import prepare
-from grader.grade.report import OPT_IN_FILE, leaderboard_alias, summary_lines, write_all
+from grader.grade.report import OPT_IN_FILE, leaderboard_alias, summary_lines, total_line, write_all
 from grader.grade.runner import TaskRun, gpu_available, run_task
 from grader.grade.scoring import SubmissionScore, score_task
 from grader.grade.submission import SubmissionError, collect
@@ -198,14 +198,6 @@ def _unreadable(
     result = SubmissionScore(submission_name(source), scores, [why], 0.0, grading, theory)
     write_all(result, registry, out)
     return result
-
-
-def total_line(result, registry) -> str:
-    """'total 95.00 / 120', with the bonus tasks' most said apart: they come on top of the maximum."""
-    bonus = sum(t.max_score for t in result.tasks if t.task.bonus)
-    bonus += result.theory.bonus_max if result.theory else 0.0
-    extra = f" (+ up to {bonus:g} bonus)" if bonus > 0 else ""
-    return f"total {result.score:.2f} / {result.max_score(registry):g}{extra}"
 
 
 def main(argv: list[str] | None = None) -> int:

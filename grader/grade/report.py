@@ -143,6 +143,12 @@ def points_cell(score: float, not_run: float, max_score: float) -> str:
     return f"{score:.2f} ({not_run:.2f} {NOT_RUN_TAG})"
 
 
+def total_line(result: SubmissionScore, registry: Registry) -> str:
+    """'total 95.00 / 120', with the bonus tasks' most said apart: they come on top of the maximum."""
+    extra = f" (+ up to {result.bonus_max:g} bonus)" if result.bonus_max > 0 else ""
+    return f"total {result.score:.2f} / {result.max_score(registry):g}{extra}"
+
+
 def summary_lines(result: SubmissionScore) -> list[str]:
     lines = []
     for ts in result.tasks:

@@ -253,6 +253,12 @@ class SubmissionScore:
         return regular + (self.theory.regular_max if self.theory else 0.0)
 
     @property
+    def bonus_max(self) -> float:
+        """The bonus points this grading could give on top of ``max_score``: bonus tasks and their theory questions."""
+        bonus = sum(t.max_score for t in self.tasks if t.task.bonus)
+        return bonus + (self.theory.bonus_max if self.theory else 0.0)
+
+    @property
     def review(self) -> list[str]:
         lines = [f"{t.task.id}: {line}" for t in self.tasks for line in t.instructor if line.startswith("review")]
         return lines + [f"theory: {line}" for line in (self.theory.review if self.theory else [])]

@@ -278,14 +278,17 @@ def test_threads_set_the_checkers_and_the_workers_thread_counts(tmp_path, monkey
 def test_the_total_line_says_the_bonus_apart():
     from types import SimpleNamespace
 
-    from grader.grade.grade import total_line
+    from grader.grade.report import total_line
+    from grader.grade.scoring import SubmissionScore
 
     def task(bonus, points):
         return SimpleNamespace(task=SimpleNamespace(bonus=bonus), max_score=points)
 
     def result(tasks, theory=None):
         regular = sum(t.max_score for t in tasks if not t.task.bonus)
-        return SimpleNamespace(score=30.0, tasks=tasks, theory=theory, max_score=lambda registry: regular)
+        fake = SimpleNamespace(score=30.0, tasks=tasks, theory=theory, max_score=lambda registry: regular)
+        fake.bonus_max = SubmissionScore.bonus_max.fget(fake)
+        return fake
 
     assert total_line(result([task(False, 10), task(False, 20)]), None) == "total 30.00 / 30"
     only_bonus = total_line(result([task(True, 25)]), None)
