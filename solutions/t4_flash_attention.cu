@@ -4,6 +4,7 @@
 // materialising the Lq x Lk score matrix. Also returns LSE, the natural-log
 // log-sum-exp of every row of scale * Q K^T (what a backward pass needs).
 //
+// BEGIN GUIDED t4
 // ---------------------------------------------------------------------------
 // The picture (one thread block = one query tile of BR rows of one (b,h))
 //
@@ -20,12 +21,25 @@
 //     P = exp(S - m_new);  l = alpha * l + rowsum(P);  O = alpha * O + P V
 //   and at the end O /= l, LSE = m + log(l). This kernel keeps S, m and the exponentials in base-2
 //   units (Q is pre-scaled by scale * log2(e): exp becomes exp2), so its LSE is m * ln(2) + ln(l).
+// END GUIDED
+// BEGIN UNGUIDED t4
+// ---------------------------------------------------------------------------
+// At this level the kernel's body is yours to design (flash_fwd_kernel, below): which thread computes which
+// scores and output elements, the shared-memory layout, how K and V get there and when, the online softmax.
+// The kit gives the launch (Cfg<D, BIG>, smem_bytes and the host code at the end of the file: one block of
+// (BR / 8) * CG threads for every BR query rows of one (batch, head), smem_bytes<D, BR, BC>() bytes of dynamic
+// shared memory), kit.cuh's device helpers (fast_exp2, cp_async16 and cp_async4, cp_async_commit and
+// cp_async_wait), the reference's own helpers in this file (load_tile_async, load_q_tile, lane_layout, row_max,
+// row_sum: yours to use or not), and t5's three causal decisions, device functions your body calls.
+// ---------------------------------------------------------------------------
+// END UNGUIDED
 //
 // Grouped-query attention: K and V may have fewer heads than Q (H_kv, H % H_kv == 0). The
 // H / H_kv query heads of a group read the same K and V head, h -> h / (H / H_kv), straight from
 // its memory: nothing is repeated or copied. Their blocks are neighbours in the launch order,
 // so after the first of them the others mostly find the group's K/V tiles in L2.
 //
+// BEGIN GUIDED t4
 // Every K/V tile is read from global memory (L2) exactly once per query tile.
 // The key loop is software pipelined with cp.async: the next K tile is copied
 // while P V runs, the next V tile while Q K^T of the next step runs.
@@ -84,11 +98,14 @@
 // sharing an SM sit at different places in the code and need more instruction
 // cache than non-causal ones, which run in step: causal kernels unroll less.
 //
+// END GUIDED
 // Causal (t5): query i sees keys j <= i + Lk - Lq (bottom-right alignment).
 // Key tiles right of the diagonal are never visited (the loop bound shrinks),
 // only tiles that cross the diagonal apply the element mask, and query tiles
 // are scheduled heaviest first across all heads. A row that sees no key
-// gets O = 0 and LSE = -inf.
+// gets O = 0 and LSE = -inf. The three causal decisions are t5's device
+// functions (causal_key_tiles, causal_tile_needs_mask, causal_key_hidden,
+// below), which the kernel calls: t5 lives there at every scaffolding level.
 // ---------------------------------------------------------------------------
 
 #include "kit.cuh"
@@ -209,6 +226,43 @@ __device__ __forceinline__ float row_sum(float x) {
     return x;
 }
 
+// ---- t5: the causal decisions, one device function each, called by the kernel (CAUSAL only). Query i sees key
+// j exactly when j <= i + Lk - Lq (bottom-right alignment); rows and keys are positions in the whole sequence.
+
+// How many of the n_tiles key tiles (tile t holds keys t * bc .. t * bc + bc - 1) the query rows q0 .. q0 + rows - 1
+// (those below Lq) visit between them: the loop bound of a causal query tile. The tiles after the last one any of
+// those rows sees are fully masked, so the kernel never reads them.
+__device__ __forceinline__ int causal_key_tiles(int n_tiles, int q0, int rows, int bc, int Lq, int Lk) {
+    // BEGIN SOLUTION t5: block skipping: shrink the loop bound to the last key tile any row of the query tile sees
+    // PLAN: the last row of the tile, min(q0 + rows, Lq) - 1, sees keys up to last = that row + Lk - Lq.
+    // PLAN: tiles after the one holding key `last` are fully masked: return min(n_tiles, last / bc + 1).
+    // PLAN: if last < 0 no row of the tile sees any key: return 0 (the kernel then writes O = 0, LSE = -inf).
+    // STUB: return n_tiles;
+    const int last = min(q0 + rows, Lq) - 1 + (Lk - Lq);
+    return last < 0 ? 0 : min(n_tiles, last / bc + 1);
+    // END SOLUTION
+}
+
+// Whether the key tile kv0 .. kv0 + bc - 1 holds a key that some row of the query tile starting at row q0 must
+// not see: only such tiles, those that cross the diagonal, need the element mask; the others are fully visible.
+__device__ __forceinline__ bool causal_tile_needs_mask(int q0, int kv0, int bc, int Lq, int Lk) {
+    // BEGIN SOLUTION t5: does the key tile cross the diagonal of the query tile that starts at row q0?
+    // PLAN: row q0, the first of the tile, sees the fewest keys: those <= q0 + Lk - Lq.
+    // PLAN: the tile needs the mask exactly when its last key, kv0 + bc - 1, is past that.
+    // STUB: return true;
+    return kv0 + bc - 1 > q0 + Lk - Lq;
+    // END SOLUTION
+}
+
+// Whether query row `row` must not see key `key`: the causal element mask (the score becomes -inf).
+__device__ __forceinline__ bool causal_key_hidden(int row, int key, int Lq, int Lk) {
+    // BEGIN SOLUTION t5: causal element mask: is key `key` right of the diagonal for query row `row`?
+    // PLAN: row sees the keys <= row + Lk - Lq; every later key is hidden from it.
+    // STUB: return false;
+    return key > row + Lk - Lq;
+    // END SOLUTION
+}
+
 template <int D, int BR, int BC>
 constexpr size_t smem_bytes() { return sizeof(float) * ((size_t)BR * D + 2 * (size_t)BC * D + (size_t)BR * BC); }
 
@@ -217,8 +271,28 @@ __global__ void __launch_bounds__((BR / 8) * CG, MINB)
 flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
                  float* __restrict__ o, float* __restrict__ lse, int BH, int H, int H_kv, int Lq, int Lk,
                  float qscale, int vec_i) {
+    constexpr int NT = (BR / 8) * CG;  // threads (the launch's)
+    extern __shared__ float4 smem[];   // smem_bytes<D, BR, BC>() bytes (the launch's)
+    // BEGIN OPEN t4: the kernel body: tiling, threads to scores and outputs, shared-memory layout, K/V loads, softmax
+    // GOAL: O and LSE of the BR query rows of one (batch, head) that this block computes; which (bh = b * H + h,
+    // GOAL: query tile) a block takes is yours (grid: ceil(Lq / BR) x min(BH, 65535) x ceil(BH / 65535); a block past
+    // GOAL: the BH * ceil(Lq / BR) tiles returns). q, o: (B, H, Lq, D) and k, v: (B, H_kv, Lk, D), row-major fp32;
+    // GOAL: lse: (B, H, Lq), natural log. Query head h reads KV head h / (H / H_kv).
+    // GOAL: One pass over K and V with the online softmax, fp32 throughout; the Lq x Lk scores never reach global
+    // GOAL: memory, and at most 2 KB of local memory per thread. qscale = scale * log2(e): exp(scale * s) = exp2 of
+    // GOAL: the scaled score (fast_exp2). Any Lq, Lk >= 1 (not tile multiples); D is 32, 64 or 128; vec_i != 0: q,
+    // GOAL: k, v and o are 16-byte aligned (float4 accesses allowed).
+    // GOAL: CAUSAL: query i sees keys j <= i + Lk - Lq. Take every causal decision from t5's functions above: the
+    // GOAL: key tiles a query tile visits (causal_key_tiles: the ones after are never read), which tiles need the
+    // GOAL: element mask (causal_tile_needs_mask) and the mask (causal_key_hidden). A row that sees no key gets
+    // GOAL: O = 0 and LSE = -inf.
+    // GOAL: The launch is fixed: NT threads, smem_bytes<D, BR, BC>() bytes of dynamic shared memory at smem (room
+    // GOAL: for Q [BR][D], K and V [BC][D], P [BR][BC] in floats); declare __shared__ arrays for more. BC, CG, MINB
+    // GOAL: and KU are the reference's choices (Cfg above), as are load_tile_async, load_q_tile, lane_layout,
+    // GOAL: row_max and row_sum: use them or not. No atomics: the same bits every run.
+    // GOAL: Aim: the reference's time at B 8 H 16 L 4096 d 64, and 1.25x the naive CUDA composition's speed at
+    // GOAL: B 64 L 4096 d 64; the rubric gives the levels and their points.
     constexpr int RG = BR / 8;   // row groups: thread rows rg + RG*i
-    constexpr int NT = RG * CG;  // threads
     constexpr int TM = 8;        // query rows per thread
     constexpr int TS = BC / CG;  // S columns per thread: keys cg + CG*c
     constexpr int TD = D / CG;   // O columns per thread
@@ -226,7 +300,6 @@ flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const
     static_assert(BC % 32 == 0 && RG % 8 == 0 && (TD % 4 == 0 || (TD == 2 && CG == 16)), "tile shape");
     static_assert((KU == 2 || KU == 4 || KU == 8) && D4 % KU == 0 && BC4 % KU == 0, "KU: float4 steps per unrolled inner loop");
 
-    extern __shared__ float4 smem[];
     float4* Qs = smem;             // [BR][D/4]  swizzled, pre-scaled
     float4* Ks = Qs + BR * D4;     // [BC][D/4]  swizzled
     float4* Vs = Ks + BC * D4;     // [BC][D/4]
@@ -283,15 +356,7 @@ flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const
 
     // Number of key tiles this query tile visits.
     int n_tiles = (Lk + BC - 1) / BC;
-    if constexpr (CAUSAL) {
-        // BEGIN SOLUTION t5: block skipping: shrink the loop bound to the last key tile any row of this tile sees
-        // PLAN: the last row of the tile, min(q0 + BR, Lq) - 1, sees keys up to last = that row + Lk - Lq.
-        // PLAN: tiles after the one holding key `last` are fully masked: n_tiles = min(n_tiles, last / BC + 1).
-        // PLAN: if last < 0 no row of the tile sees any key: n_tiles = 0 (O = 0, LSE = -inf).
-        const int last = min(q0 + BR, Lq) - 1 + (Lk - Lq);
-        n_tiles = last < 0 ? 0 : min(n_tiles, last / BC + 1);
-        // END SOLUTION
-    }
+    if constexpr (CAUSAL) n_tiles = causal_key_tiles(n_tiles, q0, BR, BC, Lq, Lk);  // t5: none past the diagonal
 
     // Start the copies of K tile 0 and V tile 0, then load Q meanwhile.
     if (n_tiles > 0) {
@@ -368,21 +433,16 @@ flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const
         }
         // END SOLUTION
 
-        if constexpr (CAUSAL) {
-            // BEGIN SOLUTION t5: causal element mask, only on tiles that cross the diagonal
-            // PLAN: row q0 (the first of the tile) sees keys <= q0 + Lk - Lq; if kv0 + BC - 1 <= that, nothing is masked.
-            // PLAN: otherwise, for each of my rows row = q0 + rg + RG*i and keys j = kv0 + cg + CG*c:
-            // PLAN: s[i][c] = -INFINITY where j > row + Lk - Lq.
-            if (kv0 + BC - 1 > q0 + Lk - Lq) {
+        if constexpr (CAUSAL) {  // t5: the element mask, only on the key tiles that cross the diagonal
+            if (causal_tile_needs_mask(q0, kv0, BC, Lq, Lk)) {
 #pragma unroll
                 for (int i = 0; i < TM; ++i) {
-                    const int lim = q0 + rg + RG * i + Lk - Lq;
+                    const int row = q0 + rg + RG * i;
 #pragma unroll
                     for (int c = 0; c < TS; ++c)
-                        if (kv0 + cg + CG * c > lim) s[i][c] = -INFINITY;
+                        if (causal_key_hidden(row, kv0 + cg + CG * c, Lq, Lk)) s[i][c] = -INFINITY;
                 }
             }
-            // END SOLUTION
         }
 
         // BEGIN SOLUTION t4: online softmax: new row max m, alpha, P = exp2(S - m), update l, write P to smem
@@ -508,6 +568,7 @@ flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const
         }
     }
     // END SOLUTION
+    // END OPEN
 }
 
 // --------------------------------------------------------------------------- host (the kit's)

@@ -29,6 +29,18 @@
 // the L it reads. Every split gets ceil(ceil(L / 32) / n_splits) tiles, so at any L the work is
 // spread over all splits, and the workspace (n_splits partial results per query head) never changes.
 //
+// BEGIN UNGUIDED t6
+// ---------------------------------------------------------------------------
+// At this level the split kernel's body is yours to design (decode_split_kernel, below): which thread scores
+// which keys for which of the block's query heads, the shared-memory layout, how K and V get there and when,
+// and how the block's threads merge their partial softmax states into one row per head. The kit gives the
+// launch (the host code at the end of the file: one block of NT = 128 threads for every (split, KV head and
+// chunk of at most 4 * HPW of its query heads, batch row), split_smem_bytes<D, HPW>() bytes of dynamic shared
+// memory, n_splits chosen from the cache's capacity and the SM count), the combine kernel that merges the
+// splits' rows, kit.cuh's device helpers (fast_exp2, cp_async16, cp_async_commit and cp_async_wait), and the
+// reference's own helpers in this file (load_kv_tile_async, max_over_keys, sum_over_keys: yours to use or not).
+// END UNGUIDED
+// BEGIN GUIDED t6
 // ---------------------------------------------------------------------------
 // One block = one (batch b, KV head, split) and ALL the query heads of that KV head (up to 16; a
 // larger group takes several blocks). Grouped-query attention is what makes decode cheaper than it
@@ -80,6 +92,7 @@
 // (H100): a copy of this kernel with the arithmetic removed reads at torch.sum's speed over the
 // same bytes; the full kernel is within 4-6% of it at L 32768. Deeper pipelines (3-4 stages) and
 // more resident blocks were measured and were slower: fewer blocks per SM, or two waves.
+// END GUIDED
 // Split count: the kit's host code picks it so that the grid is about one full wave of resident
 // blocks (see choose_splits): at B 1, H_kv 8 that is 32 splits at d = 128 and 64 at d = 64.
 // The combine is a second, small kernel; on sm_90 it is launched as a programmatic dependent of
@@ -161,22 +174,40 @@ decode_split_kernel(const float* __restrict__ q, const float* __restrict__ k, co
                     const void* __restrict__ lengths, int lengths_int64, int lengths_per_batch,
                     float* __restrict__ o_part, float* __restrict__ lse_part, int H, int H_kv, int L_max,
                     int n_splits, int chunks, float qscale) {
-    constexpr int D4 = D / 4, KROW = D4 + 1, QROW = D4 + 1;
-    constexpr int GB = LPK * HPW;            // head slots of a block
-    constexpr int CW = D / KPW, CW4 = CW / 4;  // columns of a lane's share of an O row: d/8 (4, 8, 16)
-    constexpr int STAGE = TK * (KROW + D4);  // float4s per pipeline stage (K tile, then V tile)
-    static_assert(CW % 4 == 0, "a lane's columns are whole float4s");
-    // The end-of-split merge reuses the pipeline stages: NWARPS partial O rows per head slot, their m and l.
-    static_assert(sizeof(float) * NWARPS * GB * (D + 2) <= sizeof(float4) * NSTAGE * STAGE, "merge space");
-    extern __shared__ float4 smem[];
-    float4* Qs = smem;                       // [GB][QROW]
-    float4* stages = Qs + GB * QROW;
-
+    constexpr int GB = LPK * HPW;            // head slots of a block: the query heads it serves, at most
+    extern __shared__ float4 smem[];         // split_smem_bytes<D, HPW>() bytes (the launch's)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // The combine grid may launch now (programmatic dependent launch): its blocks wait in hardware
     // for this whole grid to finish, so its launch latency hides behind this kernel.
     asm volatile("griddepcontrol.launch_dependents;");
 #endif
+    // BEGIN OPEN t6: the split kernel's body: threads to keys and heads, shared memory, K/V loads, the block's merge
+    // GOAL: Block (split = blockIdx.x, KV head kvh = blockIdx.y / chunks, chunk = blockIdx.y % chunks, batch row
+    // GOAL: b = blockIdx.z) serves the query heads h0 = kvh * G + chunk * GB .. of KV head kvh (G = H / H_kv; at most
+    // GOAL: GB of them, fewer in a group's last chunk) over its share of the keys 0 .. L - 1. L is read here, from
+    // GOAL: lengths[lengths_per_batch ? b : 0] (int64 when lengths_int64, else int32), clamped to 0 .. L_max: the same
+    // GOAL: grid serves every length (a captured CUDA graph replays it while the cache grows), so the key range of a
+    // GOAL: split follows L, and any split may get no key.
+    // GOAL: q: (B, H, D); k, v: (B, H_kv, L_max, D), fp32; positions >= L may hold anything, NaN included, and must
+    // GOAL: never reach an output. For each of its heads h the block writes row r = (b * H + h) * n_splits + split of
+    // GOAL: the workspace: o_part[r * D ..] = the softmax of its keys' scores applied to their V rows (normalised),
+    // GOAL: lse_part[r] = the log-sum-exp of those scores in log2 units (scores scale * q . k; qscale = scale * log2(e),
+    // GOAL: fast_exp2 is 2^x); a split with no key writes O = 0 and lse = -inf. The kit's combine kernel (below)
+    // GOAL: merges the n_splits rows of every head into O and LSE.
+    // GOAL: fp32 throughout; no atomics: the same bits every run. The launch is fixed: NT threads, split_smem_bytes<D,
+    // GOAL: HPW>() bytes of dynamic shared memory at smem; declare __shared__ arrays for more. TK, NSTAGE and MINB are
+    // GOAL: the reference's choices, as are load_kv_tile_async, max_over_keys and sum_over_keys: use them or not.
+    // GOAL: Aim: the reference's time at B 1 H 32 H_kv 8 L 32768 d 128 (K and V streamed at about 86% of a device
+    // GOAL: copy's bandwidth); the rubric gives the levels and their points.
+    constexpr int D4 = D / 4, KROW = D4 + 1, QROW = D4 + 1;
+    constexpr int CW = D / KPW, CW4 = CW / 4;  // columns of a lane's share of an O row: d/8 (4, 8, 16)
+    constexpr int STAGE = TK * (KROW + D4);  // float4s per pipeline stage (K tile, then V tile)
+    static_assert(CW % 4 == 0, "a lane's columns are whole float4s");
+    // The end-of-split merge reuses the pipeline stages: NWARPS partial O rows per head slot, their m and l.
+    static_assert(sizeof(float) * NWARPS * GB * (D + 2) <= sizeof(float4) * NSTAGE * STAGE, "merge space");
+    float4* Qs = smem;                       // [GB][QROW]
+    float4* stages = Qs + GB * QROW;
+
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int hl = lane % LPK, kk = lane / LPK;  // my head slot; my key (S) and my column chunk (P V)
     const int split = blockIdx.x;
@@ -363,6 +394,7 @@ decode_split_kernel(const float* __restrict__ q, const float* __restrict__ k, co
         if (c4 == 0) lse_part[r] = W > 0.f ? M + log2f(W) : -INFINITY;
     }
     // END SOLUTION
+    // END OPEN
 }
 
 // Merge the n_splits partial results of one (b, h) row; grid: B * H blocks of COMBINE_THREADS.

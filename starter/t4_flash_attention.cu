@@ -88,7 +88,9 @@
 // Key tiles right of the diagonal are never visited (the loop bound shrinks),
 // only tiles that cross the diagonal apply the element mask, and query tiles
 // are scheduled heaviest first across all heads. A row that sees no key
-// gets O = 0 and LSE = -inf.
+// gets O = 0 and LSE = -inf. The three causal decisions are t5's device
+// functions (causal_key_tiles, causal_tile_needs_mask, causal_key_hidden,
+// below), which the kernel calls: t5 lives there at every scaffolding level.
 // ---------------------------------------------------------------------------
 
 #include "kit.cuh"
@@ -182,6 +184,42 @@ __device__ __forceinline__ float row_sum(float x) {
     return x;
 }
 
+// ---- t5: the causal decisions, one device function each, called by the kernel (CAUSAL only). Query i sees key
+// j exactly when j <= i + Lk - Lq (bottom-right alignment); rows and keys are positions in the whole sequence.
+
+// How many of the n_tiles key tiles (tile t holds keys t * bc .. t * bc + bc - 1) the query rows q0 .. q0 + rows - 1
+// (those below Lq) visit between them: the loop bound of a causal query tile. The tiles after the last one any of
+// those rows sees are fully masked, so the kernel never reads them.
+__device__ __forceinline__ int causal_key_tiles(int n_tiles, int q0, int rows, int bc, int Lq, int Lk) {
+    // TODO(t5): block skipping: shrink the loop bound to the last key tile any row of the query tile sees
+    // PLAN: the last row of the tile, min(q0 + rows, Lq) - 1, sees keys up to last = that row + Lk - Lq.
+    // PLAN: tiles after the one holding key `last` are fully masked: return min(n_tiles, last / bc + 1).
+    // PLAN: if last < 0 no row of the tile sees any key: return 0 (the kernel then writes O = 0, LSE = -inf).
+    KIT_TODO(t5);
+    return n_tiles;
+    // END TODO(t5)
+}
+
+// Whether the key tile kv0 .. kv0 + bc - 1 holds a key that some row of the query tile starting at row q0 must
+// not see: only such tiles, those that cross the diagonal, need the element mask; the others are fully visible.
+__device__ __forceinline__ bool causal_tile_needs_mask(int q0, int kv0, int bc, int Lq, int Lk) {
+    // TODO(t5): does the key tile cross the diagonal of the query tile that starts at row q0?
+    // PLAN: row q0, the first of the tile, sees the fewest keys: those <= q0 + Lk - Lq.
+    // PLAN: the tile needs the mask exactly when its last key, kv0 + bc - 1, is past that.
+    KIT_TODO(t5);
+    return true;
+    // END TODO(t5)
+}
+
+// Whether query row `row` must not see key `key`: the causal element mask (the score becomes -inf).
+__device__ __forceinline__ bool causal_key_hidden(int row, int key, int Lq, int Lk) {
+    // TODO(t5): causal element mask: is key `key` right of the diagonal for query row `row`?
+    // PLAN: row sees the keys <= row + Lk - Lq; every later key is hidden from it.
+    KIT_TODO(t5);
+    return false;
+    // END TODO(t5)
+}
+
 template <int D, int BR, int BC>
 constexpr size_t smem_bytes() { return sizeof(float) * ((size_t)BR * D + 2 * (size_t)BC * D + (size_t)BR * BC); }
 
@@ -190,8 +228,9 @@ __global__ void __launch_bounds__((BR / 8) * CG, MINB)
 flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
                  float* __restrict__ o, float* __restrict__ lse, int BH, int H, int H_kv, int Lq, int Lk,
                  float qscale, int vec_i) {
+    constexpr int NT = (BR / 8) * CG;  // threads (the launch's)
+    extern __shared__ float4 smem[];   // smem_bytes<D, BR, BC>() bytes (the launch's)
     constexpr int RG = BR / 8;   // row groups: thread rows rg + RG*i
-    constexpr int NT = RG * CG;  // threads
     constexpr int TM = 8;        // query rows per thread
     constexpr int TS = BC / CG;  // S columns per thread: keys cg + CG*c
     constexpr int TD = D / CG;   // O columns per thread
@@ -199,7 +238,6 @@ flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const
     static_assert(BC % 32 == 0 && RG % 8 == 0 && (TD % 4 == 0 || (TD == 2 && CG == 16)), "tile shape");
     static_assert((KU == 2 || KU == 4 || KU == 8) && D4 % KU == 0 && BC4 % KU == 0, "KU: float4 steps per unrolled inner loop");
 
-    extern __shared__ float4 smem[];
     float4* Qs = smem;             // [BR][D/4]  swizzled, pre-scaled
     float4* Ks = Qs + BR * D4;     // [BC][D/4]  swizzled
     float4* Vs = Ks + BC * D4;     // [BC][D/4]
@@ -255,14 +293,7 @@ flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const
 
     // Number of key tiles this query tile visits.
     int n_tiles = (Lk + BC - 1) / BC;
-    if constexpr (CAUSAL) {
-        // TODO(t5): block skipping: shrink the loop bound to the last key tile any row of this tile sees
-        // PLAN: the last row of the tile, min(q0 + BR, Lq) - 1, sees keys up to last = that row + Lk - Lq.
-        // PLAN: tiles after the one holding key `last` are fully masked: n_tiles = min(n_tiles, last / BC + 1).
-        // PLAN: if last < 0 no row of the tile sees any key: n_tiles = 0 (O = 0, LSE = -inf).
-        KIT_TODO(t5);
-        // END TODO(t5)
-    }
+    if constexpr (CAUSAL) n_tiles = causal_key_tiles(n_tiles, q0, BR, BC, Lq, Lk);  // t5: none past the diagonal
 
     // Start the copies of K tile 0 and V tile 0, then load Q meanwhile.
     if (n_tiles > 0) {
@@ -299,13 +330,16 @@ flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const
         KIT_TODO(t4);
         // END TODO(t4)
 
-        if constexpr (CAUSAL) {
-            // TODO(t5): causal element mask, only on tiles that cross the diagonal
-            // PLAN: row q0 (the first of the tile) sees keys <= q0 + Lk - Lq; if kv0 + BC - 1 <= that, nothing is masked.
-            // PLAN: otherwise, for each of my rows row = q0 + rg + RG*i and keys j = kv0 + cg + CG*c:
-            // PLAN: s[i][c] = -INFINITY where j > row + Lk - Lq.
-            KIT_TODO(t5);
-            // END TODO(t5)
+        if constexpr (CAUSAL) {  // t5: the element mask, only on the key tiles that cross the diagonal
+            if (causal_tile_needs_mask(q0, kv0, BC, Lq, Lk)) {
+#pragma unroll
+                for (int i = 0; i < TM; ++i) {
+                    const int row = q0 + rg + RG * i;
+#pragma unroll
+                    for (int c = 0; c < TS; ++c)
+                        if (causal_key_hidden(row, kv0 + cg + CG * c, Lq, Lk)) s[i][c] = -INFINITY;
+                }
+            }
         }
 
         // TODO(t4): online softmax: new row max m, alpha, P = exp2(S - m), update l, write P to smem

@@ -161,22 +161,22 @@ decode_split_kernel(const float* __restrict__ q, const float* __restrict__ k, co
                     const void* __restrict__ lengths, int lengths_int64, int lengths_per_batch,
                     float* __restrict__ o_part, float* __restrict__ lse_part, int H, int H_kv, int L_max,
                     int n_splits, int chunks, float qscale) {
-    constexpr int D4 = D / 4, KROW = D4 + 1, QROW = D4 + 1;
-    constexpr int GB = LPK * HPW;            // head slots of a block
-    constexpr int CW = D / KPW, CW4 = CW / 4;  // columns of a lane's share of an O row: d/8 (4, 8, 16)
-    constexpr int STAGE = TK * (KROW + D4);  // float4s per pipeline stage (K tile, then V tile)
-    static_assert(CW % 4 == 0, "a lane's columns are whole float4s");
-    // The end-of-split merge reuses the pipeline stages: NWARPS partial O rows per head slot, their m and l.
-    static_assert(sizeof(float) * NWARPS * GB * (D + 2) <= sizeof(float4) * NSTAGE * STAGE, "merge space");
-    extern __shared__ float4 smem[];
-    float4* Qs = smem;                       // [GB][QROW]
-    float4* stages = Qs + GB * QROW;
-
+    constexpr int GB = LPK * HPW;            // head slots of a block: the query heads it serves, at most
+    extern __shared__ float4 smem[];         // split_smem_bytes<D, HPW>() bytes (the launch's)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // The combine grid may launch now (programmatic dependent launch): its blocks wait in hardware
     // for this whole grid to finish, so its launch latency hides behind this kernel.
     asm volatile("griddepcontrol.launch_dependents;");
 #endif
+    constexpr int D4 = D / 4, KROW = D4 + 1, QROW = D4 + 1;
+    constexpr int CW = D / KPW, CW4 = CW / 4;  // columns of a lane's share of an O row: d/8 (4, 8, 16)
+    constexpr int STAGE = TK * (KROW + D4);  // float4s per pipeline stage (K tile, then V tile)
+    static_assert(CW % 4 == 0, "a lane's columns are whole float4s");
+    // The end-of-split merge reuses the pipeline stages: NWARPS partial O rows per head slot, their m and l.
+    static_assert(sizeof(float) * NWARPS * GB * (D + 2) <= sizeof(float4) * NSTAGE * STAGE, "merge space");
+    float4* Qs = smem;                       // [GB][QROW]
+    float4* stages = Qs + GB * QROW;
+
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int hl = lane % LPK, kk = lane / LPK;  // my head slot; my key (S) and my column chunk (P V)
     const int split = blockIdx.x;

@@ -241,6 +241,47 @@ def timing_workload(rule, student, reference, tolerance, base: int, student_mode
     )
 
 
+# (B, H, H_kv, Lq, Lk, d): grouped heads, lengths off every tile, causal rows that see no key (Lq > Lk), one query row,
+# one key, and a grid large enough for the reference's 128-row tiles at d = 64 (use_big_d64, on an H100's 132 SMs).
+QUICK_CHECK_SHAPES = [
+    (1, 2, 1, 150, 70, 64),
+    (2, 6, 2, 77, 200, 128),
+    (1, 3, 3, 130, 77, 32),
+    (1, 1, 1, 1, 129, 64),
+    (1, 2, 2, 129, 1, 128),
+    (8, 8, 8, 777, 500, 64),
+]
+
+
+def quick_check(student, reference) -> None:
+    """O and LSE against the reference on shapes that catch edge bugs, causal and not, with 16-byte-aligned inputs
+    and (one shape per d) inputs one float off that alignment: what grader/tools/open_levels.py checks before timing
+    an open-level kernel (the bound: the registry's timing check, for O and the LSE alike)."""
+    import torch
+
+    from assignment.registry import load_registry
+    from assignment.testing import assert_close
+
+    task = load_registry().task("t4")
+    gen = torch.Generator(device="cuda").manual_seed(4)
+
+    def tensor(*shape, misaligned=False):  # a view one float into its buffer: the kernel's scalar path
+        n = math.prod(shape)
+        flat = torch.randn(n + 1, device="cuda", generator=gen)
+        return flat[1:].view(shape) if misaligned else flat[:n].view(shape)
+
+    for index, (B, H, H_kv, Lq, Lk, d) in enumerate(QUICK_CHECK_SHAPES):
+        for misaligned in (False, True) if index < 3 else (False,):
+            q = tensor(B, H, Lq, d, misaligned=misaligned)
+            k, v = (tensor(B, H_kv, Lk, d, misaligned=misaligned) for _ in range(2))
+            for causal in (False, True):
+                out, lse = student.flash_attention(q, k, v, causal=causal)
+                expected, expected_lse = reference.flash_attention(q, k, v, causal=causal)
+                what = f" (B {B} H {H} H_kv {H_kv} Lq {Lq} Lk {Lk} d {d} causal {causal} misaligned {misaligned})"
+                assert_close(out, expected, **task.timed_tolerance(), name="O" + what)
+                assert_close(lse, expected_lse, **task.timed_tolerance(), name="LSE" + what)
+
+
 def attention_code(task_id: str, causal: bool, builds_on: tuple[str, ...] = ()) -> TaskCode:
     """The attention kernel's task, non-causal (t4) or causal (t5, whose regions sit in t4's file)."""
     return TaskCode(
@@ -274,6 +315,7 @@ def attention_code(task_id: str, causal: bool, builds_on: tuple[str, ...] = ()) 
         # The class board ranks by the kernel's TFLOP/s at the multi-head shape of its time-vs-reference rule.
         leaderboard=None if causal else Leaderboard(1, "student_tflops", "FlashAttention", "TFLOP/s", True),
         model_attention=CAUSAL_MODEL_ATTENTION if causal else None,
+        quick_check=None if causal else quick_check,  # t4's open-level body, causal launches included
     )
 
 

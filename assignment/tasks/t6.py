@@ -386,6 +386,43 @@ def _launch(kernels, shape, upload) -> None:
     )
 
 
+# (B, H, H_kv, L_max, lengths, d): every kind of group (one KV head for 32 query heads: two chunks of 16; 16 over 8;
+# 6 over 2; multi-head), a length per row or one for all, int32 and int64 lengths, rows of length 0 and 1, lengths
+# off every tile, and a long cache; the positions past each length hold NaN.
+QUICK_CHECK_SHAPES = [
+    (2, 32, 1, 300, (0, 257), 128),
+    (1, 16, 8, 5000, (4097,), 64),
+    (3, 6, 2, 1100, (1, 63, 1000), 32),
+    (2, 4, 4, 200, (65,), 128),
+    (1, 8, 2, 40000, (32768,), 128),
+]
+
+
+def quick_check(student, reference) -> None:
+    """O and LSE of the decode kernel against the reference on shapes that catch edge bugs: what
+    grader/tools/open_levels.py checks before timing an open-level kernel (the bound: the registry's timing check)."""
+    import torch
+
+    from assignment.registry import load_registry
+    from assignment.testing import assert_close
+
+    task = load_registry().task("t6")
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    for index, (B, H, H_kv, L_max, lengths, d) in enumerate(QUICK_CHECK_SHAPES):
+        q = torch.randn(B, H, d, device="cuda", generator=gen)
+        k, v = (torch.randn(B, H_kv, L_max, d, device="cuda", generator=gen) for _ in range(2))
+        for b in range(B):
+            n = lengths[b if len(lengths) > 1 else 0]
+            k[b, :, n:], v[b, :, n:] = float("nan"), float("nan")  # never read: positions past the length
+        dtype = torch.int64 if index % 2 else torch.int32
+        length = torch.tensor(lengths, dtype=dtype, device="cuda")
+        out, lse = student.decode_attention(q, k, v, length)
+        expected, expected_lse = reference.decode_attention(q, k, v, length)
+        what = f" (B {B} H {H} H_kv {H_kv} L_max {L_max} lengths {lengths} d {d})"
+        assert_close(out, expected, **task.timed_tolerance(), name="O" + what)
+        assert_close(lse, expected_lse, **task.timed_tolerance(), name="LSE" + what)
+
+
 def timing_workload(rule, student, reference, tolerance, base: int, student_model=None):
     """The decode kernel over a full cache, or (a rule on ``model``) one decode step of the model, timed from the
     grader's process with the student's path in the sandboxed worker (``student_model``)."""
@@ -548,6 +585,7 @@ CODE = TaskCode(
         bandwidth_line=True,
     ),
     sanitize=Sanitize("t6_sanitize"),
+    quick_check=quick_check,  # the open level's values check of a split kernel body
     leaderboard=Leaderboard(1, "student_ms", "time between tokens", "ms", False),  # the model rule's decode step
     # ATTN=t6: the student's cache attends once the model has caches; a pass without one runs t5's causal kernel.
     model_attention=ModelAttention(

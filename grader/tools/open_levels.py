@@ -113,20 +113,33 @@ def reference_body(file: str, task: str, levels: dict[str, str]) -> str:
 
 def student_text(file: str, task: str, body: str, levels: dict[str, str]) -> str:
     """The open-level starter of ``file`` with the task's TODO region filled with ``body``: what a student at the
-    open level would submit. For a Python file, ``body`` is a fixture module: see ``python_student_text``."""
-    from assignment.cuda.regions import student_regions
+    open level would submit. For a Python file, ``body`` is a fixture module: see ``python_student_text``. In a CUDA
+    file the regions of the file's other tasks (t4's file holds t5's) hold the reference's code, as a student who did
+    those tasks too would hand them in."""
+    from assignment.cuda.regions import solution_regions, student_regions
 
     if file.endswith(".py"):
         return python_student_text(file, task, body, levels)
 
-    starter, _ = strip_solutions((SOLUTIONS / file).read_text(encoding="utf-8"), f"solutions/{file}", levels=levels)
+    solution = (SOLUTIONS / file).read_text(encoding="utf-8")
+    starter, _ = strip_solutions(solution, f"solutions/{file}", levels=levels)
     lines = starter.splitlines(keepends=True)
-    regions = [r for r in student_regions(starter, file) if r.task == task]
-    if len(regions) != 1:
-        raise ValueError(f"{file}: the open starter has {len(regions)} TODO regions of {task}; the fixtures fill one")
-    region = regions[0]
-    first = region.body_start - 1
-    return "".join(lines[:first]) + body + "".join(lines[first + len(region.body) :])
+    found = student_regions(starter, file)
+    if sum(r.task == task for r in found) != 1:
+        count = sum(r.task == task for r in found)
+        raise ValueError(f"{file}: the open starter has {count} TODO regions of {task}; the fixtures fill one")
+    references = solution_regions(solution, levels, file)
+    if [r.task for r in references] != [r.task for r in found]:
+        raise ValueError(f"{file}: the open starter's regions are not the solution's at the same levels")
+    out: list[str] = []
+    cursor = 0  # next starter line (0-based) to copy
+    for region, reference in zip(found, references):
+        first = region.body_start - 1
+        out.extend(lines[cursor:first])
+        out.append(body if region.task == task else "".join(reference.body))
+        cursor = first + len(region.body)
+    out.extend(lines[cursor:])
+    return "".join(out)
 
 
 def _function_bodies(module_text: str, where: str) -> dict[str, str]:
@@ -201,11 +214,15 @@ def calibrate(
     if all(file.endswith(".py") for file in task.files):
         return calibrate_python(task, levels, registry, seed)
     rows = []
-    candidates = [("reference (open body)", reference_body(task.files[0], task_id, levels), task.files[0])]
-    kept = fixtures(registry, task_id)
+    kept = [f for f in fixtures(registry, task_id) if f.file.endswith(".cu")]
     unknown = sorted(set(only or []) - {f.name for f in kept})
     if unknown:
         raise SystemExit(f"no open-level fixture of {task_id} named {', '.join(unknown)} (--list lists them)")
+    # The CUDA file the fixtures fill (t6 has a Python file too); its reference body is the noise floor.
+    file = kept[0].file if kept else next(f for f in task.files if f.endswith(".cu"))
+    if any(f.file != file for f in kept):
+        raise SystemExit(f"{task_id}: the fixtures fill more than one CUDA file; calibrate one file's at a time")
+    candidates = [("reference (open body)", reference_body(file, task_id, levels), file)]
     candidates += [(f.name, f.body, f.file) for f in kept if not only or f.name in only]
     with tempfile.TemporaryDirectory(prefix="kit-open-") as tmp:
         # The kit's file at the open level (the registry may grade at another): the regions are spliced into it.
@@ -215,11 +232,15 @@ def calibrate(
             (kit / file).write_text(
                 apply_levels((SOLUTIONS / file).read_text(encoding="utf-8"), file, levels), encoding="utf-8"
             )
+        folders = []
         for name, body, file in candidates:
             folder = Path(tmp) / name.split()[0]
             folder.mkdir()
             (folder / file).write_text(student_text(file, task_id, body, levels), encoding="utf-8")
-            kernels = Kernels(folder, kit=kit)
+            folders.append(folder / file)
+        _prebuild(folders, kit)
+        for (name, _, _), source in zip(candidates, folders):
+            kernels = Kernels(source.parent, kit=kit)
             row = {"task": task_id, "kernel": name, "values": "", "rules": []}
             try:
                 row["values"] = _check_values(kernels, task_id)
@@ -320,6 +341,30 @@ def _python_row_line(row: dict) -> str:
     for check, figures in row.get("measured", {}).items():
         line += f"\n    {check}: " + ", ".join(f"{k} {v}" for k, v in figures.items())
     return line
+
+
+def _prebuild(sources: list[Path], kit: Path) -> None:
+    """Build every candidate's device module at once (nvcc runs one file on one core: the first timed call of
+    each then finds its module in the kit's cache, built exactly as ``Kernels`` builds it). A build that fails is
+    left for that call to report."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from assignment.cuda import compiler
+
+    arch = compiler.detect_arch()
+
+    def build(source: Path | None) -> None:
+        try:
+            if source is None:  # the kit's host library
+                compiler.build_library((kit / sources[0].name).resolve(), arch, trusted=True, quiet=True)
+            else:
+                compiler.build_module(source, arch, kit=(kit / source.name).resolve(), source_rules=False, quiet=True)
+        except Exception:  # reported, with the student's lines, when the values check builds it again
+            pass
+
+    jobs = [None, *sources]
+    with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+        list(pool.map(build, jobs))
 
 
 def _open_rule(rule):

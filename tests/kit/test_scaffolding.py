@@ -7,6 +7,7 @@ import ast
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -218,9 +219,9 @@ def test_t8s_levels_place_the_calibration_kernels():
 
 def test_a_task_set_open_without_open_blocks_is_refused():
     with pytest.raises(
-        MarkerError, match="t4: set to the open scaffolding level, but no solution file has a BEGIN OPEN"
+        MarkerError, match="t2: set to the open scaffolding level, but no solution file has a BEGIN OPEN"
     ):
-        render_starter(REPO / "solutions", load_registry(), levels={"t4": "open"})
+        render_starter(REPO / "solutions", load_registry(), levels={"t2": "open"})
 
 
 def test_make_starter_will_not_overwrite_the_registrys_starter_with_another_level(capsys):
@@ -236,9 +237,16 @@ def open_starter(tmp_path_factory):
 
 
 # Each task with an OPEN block: its file, and a line of the reference's design notes (guided-level text).
-OPEN_FILES = {"t3": ("t3_gemm.cu", "Design (read this first)"), "t8": ("t8_flash_attention_tc.cu", "Why these sizes.")}
+OPEN_FILES = {
+    "t3": ("t3_gemm.cu", "Design (read this first)"),
+    "t4": ("t4_flash_attention.cu", "Thread -> data mapping."),
+    "t6": ("t6_decode_attention.cu", "Why this layout and not"),
+    "t8": ("t8_flash_attention_tc.cu", "Why these sizes."),
+}
 OPEN_FIXTURES = {
     "t3": {"no_double_buffer", "shared_register_blocking_scalar", "no_shared_memory", "shared_no_register_blocking"},
+    "t4": {"no_kv_pipeline", "no_swizzle", "one_warp_per_row", "no_register_blocking"},
+    "t6": {"no_kv_pipeline", "one_warp_per_head", "no_split"},
     "t8": {
         "wmma_unswizzled_p_in_shared",
         "mma_without_ldmatrix",
@@ -255,18 +263,82 @@ OPEN_FIXTURES = {
 def test_the_open_starter_has_one_region_and_no_solution_code(open_starter, task):
     name, design_notes = OPEN_FILES[task]
     text = (open_starter / name).read_text()
-    assert todo_counts(text, name) == {task: 1}
-    assert [r.task for r in regions.student_regions(text, name)] == [task]
+    guided = (REPO / "starter" / name).read_text()
+    others = {t: n for t, n in todo_counts(guided, name).items() if t != task}  # t5's regions in t4's file
+    assert todo_counts(text, name) == {task: 1, **others}
+    assert [r.task for r in regions.student_regions(text, name)].count(task) == 1
     levels = open_levels.open_levels(load_registry())
-    leaked = [
-        line
-        for _, line in solution_lines((REPO / "solutions" / name).read_text(), name, levels)
-        if len(line.strip()) >= 30 and line in text.splitlines()
-    ]
+    solution = (REPO / "solutions" / name).read_text()
+    written = solution_lines(solution, name, levels)
+    # A line the kit gives anyway (t6's combine kernel merges as the split kernel's body does) is no leak.
+    numbers = {n for n, _ in written}
+    given = {line for n, line in enumerate(apply_levels(solution, name, levels).splitlines(), 1) if n not in numbers}
+    leaked = [line for _, line in written if len(line.strip()) >= 30 and line in text.splitlines()]
+    leaked = [line for line in leaked if line not in given]
     assert not leaked, f"solution lines of the open region are in the open starter: {leaked[:3]}"
     assert design_notes not in text, "the reference's design notes are guided-level text"
-    guided = (REPO / "starter" / name).read_text()
     assert todo_counts(guided, name)[task] > 1 and design_notes in guided
+
+
+T5_FUNCTIONS = ("causal_key_tiles", "causal_tile_needs_mask", "causal_key_hidden")
+
+
+def test_t5s_regions_are_functions_outside_the_open_t4_body_and_alike_at_both_levels(open_starter):
+    name = "t4_flash_attention.cu"
+    opened, guided = (open_starter / name).read_text(), (REPO / "starter" / name).read_text()
+    t5 = [
+        [(r.description, r.body) for r in regions.student_regions(text, name) if r.task == "t5"]
+        for text in (opened, guided)
+    ]
+    assert len(t5[0]) == len(T5_FUNCTIONS) and t5[0] == t5[1], "t5's regions are the same functions at both levels"
+    assert [r.task for r in regions.student_regions(opened, name)] == ["t5"] * len(T5_FUNCTIONS) + ["t4"]
+    for function in T5_FUNCTIONS:
+        assert re.search(rf"^__device__ __forceinline__ \w+ {function}\(", opened, re.MULTILINE), function
+
+
+def test_every_open_t4_body_takes_its_causal_decisions_from_t5s_functions():
+    registry = load_registry()
+    levels = open_levels.open_levels(registry)
+    bodies = {"reference": open_levels.reference_body("t4_flash_attention.cu", "t4", levels)}
+    bodies |= {f.name: f.body for f in open_levels.fixtures(registry, "t4")}
+    for name, body in bodies.items():
+        code = "\n".join(line.split("//")[0] for line in body.splitlines())
+        missing = [function for function in T5_FUNCTIONS if function + "(" not in code]
+        assert not missing, f"{name}: the open t4 body must call t5's {missing}"
+    guided = apply_levels(
+        (REPO / "solutions" / "t4_flash_attention.cu").read_text(),
+        "t4_flash_attention.cu",
+        levels={"t4": "guided", "t5": "guided"},
+    )
+    kernel = guided[guided.index("flash_fwd_kernel(const float*") :]
+    assert all(function + "(" in kernel for function in T5_FUNCTIONS), "the guided kernel calls them too"
+
+
+def test_the_open_t6_cache_keeps_its_regions_with_goals_instead_of_plans(open_starter):
+    name = "t6_kv_cache.py"
+    opened, guided = (open_starter / name).read_text(), (REPO / "starter" / name).read_text()
+    assert todo_counts(opened, name) == todo_counts(guided, name) == {"t6": 2}, (
+        "the cache is the student's at both levels"
+    )
+    assert "index_copy_" in guided and "index_copy_" not in opened, "the guided plans name the calls; the goals do not"
+    levels = open_levels.open_levels(load_registry())
+    leaked = [
+        line for _, line in solution_lines((REPO / "solutions" / name).read_text(), name, levels) if line in opened
+    ]
+    assert not [line for line in leaked if len(line.strip()) >= 30], leaked[:3]
+    kernel = (open_starter / "t6_decode_attention.cu").read_text()
+    assert "decode_combine_kernel" in kernel and "KIT_TODO" in kernel.split("decode_combine_kernel(const")[0]
+
+
+def test_an_open_fixture_is_handed_in_with_the_other_tasks_regions_solved():
+    registry = load_registry()
+    levels = open_levels.open_levels(registry)
+    fixture = next(f for f in open_levels.fixtures(registry, "t4") if f.name == "no_register_blocking")
+    text = open_levels.student_text(fixture.file, "t4", fixture.body, levels)
+    found = regions.student_regions(text, fixture.file)
+    assert [r.task for r in found].count("t5") == len(T5_FUNCTIONS)
+    assert "return kv0 + bc - 1 > q0 + Lk - Lq;\n" in "".join(found[1].body), "t5's regions hold the reference's code"
+    assert fixture.body in text and todo_counts(text, fixture.file) == {}
 
 
 def test_the_open_t8_starter_gives_no_function_of_the_guided_design(open_starter):
