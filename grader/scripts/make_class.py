@@ -59,9 +59,10 @@ T3_SCALAR = """#pragma unroll
         for (int s = 0; s < SUBN; ++s)
 #pragma unroll
           for (int e = 0; e < 4; ++e) bv[4 * s + e] = bs[k * LDB_S + s * STEP_N + e];"""
-T5_SKIP = """        const int last = min(q0 + BR, Lq) - 1 + (Lk - Lq);
-        n_tiles = last < 0 ? 0 : min(n_tiles, last / BC + 1);"""
-T5_NO_SKIP = """        // every key tile is computed; the element mask below hides the keys a row must not see"""
+T5_SKIP = """    const int last = min(q0 + rows, Lq) - 1 + (Lk - Lq);
+    return last < 0 ? 0 : min(n_tiles, last / bc + 1);"""
+T5_NO_SKIP = """    // every key tile is computed; the element mask hides the keys a row must not see
+    return n_tiles;"""
 VARIANT_EDITS = [("t3_gemm.cu", T3_VECTOR, T3_SCALAR), ("t4_flash_attention.cu", T5_SKIP, T5_NO_SKIP)]
 
 
