@@ -192,9 +192,10 @@ __device__ __forceinline__ float row_sum(float x) {
 // those rows sees are fully masked, so the kernel never reads them.
 __device__ __forceinline__ int causal_key_tiles(int n_tiles, int q0, int rows, int bc, int Lq, int Lk) {
     // TODO(t5): block skipping: shrink the loop bound to the last key tile any row of the query tile sees
-    // PLAN: the last row of the tile, min(q0 + rows, Lq) - 1, sees keys up to last = that row + Lk - Lq.
-    // PLAN: tiles after the one holding key `last` are fully masked: return min(n_tiles, last / bc + 1).
-    // PLAN: if last < 0 no row of the tile sees any key: return 0 (the kernel then writes O = 0, LSE = -inf).
+    // PLAN: the tile's lowest row that exists (rows past Lq - 1 do not) sees the most keys: find its last key.
+    // PLAN: the count is the tiles up to and including the one that holds that key, never more than n_tiles.
+    // PLAN: 0 when that row sees no key at all (the kernel then writes O = 0, LSE = -inf). Mind that C++ integer
+    // PLAN: division rounds toward zero: test for that case before you divide.
     KIT_TODO(t5);
     return n_tiles;
     // END TODO(t5)
@@ -204,8 +205,8 @@ __device__ __forceinline__ int causal_key_tiles(int n_tiles, int q0, int rows, i
 // not see: only such tiles, those that cross the diagonal, need the element mask; the others are fully visible.
 __device__ __forceinline__ bool causal_tile_needs_mask(int q0, int kv0, int bc, int Lq, int Lk) {
     // TODO(t5): does the key tile cross the diagonal of the query tile that starts at row q0?
-    // PLAN: row q0, the first of the tile, sees the fewest keys: those <= q0 + Lk - Lq.
-    // PLAN: the tile needs the mask exactly when its last key, kv0 + bc - 1, is past that.
+    // PLAN: of the query tile's rows, its first sees the fewest keys; of the key tile's keys, its last lies furthest
+    // PLAN: right. The tile needs the mask exactly when that pair is hidden (ask causal_key_hidden's rule).
     KIT_TODO(t5);
     return true;
     // END TODO(t5)
@@ -214,7 +215,8 @@ __device__ __forceinline__ bool causal_tile_needs_mask(int q0, int kv0, int bc, 
 // Whether query row `row` must not see key `key`: the causal element mask (the score becomes -inf).
 __device__ __forceinline__ bool causal_key_hidden(int row, int key, int Lq, int Lk) {
     // TODO(t5): causal element mask: is key `key` right of the diagonal for query row `row`?
-    // PLAN: row sees the keys <= row + Lk - Lq; every later key is hidden from it.
+    // PLAN: bottom-right alignment: the last query row, Lq - 1, sees every key up to Lk - 1, and each row above it
+    // PLAN: sees one key fewer. Both arguments are positions in the whole sequence, not within a tile.
     KIT_TODO(t5);
     return false;
     // END TODO(t5)

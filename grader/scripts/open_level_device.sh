@@ -3,7 +3,9 @@
 # registry entry gets scaffolding = "open" and the starters are regenerated; then, per task: the solutions' public and
 # hidden tests at that level (the grader's splice takes the open body, the UNGUIDED text), the open starter's public
 # tests (each must stop at its TODO), and the solutions and the open starter graded (full marks, and zero cleanly).
-#   OUT=dir bash grader/scripts/open_level_device.sh t8 [t3 ...]
+# FIXTURES=1 also grades each of the task's honest simpler designs (grader/fixtures/open/, written as submissions by
+# open_levels --write) at the open level; ONLY_FIXTURES=1 grades those alone.
+#   OUT=dir [FIXTURES=1] [ONLY_FIXTURES=1] bash grader/scripts/open_level_device.sh t8 [t3 ...]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="$(mkdir -p "${OUT:-build/device}" && cd "${OUT:-build/device}" && pwd)"
@@ -35,6 +37,23 @@ PY
 $PY -m grader.authoring.starter | tail -2
 
 for task in "$@"; do
+  if [ -n "${FIXTURES:-}${ONLY_FIXTURES:-}" ]; then
+    say "$task: its honest simpler designs graded at the open level"
+    rm -rf /tmp/kit-open-fixtures && $PY -m grader.tools.open_levels --write /tmp/kit-open-fixtures --task "$task" | tail -1
+    for sub in /tmp/kit-open-fixtures/*/; do
+      name="$(basename "$sub")"
+      echo "== $name"
+      $PY -m grader.grade.grade "$sub" --task "$task" --out "$OUT/grade_open_${task}_fixture_$name" --skip-preflight \
+          --no-theory | tail -3 | head -1
+      $PY - "$OUT/grade_open_${task}_fixture_$name/grading.json" <<'PY'
+import json, sys
+for task in json.load(open(sys.argv[1]))["tasks"].values():
+    for timing in task.get("timing", []):
+        print(f"   {timing['rule']}: {timing.get('value', float('nan')):.3f} ({timing.get('student_ms', float('nan')):.3f} ms)")
+PY
+    done
+  fi
+  [ -n "${ONLY_FIXTURES:-}" ] && continue
   files="$(ls tests/test_${task}_*.py) grader/hidden/test_${task}_hidden.py"
   say "$task: public and hidden tests of the solutions at the open level"
   $PY -m pytest $files -q -p no:cacheprovider | tail -3

@@ -22,6 +22,10 @@ timing harness, interleaved, cold L2) and prints the ratio each reaches and the 
 thresholds give it. The reference's own open body is timed too: the noise floor. A kernel whose values are off
 (or that does not build) is reported and not timed; the others still are.
 
+A timing rule that times the whole model (t6's decode step through the student's cache) needs the student's
+decoder, which only the grader's hidden suite builds: ``--calibrate`` lists it as not timed, and
+``FIXTURES=1 bash grader/scripts/open_level_device.sh t6`` grades each fixture at the open level instead.
+
 ``--calibrate`` on a Python task (where it runs: the CPU, and a GPU when there is one) runs the task's hidden
 suite on each candidate, the reference's own bodies first, with one seed (``--seed``), and prints the checks
 passed, the slowest check against the task's per-check deadline, the suite's time against its limit, and what
@@ -250,6 +254,9 @@ def calibrate(
                 print(_row_line(row), flush=True)
                 continue
             for rule in task.timing:
+                if "model" in rule.shape:  # the whole model's step through the student's decoder: the grader's job
+                    row.setdefault("not_timed", []).append(rule.name)
+                    continue
                 values = []
                 for _ in range(repeats):
                     record: dict = {}
@@ -381,6 +388,8 @@ def _row_line(row: dict) -> str:
         points = rule["open_points"]
         shown = "no open thresholds yet" if points[0] is None else "open points " + ", ".join(f"{p:g}" for p in points)
         parts.append(f"{rule['rule']}: {values} ({shown}; guided {', '.join(f'{p:g}' for p in rule['guided_points'])})")
+    for name in row.get("not_timed", []):
+        parts.append(f"{name}: not timed here (the model's step needs the student's decoder: grade the fixture)")
     return " | ".join(parts)
 
 
@@ -422,8 +431,13 @@ def main(argv: list[str] | None = None) -> int:
         for fixture in fixtures(registry, args.task):
             folder = args.write / fixture.name
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / fixture.file).write_text(student_text(fixture.file, fixture.task, fixture.body, levels))
-            print(f"wrote {folder / fixture.file}")
+            for file in registry.task(fixture.task).files:  # the task's other files: the reference's bodies
+                if file == fixture.file:
+                    body = fixture.body
+                else:
+                    body = "" if file.endswith(".py") else reference_body(file, fixture.task, levels)
+                (folder / file).write_text(student_text(file, fixture.task, body, levels), encoding="utf-8")
+                print(f"wrote {folder / file}")
         return 0
     if args.calibrate:
         import torch

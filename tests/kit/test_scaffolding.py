@@ -217,6 +217,27 @@ def test_t8s_levels_place_the_calibration_kernels():
         assert [rule.points_for(r) for r in schedule[key]] == [5, 5]
 
 
+def test_t4s_and_t6s_open_levels_place_the_calibration_kernels():
+    # grader/records/open_t4_t6.txt, each design's slowest run on either GPU (H200, H100); then one slower than all
+    t4 = registry_with(t4="open").task("t4")
+    speedup, time = t4.timing
+    # the reference, no K/V pipeline, no swizzle, one warp per row, no register blocking, a scalar loop's 10x slower
+    assert [speedup.points_for(r) for r in (1.311, 1.296, 1.021, 0.344, 0.249, 0.1)] == [4, 4, 3, 2, 1, 0]
+    assert [time.points_for(r) for r in (1.000, 1.022, 1.284, 3.815, 5.258, 12.0)] == [6, 6, 4.5, 3, 1.5, 0]
+    guided = registry_with(t4="guided").task("t4")  # where the tiling is given, the same designs earn less
+    assert [guided.timing[0].points_for(r) for r in (1.021, 0.344, 0.249)] == [2, 0, 0]
+    t6 = registry_with(t6="open").task("t6")
+    kernel, model = t6.timing
+    # the reference, one warp per head, no K/V pipeline, no split-K (slower than naive PyTorch)
+    assert [kernel.points_for(r) for r in (1.008, 1.029, 1.100, 20.88)] == [4, 4, 4, 0]
+    # the model's decode step through each design's kernel, as graded at the open level: the matrix-vector products
+    # dominate, so every design keeps this rule's points and the guided levels stand
+    assert [model.points_for(r) for r in (14.50, 14.15, 12.45)] == [4, 4, 4]
+    assert model.thresholds == registry_with(t6="guided").task("t6").timing[1].thresholds
+    for rule in (*t4.timing, *t6.timing):
+        assert "open_t4_t6.txt" in rule.reasoning and "PROVISIONAL" not in rule.reasoning, rule.name
+
+
 def test_a_task_set_open_without_open_blocks_is_refused():
     with pytest.raises(
         MarkerError, match="t2: set to the open scaffolding level, but no solution file has a BEGIN OPEN"
@@ -296,6 +317,22 @@ def test_t5s_regions_are_functions_outside_the_open_t4_body_and_alike_at_both_le
         assert re.search(rf"^__device__ __forceinline__ \w+ {function}\(", opened, re.MULTILINE), function
 
 
+def test_t5s_plans_state_the_rule_not_the_expression():
+    # each of t5's functions is one return line: a plan that spelled its expression would leave nothing to decide
+    name = "t4_flash_attention.cu"
+    starter = (REPO / "starter" / name).read_text()
+    plans = "\n".join("".join(r.body) for r in regions.student_regions(starter, name) if r.task == "t5")
+    solution = (REPO / "solutions" / name).read_text()
+    answers = [line.strip().removeprefix("return ").rstrip(";") for _, line in solution_lines(solution, name, {})]
+    answers = [a for a in answers if a.startswith(("min(", "last", "key", "kv0")) or " ? " in a or " > " in a]
+    assert len(answers) >= len(T5_FUNCTIONS), answers
+    compact = re.sub(r"\s+", "", plans)
+    for answer in answers:
+        for piece in re.split(r"\?|:", answer):
+            piece = re.sub(r"\s+", "", piece)
+            assert len(piece) < 8 or piece not in compact, f"t5's plan spells out the answer: {answer!r}"
+
+
 def test_every_open_t4_body_takes_its_causal_decisions_from_t5s_functions():
     registry = load_registry()
     levels = open_levels.open_levels(registry)
@@ -339,6 +376,25 @@ def test_an_open_fixture_is_handed_in_with_the_other_tasks_regions_solved():
     assert [r.task for r in found].count("t5") == len(T5_FUNCTIONS)
     assert "return kv0 + bc - 1 > q0 + Lk - Lq;\n" in "".join(found[1].body), "t5's regions hold the reference's code"
     assert fixture.body in text and todo_counts(text, fixture.file) == {}
+
+
+def test_a_written_fixture_is_a_whole_submission_of_its_task(tmp_path, capsys):
+    # t6's model rule needs the student's cache beside the kernel: each folder holds every file of the task, the
+    # fixture's own file with its body and the others with the reference's, none left at a TODO
+    assert open_levels.main(["--write", str(tmp_path), "--task", "t6"]) == 0
+    names = {f.name for f in open_levels.fixtures(load_registry(), "t6")}
+    assert {p.name for p in tmp_path.iterdir()} == names
+    for folder in tmp_path.iterdir():
+        assert sorted(p.name for p in folder.iterdir()) == ["t6_decode_attention.cu", "t6_kv_cache.py"]
+        for path in folder.iterdir():
+            assert todo_counts(path.read_text(), path.name) == {}, path
+    assert "t6_kv_cache.py" in capsys.readouterr().out
+
+
+def test_the_calibration_says_which_rule_it_cannot_time():
+    row = {"kernel": "no_split", "values": "ok", "rules": [], "not_timed": ["time between tokens"]}
+    assert "time between tokens: not timed here" in open_levels._row_line(row)
+    assert "grade the fixture" in open_levels._row_line(row)
 
 
 def test_the_open_t8_starter_gives_no_function_of_the_guided_design(open_starter):
