@@ -48,7 +48,7 @@ import jinja2
 from assignment.atomic import replacing
 from assignment.registry import Registry, RegistryError, load_registry
 from grader.release.student_edition import hidden_table_texts, student_edition
-from grader.authoring.starter import solution_lines
+from grader.authoring.starter import check_starter, solution_lines
 from grader.grade.seeds import SALT_ENV
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -229,6 +229,23 @@ def text_of(path: Path) -> str | None:
         return None  # a binary file (weights, a PDF printed from the checked HTML)
 
 
+def starter_out_of_sync(repo: Path, registry: Registry | None = None) -> list[str]:
+    """The repository's starter files that are not what the generator writes at the registry's levels: a task set to
+    ``scaffolding = "open"`` (or back) needs ``make starter`` before a release, or the bundle would hand out the other
+    level's regions while its registry tells the grader to splice this one's."""
+    if not (repo / "solutions").is_dir():
+        return []
+    registry = registry if registry is not None else load_registry(repo / "assignment" / "tasks.toml")
+    problems = check_starter(repo / "solutions", repo / "starter", registry)
+    if not problems:
+        return []
+    levels = ", ".join(f"{t.id} {t.scaffolding}" for t in registry.tasks)
+    return [
+        f"{problem.splitlines()[0].rstrip(':')} (the registry's levels: {levels}): run make starter, then make release"
+        for problem in problems
+    ]
+
+
 def check_bundle(bundle: Path, repo: Path = REPO_ROOT) -> list[str]:
     """Every reason the bundle must not ship (empty: it may)."""
     problems: list[str] = []
@@ -287,6 +304,9 @@ def check_bundle(bundle: Path, repo: Path = REPO_ROOT) -> list[str]:
 
 def build(repo: Path, out: Path, pdf: bool = True, log=print) -> tuple[Path, Path]:
     """Write ``out/student/`` and ``out/student.zip``; nothing is replaced unless the new bundle passes."""
+    stale = starter_out_of_sync(repo)
+    if stale:
+        raise ReleaseError("starter/ does not hold the registry's scaffolding levels:\n  " + "\n  ".join(stale))
     out.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".student-", dir=out))
     try:

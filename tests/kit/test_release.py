@@ -252,3 +252,22 @@ def test_the_bundles_check_cuda_compiles_an_untouched_starter_file(built, tmp_pa
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1/1 builds succeeded" in done.stdout
+
+
+def test_a_release_refuses_a_starter_generated_at_other_levels(tmp_path, capsys):
+    # An instructor sets t1 open in the registry and forgets `make starter`: the bundle would hand out t1's guided
+    # regions while its registry tells the grader to splice the open one.
+    import tomllib
+
+    from assignment.registry import REGISTRY_PATH, parse_registry
+
+    data = tomllib.loads(REGISTRY_PATH.read_text(encoding="utf-8"))
+    for raw in data["task"]:
+        if raw["id"] == "t1":
+            raw["scaffolding"] = "open"
+    opened = parse_registry(data, REGISTRY_PATH)
+    stale = release.starter_out_of_sync(REPO_ROOT, opened)
+    assert len(stale) == 1 and stale[0].startswith("starter/t1_attention.py: differs"), stale
+    assert "t1 open" in stale[0] and "run make starter" in stale[0]
+    assert release.starter_out_of_sync(REPO_ROOT) == [], "the committed starter is the registry's levels"
+    assert release.starter_out_of_sync(tmp_path) == [], "a bundle (no solutions/) has nothing to compare"
