@@ -209,6 +209,7 @@ def calibrate(
     task_id: str, repeats: int, registry: Registry, seed: int = 0, only: list[str] | None = None
 ) -> list[dict]:
     from assignment.cuda.kernels import Kernels
+    from assignment.perf.targets import is_model_rule
     from grader.hidden.workloads import workload
 
     task = registry.task(task_id)
@@ -254,7 +255,7 @@ def calibrate(
                 print(_row_line(row), flush=True)
                 continue
             for rule in task.timing:
-                if "model" in rule.shape:  # the whole model's step through the student's decoder: the grader's job
+                if is_model_rule(rule):  # the whole model's step through the student's decoder: the grader's job
                     row.setdefault("not_timed", []).append(rule.name)
                     continue
                 values = []

@@ -473,14 +473,16 @@ def _open_sources(open_starter) -> dict[str, tuple[str, str]]:
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH: the open-level files cannot be compiled")
 def test_the_open_starter_and_fixtures_compile(open_starter, tmp_path):
-    # Device code only (-cubin), as the kit builds a student file; one nvcc per core, as make check-cuda runs them.
+    # The kit's device-module command (device code only), one nvcc per core, as make check-cuda runs them.
     from concurrent.futures import ThreadPoolExecutor
+
+    from assignment.cuda import compiler
 
     def build(name: str, text: str) -> tuple[str, subprocess.CompletedProcess]:
         path = tmp_path / f"{name}.cu"
         path.write_text(text)
-        command = ["nvcc", "-std=c++17", "-arch=sm_90", f"-I{REPO / 'assignment/cuda/include'}", "-cubin", str(path)]
-        command += ["-o", str(tmp_path / f"{name}.cubin")]
+        output, include = str(tmp_path / f"{name}.cubin"), str(compiler.INCLUDE_DIR)
+        command = compiler.module_command(str(path), output, "sm_90", include, compiler.module_flags())
         return name, subprocess.run(command, capture_output=True, text=True)
 
     sources = _open_sources(open_starter)
