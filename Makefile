@@ -32,7 +32,8 @@ help:
 	@echo "  make grade-all SUBMISSIONS=dir OUT=dir [GPUS=0,1] [JOBS=n] [ONLY=\"id1 id2\"] [SLURM=1] [TASKS=...] [GRADE_FLAGS=...]"
 	@echo "                           grade a class (one folder/.zip per student, or a Gradescope export), resumable;"
 	@echo "                           OUT/students/<id>/ per student, OUT/class/ gradebook, Gradescope CSV, summary (default OUT: build/class)"
-	@echo "  make repeatability SUBMISSION=dir|zip [REPEATS=5] [TASKS=...]  grade it REPEATS times: the spread of its points and timings"
+	@echo "  make repeatability SUBMISSION=dir|zip [REPEATS=5] [AT_ONCE=1] [TASKS=...]  grade it REPEATS times (AT_ONCE at a"
+	@echo "                           time: a busy host): the spread of its points and timings"
 	@echo "  make preflight            is this host fit to grade (GPU, tools, sandbox, the reference's speed)?"
 	@echo "  make release              dist/student/ and dist/student.zip: the student bundle, checked (no solutions, hidden tests, reasoning)"
 	@echo "  make gradescope [VISIBILITY=after_due_date]  build/gradescope/autograder.zip: grades t1, t7 and the theory on Gradescope (no GPU); the GPU tasks show as pending"
@@ -90,8 +91,9 @@ grade-all: $(SETUP)
 
 # Is a grade repeatable on this host? The same submission graded REPEATS times; fails past the rubric's 15% allowance.
 REPEATS ?= 5
+AT_ONCE ?= 1
 repeatability: $(SETUP)
-	$(PY) -m grader.tools.repeatability "$(SUBMISSION)" --repeats $(REPEATS) $(foreach t,$(TASKS),--task $(t))
+	$(PY) -m grader.tools.repeatability "$(SUBMISSION)" --repeats $(REPEATS) --at-once $(AT_ONCE) $(foreach t,$(TASKS),--task $(t))
 
 preflight: $(SETUP)
 	$(PY) -m grader.grade.preflight $(foreach t,$(TASKS),--task $(t))

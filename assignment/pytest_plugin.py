@@ -134,6 +134,16 @@ def seed(request: pytest.FixtureRequest) -> int:
     return value
 
 
+CHECK_RECORD = pytest.StashKey[dict]()
+
+
+@pytest.fixture
+def check_record(request: pytest.FixtureRequest) -> dict:
+    """What a check measured, as a dict it fills in (a timing rule's figures as ``timing``): the grader keeps it with
+    the check's result (grader/grade/checker_plugin.py); elsewhere it is only kept for the test's own use."""
+    return request.node.stash.setdefault(CHECK_RECORD, {})
+
+
 @pytest.fixture
 def devices() -> list[str]:
     """The devices a CPU-and-GPU task is checked on here."""

@@ -500,6 +500,7 @@ def run_timing_rule(
     flops=None,
     bytes_moved=None,
     record: dict | None = None,
+    end_student=None,
     **measure_kwargs,
 ) -> float:
     """Time a registry timing rule and return its value (the ratio or the speedup it scores).
@@ -508,21 +509,21 @@ def run_timing_rule(
     student median / reference median, lower is better) or "naive" (speedup_vs_naive: naive
     median / student median). Everything runs interleaved in this process through the one
     timing module, every call on fresh inputs, and every one of the student's timed outputs is
-    checked in full by ``check``; ``record`` (pytest-json-report's json_metadata) receives the numbers.
+    checked in full by ``check``; ``record`` (the grader's check_record) receives the numbers. With ``end_student``
+    (the student's path runs in another process) the student's calls are timed first, then ``end_student`` ends that
+    process, then the baseline is timed: not interleaved, but nothing of the student's runs while the baseline is.
     """
     from assignment.perf.timing import gpu_info, measure
 
     other = "reference" if rule.metric == "time_vs_reference" else "naive"
     chosen = {"student": candidates["student"], other: candidates[other]}
-    results = measure(
-        chosen,
-        make_inputs,
-        check=check,
-        check_every=("student",),
-        flops=flops,
-        bytes_moved=bytes_moved,
-        **measure_kwargs,
-    )
+    timing = dict(check=check, check_every=("student",), flops=flops, bytes_moved=bytes_moved, **measure_kwargs)
+    if end_student is None:
+        results = measure(chosen, make_inputs, **timing)
+    else:
+        results = measure({"student": chosen["student"]}, make_inputs, **timing)
+        end_student()
+        results |= measure({other: chosen[other]}, make_inputs, **timing)
     student, baseline = results["student"].median_ms, results[other].median_ms
     value = student / baseline if rule.metric == "time_vs_reference" else baseline / student
     if record is not None:

@@ -26,6 +26,10 @@ class Workload:
     bytes_moved: float | None = None
     notes: dict = field(default_factory=dict)  # added to the timing record (how the student's path ran)
     tensor_cores: bool = False  # fp16/bf16 tensor-core work: the physical floor takes their peak
+    # The student's path runs in another process (t6's model rule: the sandboxed worker): its calls are timed in a
+    # block of their own, then this ends that process (and waits until it has ended), then the baseline is timed.
+    # Nothing the student's process leaves queued on the GPU can then run while the baseline is timed.
+    end_student: Callable[[], None] | None = None
 
     def candidates(self) -> dict[str, Callable[[Any], Any]]:
         found = {"student": self.student, "reference": self.reference}
@@ -47,6 +51,7 @@ class Workload:
             bytes_moved=self.bytes_moved,
             record=record,
             tensor_cores=self.tensor_cores,
+            end_student=self.end_student,
             **measure_kwargs,
         )
 
@@ -64,3 +69,6 @@ class StudentDecoder(Protocol):
     def setup(self, preset: str, seed: int, prompt, max_seq_len: int) -> dict: ...
 
     def step(self, token): ...
+
+    def close(self) -> None:
+        """End the student's process (wait until it has): nothing of it may run while the baseline is timed."""

@@ -540,7 +540,14 @@ def _decode_step_workload(rule, student_model, base: int):
             assert_close(logits, reference(token), **logits_tol, name="timed logits", layout="row, vocabulary id")
 
     return Workload(
-        make, student, reference, naive, check, bytes_moved=float(decode_bytes(model.config, context + 1)), notes=notes
+        make,
+        student,
+        reference,
+        naive,
+        check,
+        bytes_moved=float(decode_bytes(model.config, context + 1)),
+        notes=notes,
+        end_student=student_model.close if student_model is not None else None,
     )
 
 

@@ -623,7 +623,7 @@ class Batch:
         progress.finished(f"{job.sub.id}: FAILED: {reason} (retried on the next run)", ok=False)
 
     def _record_grade(self, job: Job, progress: Progress) -> None:
-        from grader.grade.report import write_all
+        from grader.grade.report import phases_text, write_all
 
         result = merge_parts([job.parts[lane.name] for lane in job.lanes], self.registry)
         walls = {name: part.meta.get("wall_s", 0.0) for name, part in job.parts.items()}
@@ -640,6 +640,7 @@ class Batch:
                     "worker": part.meta.get("worker"),
                     "gpu": part.meta.get("gpu"),
                     "wall_s": part.meta.get("wall_s"),
+                    "phases": part.result.grading.get("phases", {}),
                 }
                 for name, part in job.parts.items()
             },
@@ -680,6 +681,7 @@ class Batch:
         if getattr(result, "theory", None) is not None:
             tasks += f", theory {result.theory.score:.2f}"
         extra = f"; unreadable: {result.grading['unreadable']}" if status == "unreadable" else ""
+        extra += "".join(f"; {name}: {phases_text(part.result.grading)}" for name, part in job.parts.items())
         progress.finished(
             f"{job.sub.id}: {result.score:.2f}/{max_score:g} ({tasks}) in {duration_text(sum(walls.values()))}{extra}",
             ok=True,

@@ -1,24 +1,37 @@
 """The grader's pytest plugin, loaded into every hidden-suite process (``-p grader.grade.checker_plugin``).
 
-That process is the checker: it owns the inputs, the expected outputs, the comparisons and the
-timing, and never imports student code (Python runs in the sandboxed worker; CUDA is the kit's host
-code around the student's device code). This plugin makes what it reports complete and precise:
+That process is the checker: it owns the inputs, the expected outputs, the comparisons and the timing, and never
+imports student code (Python runs in the sandboxed worker; CUDA is the kit's host code around the student's device
+code). The runner (grader/grade/runner.py) starts it for one task and one phase (``KIT_PHASE``: the checks, or the
+timing checks), possibly several times (after a hang, the remaining checks in a new process; a check that ran past
+its deadline, alone). This plugin makes what it reports complete, precise and in time:
 
-* the ids of every test it collected go to ``KIT_COLLECTED_FILE`` before any runs, so the runner
-  counts a test that never reported as a failure, never as absent;
-* a watchdog ends the process when one check runs past its deadline (``KIT_TEST_DEADLINE_S``, or a
-  test's ``deadline`` marker), writing which check hung to ``KIT_EVENTS_FILE``: a hang costs that
-  deadline, not the task's whole budget;
-* each failure's kind and a summary that tells its size but not the inputs go into the JSON report
-  (``check`` metadata), with the public test or make target that reproduces it (``reproduce`` marker), and the
-  full text as ``detail`` (grading.json only: exception text from the student's code may carry hidden inputs);
-* a CUDA fault that poisons the context (illegal address, trap, launch failure), or a student worker
-  that hangs or dies, ends the session at once with an event: the task scores zero with that reason
-  instead of failing every later check the same way.
+* the ids of every test it collected go to ``KIT_COLLECTED_FILE`` before any runs (so a test that never reports
+  counts as a failure), and ``KIT_SELECT_FILE`` keeps this process to some of them (``only`` or ``skip``);
+* each test's result is appended to ``KIT_RESULTS_FILE`` (JSON lines) as soon as it is known, so a process that must
+  be ended mid-suite has told everything it ran;
+* deadlines: one check may run ``KIT_TEST_DEADLINE_S`` seconds (or its ``deadline`` marker's), times
+  ``KIT_DEADLINE_SCALE`` (the host's pace, grader/grade/pace.py). A worker call past it fails that check and the
+  suite goes on (event ``deadline``); a check stuck in this process (a kernel that never ends) is ended by a watchdog
+  that writes which check hung (event ``hang``) and exits, and the runner goes on in a new process. Either way the
+  runner reruns the check once alone before it counts;
+* who runs when (grader/grade/host_gate.py): each check holds the host's ``checks`` gate shared (not when the runner
+  reruns it alone: ``KIT_RUN_ALONE``); the checks phase holds the GPU gate shared; the timing phase waits for its
+  turn (``KIT_TIMING_TURN``, a file the runner keeps locked until every check of the grading is done and every
+  sandboxed worker has ended), then holds the GPU gate exclusively: a timed check has the GPU to itself;
+* each failure's kind and a summary that tells its size but not the inputs (``check``), with the public test or make
+  target that reproduces it (``reproduce`` marker), and the full text as ``detail`` (grading.json only: exception
+  text from the student's code may carry hidden inputs);
+* a CUDA fault that poisons the context (illegal address, trap, launch failure), or a student worker that dies, ends
+  the session at once with an event: the task scores zero with that reason.
+
+A check writes what it measured into the ``check_record`` fixture (assignment/pytest_plugin.py): the timing checks
+their rule's figures (``timing``), t1's memory check what it read; it is kept with the check's result.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -29,12 +42,16 @@ from pathlib import Path
 import pytest
 
 from assignment.checks import CheckFailure
+from assignment.pytest_plugin import CHECK_RECORD
+from grader.grade.host_gate import Gate, gpu_gate_name
 from grader.isolation.feedback import CUDA_FAULT
 
 HANG_EXIT_CODE = 86
 _PATH = re.compile(r"(?:/[\w.@+-]+)+/([\w.@+-]+)")
 SUMMARY_CHARS = 400
 DETAIL_CHARS = 4000  # of the full text an instructor gets in grading.json
+MESSAGE_CHARS = 2000  # of a phase's failure text kept in a result
+CHECKS, TIMING = "checks", "timing"  # KIT_PHASE
 
 
 def scrub(text: str, limit: int = SUMMARY_CHARS) -> str:
@@ -43,7 +60,7 @@ def scrub(text: str, limit: int = SUMMARY_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _event(kind: str, **fields) -> None:
+def event(kind: str, **fields) -> None:
     path = os.environ.get("KIT_EVENTS_FILE")
     if path:
         with open(path, "a", encoding="utf-8") as out:
@@ -94,23 +111,39 @@ def classify(exc: BaseException) -> dict:
     }
 
 
+# --------------------------------------------------------------------------- deadlines
+
+
+def deadline_of(item: pytest.Item) -> float | None:
+    """This check's time limit in seconds (its marker's or the task's, times the host's pace), or None outside a
+    grading."""
+    base = os.environ.get("KIT_TEST_DEADLINE_S")
+    if not base:
+        return None
+    marker = item.get_closest_marker("deadline")
+    seconds = float(marker.args[0]) if marker else float(base)
+    return seconds * float(os.environ.get("KIT_DEADLINE_SCALE", "1"))
+
+
 class _Watchdog:
-    def __init__(self, default_s: float):
-        self.default_s = default_s
-        self.current: tuple[str, float, float] | None = None  # nodeid, started, deadline
-        thread = threading.Thread(target=self._run, daemon=True)
-        thread.start()
+    """Ends this process when the check it runs is stuck past its deadline (nothing here can interrupt a kernel
+    that never ends, nor a wait on one)."""
+
+    def __init__(self):
+        self.current: tuple[str, float, float] | None = None  # nodeid, started, seconds allowed
+        threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self) -> None:
         while True:
             time.sleep(0.25)
             current = self.current
             if current and time.monotonic() - current[1] > current[2]:
-                _event("hang", nodeid=current[0], seconds=round(current[2]))
+                event("hang", nodeid=current[0], seconds=round(current[2]))
                 os._exit(HANG_EXIT_CODE)
 
 
 _watchdog: _Watchdog | None = None
+_gates: dict[str, object] = {}  # what this process holds: the GPU gate, its timing turn
 
 
 def die_with_parent() -> None:
@@ -125,49 +158,155 @@ def die_with_parent() -> None:
         pass  # not Linux: the runner's own time limit still ends it
 
 
+def _phase() -> str:
+    return os.environ.get("KIT_PHASE", CHECKS)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global _watchdog
     if os.environ.get("KIT_EVENTS_FILE"):  # started by the grader's runner
         die_with_parent()
-    deadline = os.environ.get("KIT_TEST_DEADLINE_S")
-    if deadline:
-        _watchdog = _Watchdog(float(deadline))
+    if os.environ.get("KIT_TEST_DEADLINE_S"):
+        _watchdog = _Watchdog()
+    if os.environ.get("KIT_GATES") == "1" and _phase() == CHECKS and os.environ.get("KIT_USES_GPU") == "1":
+        _gates["gpu"] = Gate(gpu_gate_name()).hold_shared()
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
+def _take_timing_turn() -> None:
+    """Wait for this task's turn to time (the runner releases it when every check of the grading is done), then
+    take the GPU from every other grading on this host; both are held until this process ends."""
+    if "turn" in _gates:
+        return
+    turn = os.environ.get("KIT_TIMING_TURN")
+    if turn:
+        handle = os.open(turn, os.O_RDWR | os.O_CLOEXEC)
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        _gates["turn"] = handle
+        event("timing_turn", at=time.time())
+    if os.environ.get("KIT_GATES") == "1":
+        _gates["gpu"] = Gate(gpu_gate_name()).hold_exclusive()
+    _gates.setdefault("turn", None)
+
+
+# --------------------------------------------------------------------------- what runs
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """After -m and -k: record what was collected, then keep to the runner's selection."""
     path = os.environ.get("KIT_COLLECTED_FILE")
     if path:
-        Path(path).write_text(json.dumps([item.nodeid for item in session.items]))
+        Path(path).write_text(json.dumps([item.nodeid for item in items]))
+    select = os.environ.get("KIT_SELECT_FILE")
+    if not select:
+        return
+    chosen = json.loads(Path(select).read_text())
+    only, skip = chosen.get("only"), set(chosen.get("skip", ()))
+    keep = [i for i in items if (only is None or i.nodeid in only) and i.nodeid not in skip]
+    dropped = [i for i in items if i not in keep]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+_RESULT = pytest.StashKey[dict]()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem):
-    if _watchdog is not None:
-        marker = item.get_closest_marker("deadline")
-        limit = float(marker.args[0]) if marker else _watchdog.default_s
+    if _phase() == TIMING and "perf" in item.keywords:
+        _take_timing_turn()
+    shared = None
+    if os.environ.get("KIT_GATES") == "1" and _phase() == CHECKS and os.environ.get("KIT_RUN_ALONE") != "1":
+        shared = Gate("checks").shared()
+        shared.__enter__()
+    limit = deadline_of(item)
+    if _watchdog is not None and limit is not None:
         _watchdog.current = (item.nodeid, time.monotonic(), limit)
-    yield
-    if _watchdog is not None:
-        _watchdog.current = None
+    try:
+        yield
+    finally:
+        if _watchdog is not None:
+            _watchdog.current = None
+        if shared is not None:
+            shared.__exit__(None, None, None)
 
 
-def pytest_json_runtest_metadata(item: pytest.Item, call) -> dict:
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    """Each phase's outcome into the test's result; the result written once its teardown is known."""
+    outcome = yield
+    report = outcome.get_result()
+    result = item.stash.setdefault(_RESULT, _new_result(item))
+    result["duration_s"] += report.duration
+    if report.failed:
+        if result["outcome"] in ("passed", "skipped"):
+            result["outcome"] = "failed" if report.when == "call" else "error"
+            result["message"] = _failure_text(report)
+            if call.excinfo is not None:
+                result["check"] = _check_of(item, call.excinfo.value)
+    elif report.skipped and result["outcome"] == "passed":
+        result["outcome"] = "skipped"
+        result["message"] = _skip_reason(report)
+    if report.when == "teardown":
+        result["record"] = item.stash.get(CHECK_RECORD, {})
+        _write_result(result)
+
+
+def _new_result(item: pytest.Item) -> dict:
     marker = item.get_closest_marker("reproduce")
-    extra = {"reproduce": marker.args[0]} if marker else {}
-    if call.excinfo is None or call.excinfo.errisinstance(pytest.skip.Exception):
-        return extra if call.when == "call" else {}
-    exc = call.excinfo.value
+    return {
+        "nodeid": item.nodeid,
+        "outcome": "passed",
+        "message": "",
+        "perf": "perf" in item.keywords,
+        "structure": "structure" in item.keywords,
+        "reproduce": marker.args[0] if marker else "",
+        "check": {},
+        "duration_s": 0.0,
+    }
+
+
+def _failure_text(report: pytest.TestReport) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None and getattr(crash, "message", ""):
+        return str(crash.message)[:MESSAGE_CHARS]
+    return str(report.longrepr)[-MESSAGE_CHARS:]
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)[:MESSAGE_CHARS]
+
+
+def _write_result(result: dict) -> None:
+    path = os.environ.get("KIT_RESULTS_FILE")
+    if not path:
+        return
+    try:
+        line = json.dumps(result)
+    except (TypeError, ValueError):  # something a check recorded is no JSON: keep the outcome
+        line = json.dumps(dict(result, record={}))
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(line + "\n")
+
+
+def _check_of(item: pytest.Item, exc: BaseException) -> dict:
+    """The failure's kind and summary; a failure that ends the session says so in an event first."""
+    if isinstance(exc, (pytest.skip.Exception, KeyboardInterrupt)):
+        return {}
     check = classify(exc)
     if check["kind"] == "memory_error" and not isinstance(exc, CheckFailure):
-        _event("cuda_fault", nodeid=item.nodeid, summary=check["summary"])
+        event("cuda_fault", nodeid=item.nodeid, summary=check["summary"])
         item.session.shouldstop = "a CUDA fault poisoned the context"
-    elif type(exc).__name__ == "WorkerFailure" and exc.kind in ("timeout", "crash", "killed", "protocol"):
-        # The student's process hung or died: the task ends here (scored zero, with this reason).
-        _event(
-            "hang" if exc.kind == "timeout" else "worker_crash",
-            nodeid=item.nodeid,
-            summary=check["summary"],
-            seconds=round(getattr(exc, "seconds", 0) or 0),
-        )
-        item.session.shouldstop = "the student's code hung or crashed"
-    return {**extra, "check": check}
+    elif type(exc).__name__ == "WorkerFailure" and exc.kind == "timeout":
+        # The student's call ran past the deadline: this check only. The worker was stopped; the next call starts
+        # a new one. The runner reruns the check alone before it counts.
+        event("deadline", nodeid=item.nodeid, seconds=round(getattr(exc, "seconds", 0) or 0))
+    elif type(exc).__name__ == "WorkerFailure" and exc.kind in ("crash", "killed", "protocol"):
+        # The student's process died: the task ends here (scored zero, with this reason).
+        event("worker_crash", nodeid=item.nodeid, summary=check["summary"])
+        item.session.shouldstop = "the student's code crashed"
+    return check

@@ -21,6 +21,20 @@ class GradeConfig:
     seed: int | None = None
     # Multiplies every task's time limits from the registry ([task.grading]): a slower host.
     timeout_scale: float = 1.0
+    # The pace probe's time on an unloaded host (grader/grade/pace.py: float64 attention on one CPU thread), in ms:
+    # the registry's deadlines were set for such a host. At the start of each grading the probe runs again and every
+    # deadline is scaled by (its time now / this) when that is above 1. Measured on the 2-core CI machine (AMD EPYC,
+    # unloaded, 2026-11-28: 9.6-10.4 ms over ten runs); an H200 host's 16 Xeon cores take about as long.
+    pace_reference_ms: float = 10.0
+    # Measure the pace at the start of a grading (False: every deadline as the registry says, times timeout_scale).
+    pace: bool = True
+    # Hidden checks of independent tasks run side by side, this many checker processes at once (their timing checks
+    # always run one task at a time, with the GPU to themselves). None: half the host's cores, at least 1 (a checker
+    # and its sandboxed worker keep two cores busy).
+    parallel: int | None = None
+    # Gradings on this host take turns through its gates (grader/grade/host_gate.py): a check rerun alone holds the
+    # host's checks, a timing pass its GPU. False only in the kit's own tests of a single grading.
+    gates: bool = True
     # Building the spliced CUDA files of one task (nvcc; the reference's too on a cold cache).
     build_timeout_s: float = 300.0
     # How student Python is isolated: "auto" takes bubblewrap where it runs, else the process

@@ -27,12 +27,13 @@ from pathlib import Path
 
 from assignment.registry import Registry, load_registry
 from assignment.theory import answers as theory_answers
-from grader.grade import seeds
+from grader.grade import pace, seeds
 from grader.grade.config import ISOLATION_CHOICES, REPO_ROOT, THEORY, GradeConfig
 from grader.grade.preflight import Preflight, isolation_check, run_preflight
 from grader.grade.prepare import prepare
-from grader.grade.report import OPT_IN_FILE, leaderboard_alias, summary_lines, total_line, write_all
-from grader.grade.runner import TaskRun, gpu_available, run_task
+from grader.grade.report import OPT_IN_FILE, leaderboard_alias, phases_text, summary_lines, total_line, write_all
+from grader.grade.phases import run_tasks
+from grader.grade.runner import TaskRun, gpu_available
 from grader.grade.scoring import SubmissionScore, score_task
 from grader.grade.submission import SubmissionError, collect
 from grader.grade.theory import grade_theory
@@ -49,10 +50,21 @@ def selected_tasks(config: GradeConfig, registry: Registry):
     return [registry.task(t) for t in ids] if config.tasks else list(registry.available)
 
 
-def has_cpu_checks(task) -> bool:
-    """A GPU task with Python files (t6's cache) has checks that run without a GPU: on such a host they run and
-    the GPU checks are reported as not run (the preflight refuses such a host for real grading)."""
-    return any(name.endswith(".py") for name in task.files)
+def _worker_config(prepared, student_dir: Path, host: Preflight, config: GradeConfig, out: Path) -> WorkerConfig | None:
+    """The sandboxed worker of a task with Python files (None: the task has none). Its per-call deadline is the task's
+    per-check one; the checker scales it by the host's pace."""
+    task = prepared.task
+    if not prepared.python_files:
+        return None
+    return WorkerConfig(
+        student_dir=student_dir,
+        isolation=host.isolation,
+        bwrap=config.bwrap,
+        call_timeout_s=task.grading.test_deadline_s,
+        forbidden=task.rules.forbidden,
+        deny=(str(REPO_ROOT), str(out.resolve()), str(config.cache_root)),
+        limits=Limits(threads=config.threads) if config.threads else Limits(),
+    )
 
 
 def grades_theory(config: GradeConfig, registry: Registry) -> bool:
@@ -113,6 +125,10 @@ def grade_submission(
     tasks = selected_tasks(config, registry)
     has_gpu = gpu_available()
     start = time.monotonic()
+    phases: dict[str, float] = {}
+    # How busy this host is now: every deadline of this grading is scaled by it (grader/grade/pace.py).
+    pace_factor, probe_ms = pace.measure(config.pace_reference_ms) if config.pace else (1.0, None)
+    scale = config.timeout_scale * pace_factor
     out = Path(out)
     graded_theory = grades_theory(config, registry)
     # The theory answers are read even when not graded (their student_id names the submission), and the leaderboard
@@ -127,42 +143,44 @@ def grade_submission(
             plan = _seed_plan(config, registry, tasks, {}, Path(source))
             return _unreadable(Path(source), str(exc), tasks, registry, out, plan, host, theory)
         plan = _seed_plan(config, registry, tasks, collected.extra, Path(source))
-        # Check, splice and build every task first, the nvcc runs side by side; then run the checkers
-        # one after the other (timed checks must not share the GPU).
+        # Check, splice and build every task first, the nvcc runs side by side; then the checks of every task side
+        # by side, then each task's timing checks alone on the GPU (grader/grade/phases.py).
+        log(f"[grade] {collected.name}: building {' '.join(t.id for t in tasks)} ...", file=sys.stderr)
+        phase_start = time.monotonic()
         with ThreadPoolExecutor(max_workers=max(1, min(len(tasks), os.cpu_count() or 1))) as pool:
             prepared_tasks = list(
                 pool.map(lambda t: prepare(t, collected.student_dir, workdir, config, build=has_gpu), tasks)
             )
-        scores = []
-        for task, prepared in zip(tasks, prepared_tasks):
-            log(f"[grade] {collected.name}: {task.id} {task.title} ...", file=sys.stderr)
-            if prepared.status != "ready":
-                run = TaskRun(task.id, prepared.status, prepared.reason, notes=prepared.notes)
-            elif task.needs_gpu and not has_gpu and not has_cpu_checks(task):
-                run = TaskRun(task.id, "not_run", "this grading host has no CUDA GPU", notes=prepared.notes)
-            else:
-                worker = None
-                if prepared.python_files:
-                    worker = WorkerConfig(
-                        student_dir=collected.student_dir,
-                        isolation=host.isolation,
-                        bwrap=config.bwrap,
-                        call_timeout_s=task.grading.test_deadline_s * config.timeout_scale,
-                        forbidden=task.rules.forbidden,
-                        deny=(str(REPO_ROOT), str(out.resolve()), str(config.cache_root)),
-                        limits=Limits(threads=config.threads) if config.threads else Limits(),
-                    )
-                run = run_task(prepared, workdir, config, plan.seed(task.id), worker)
-            scores.append(score_task(task, run))
+        phases["prepare_s"] = time.monotonic() - phase_start
+        workers = {
+            item.task.id: _worker_config(item, collected.student_dir, host, config, out) for item in prepared_tasks
+        }
+        runs, ran = run_tasks(
+            prepared_tasks,
+            workdir,
+            config,
+            {task.id: plan.seed(task.id) for task in tasks},
+            workers,
+            has_gpu=has_gpu,
+            scale=scale,
+            log=lambda text: log(f"[grade] {collected.name}: {text}", file=sys.stderr),
+        )
+        phases.update(ran)
+        scores = [score_task(task, run) for task, run in zip(tasks, runs)]
+    phase_start = time.monotonic()
     theory = (
         grade_theory(collected.extra.get(registry.theory.answers_file), registry, config.student_id)
         if graded_theory
         else None
     )
+    phases["theory_s"] = time.monotonic() - phase_start
+    phases["total_s"] = time.monotonic() - start
     grading = {
         "isolation": host.facts.get("isolation", host.isolation),
         "seeds": plan.seeds,
         "seeding": plan.record,
+        "pace": {"probe_ms": probe_ms, "deadline_scale": round(scale, 3)},
+        "phases": {name: round(seconds, 2) for name, seconds in phases.items()},
         "host": platform.node(),
         "preflight": host.facts,
         "preflight_notes": host.notes,
@@ -270,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     print("\n".join(summary_lines(result)))
     print(total_line(result, registry))
+    print(f"time: {phases_text(result.grading)}")
     for line in result.review:
         print(f"REVIEW {line}")
     print(

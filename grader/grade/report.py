@@ -149,6 +149,21 @@ def total_line(result: SubmissionScore, registry: Registry) -> str:
     return f"total {result.score:.2f} / {result.max_score(registry):g}{extra}"
 
 
+PHASE_WORDS = {
+    "prepare_s": "build",
+    "checks_s": "checks",
+    "timing_s": "timing",
+    "theory_s": "theory",
+    "total_s": "total",
+}
+
+
+def phases_text(grading: dict) -> str:
+    """What each phase of a grading took, in words (``grading.json``'s ``phases``): "build 12 s, checks 31 s, ..."."""
+    phases = grading.get("phases") or {}
+    return ", ".join(f"{word} {phases[key]:.0f} s" for key, word in PHASE_WORDS.items() if key in phases)
+
+
 def summary_lines(result: SubmissionScore) -> list[str]:
     lines = []
     for ts in result.tasks:
@@ -294,6 +309,9 @@ def instructor_record(result: SubmissionScore) -> dict:
             "notes": ts.notes,
             "instructor": ts.instructor,
             "duration_s": round(run.duration_s, 2) if run else None,
+            "phases": {name: round(seconds, 2) for name, seconds in (run.phases if run else {}).items()},
+            # Checks that ran past their deadline and were rerun alone (the host was busy): what the rerun gave.
+            "rerun_alone": [t.display_name for t in (run.tests if run else []) if t.alone],
             # What each timing rule measured (the class outputs' ratio plots and leaderboard read it).
             "timing": [t.timing for t in (run.tests if run else []) if t.is_perf and t.timing],
             "log_tail": (run.log[-LOG_CHARS:] if run and run.log else ""),

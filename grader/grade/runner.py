@@ -1,21 +1,29 @@
-"""Grading phase 3: run one task's hidden suite in a checker process and read back what happened.
+"""Grading phase 3: run one task's hidden suite in checker processes and read back what happened.
 
-The checker is ``python -m pytest`` on the hidden suite with the grader's plugin
-(``grader.grade.checker_plugin``), in its own session, with a wall-clock budget from the registry
-(``[task.grading]``). It never imports student code: Python goes through the sandboxed worker,
-CUDA is the spliced library (kit host code, student device code). The runner trusts only what the
-checker wrote: the ids it collected, its JSON report and its events (a check that hung, a CUDA fault).
-A collected check with no result is a failure with the reason; a crash, a hang or a CUDA fault
-scores the task zero; every other task and submission is untouched.
+A checker is ``python -m pytest`` on the hidden suite with the grader's plugin (grader/grade/checker_plugin.py),
+started by grader/grade/checker_process.py. It never imports student code: Python goes through the sandboxed worker,
+CUDA is the spliced library (kit host code, student device code). The runner trusts only what the checker wrote: the
+ids it collected, each check's result as it finished, and its events (a check past its deadline, a CUDA fault).
+
+A task is run in two phases (``CHECKS``, then ``TIMING``: the ``perf`` checks, on a GPU the grading has to itself;
+grader/grade/grade.py orders them). Within a phase:
+
+* a check past its deadline fails that check only: a worker call past it returns at once, a check stuck in the
+  checker (a kernel that never ends) ends the process and the remaining checks go on in a new one;
+* such a check is then rerun once alone (the host's ``checks`` gate held exclusively, its deadline from the host's
+  pace measured again) before it counts: a busy host does not cost honest work its points. Once a rerun alone has
+  run past its deadline too, later checks of that kind are not rerun (that code hangs, not the host);
+* the phase has a budget, the registry's ``timeout_s`` scaled like every deadline; checks it leaves unrun fail;
+* a crash of the student's worker or a CUDA fault that poisons the context ends the task: it scores zero with the
+  reason, and every other task and submission is untouched.
+
+No message names a hidden case: a check that ran past its deadline is named by its kind ("naive"), not its case.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
-import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,10 +31,16 @@ from pathlib import Path
 from assignment.cuda.compiler import DEVICE_PRINTF_SETTING, SOURCE_RULES_SETTING
 from assignment.cuda.confine import ISOLATION_SETTING
 from assignment.registry import Task
-from grader.grade.checker_plugin import HANG_EXIT_CODE
+from grader.grade import pace
+from grader.grade.checker_plugin import CHECKS, HANG_EXIT_CODE
+from grader.grade.checker_process import CheckerProcess, Ended
 from grader.grade.config import HIDDEN_DIR, REPO_ROOT, GradeConfig
+from grader.grade.host_gate import Gate
 from grader.grade.prepare import GRADING_DEVICE_PRINTF, PreparedTask, compile_isolation
 from grader.isolation.client import WorkerConfig
+
+NO_TESTS_COLLECTED = 5  # pytest's exit code when a selection leaves nothing to run
+RERUN_ALLOWANCE_S = 120.0  # a rerun alone: its process's start and collection beyond the check's own deadline
 
 
 @dataclass
@@ -40,6 +54,7 @@ class TestOutcome:
     check: dict = field(default_factory=dict)  # kind / summary from the checker plugin
     reproduce: str = ""
     duration_s: float = 0.0
+    alone: bool = False  # the result of a rerun alone (the first run ran past its deadline)
 
     @property
     def display_name(self) -> str:
@@ -53,6 +68,11 @@ def display_name(nodeid: str) -> str:
     return f"{base} ({params.rstrip(']').replace('-', ', ')})" if params else base
 
 
+def kind_name(nodeid: str) -> str:
+    """A check's kind without its parameters (which name hidden cases): what a message about it may say."""
+    return nodeid.split("::")[-1].partition("[")[0].removeprefix("test_").replace("_", " ")
+
+
 @dataclass
 class TaskRun:
     task_id: str
@@ -64,6 +84,7 @@ class TaskRun:
     notes: list[str] = field(default_factory=list)  # shown to the student
     instructor: list[str] = field(default_factory=list)  # grading.json only
     log: str = ""
+    phases: dict[str, float] = field(default_factory=dict)  # seconds of each phase (checks, timing)
 
 
 def gpu_available() -> bool:
@@ -79,53 +100,34 @@ def hidden_suite(task: Task) -> list[Path]:
     return sorted(HIDDEN_DIR.glob(f"test_{task.id}_*.py"))
 
 
-def _read_report(path: Path) -> list[TestOutcome]:
-    data = json.loads(path.read_text())
-    outcomes = []
-    for test in data.get("tests", []):
-        phase_failed = next(
-            (test[p] for p in ("setup", "call", "teardown") if p in test and test[p].get("outcome") == "failed"), None
-        )
-        message = ""
-        if phase_failed is not None:
-            crash = phase_failed.get("crash") or {}
-            message = crash.get("message", "") or str(phase_failed.get("longrepr", ""))[-300:]
-        elif test.get("outcome") == "skipped":
-            longrepr = (test.get("setup") or test.get("call") or {}).get("longrepr", "")
-            message = longrepr if isinstance(longrepr, str) else str(longrepr)
-        metadata = test.get("metadata") or {}
-        keywords = test.get("keywords", [])
-        outcomes.append(
-            TestOutcome(
-                nodeid=test["nodeid"],
-                outcome=test["outcome"],
-                message=message,
-                is_perf="perf" in keywords,
-                is_structure="structure" in keywords,
-                timing=metadata.get("timing", {}),
-                check=metadata.get("check", {}),
-                reproduce=metadata.get("reproduce", ""),
-                duration_s=sum((test.get(p) or {}).get("duration", 0.0) for p in ("setup", "call", "teardown")),
-            )
-        )
-    return outcomes
-
-
-def _events(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    events = []
-    for line in path.read_text().splitlines():
-        try:
-            events.append(json.loads(line))
-        except ValueError:
-            continue
-    return events
+def outcome_of(record: dict) -> TestOutcome:
+    """A check's result as the checker plugin wrote it."""
+    return TestOutcome(
+        nodeid=str(record.get("nodeid", "")),
+        outcome=str(record.get("outcome", "failed")),
+        message=str(record.get("message", "")),
+        is_perf=bool(record.get("perf")),
+        is_structure=bool(record.get("structure")),
+        timing=dict((record.get("record") or {}).get("timing") or {}),
+        check=dict(record.get("check") or {}),
+        reproduce=str(record.get("reproduce", "")),
+        duration_s=float(record.get("duration_s", 0.0)),
+    )
 
 
 def checker_environment(
-    prepared: PreparedTask, workdir: Path, config: GradeConfig, seed: int, worker: WorkerConfig | None
+    prepared: PreparedTask,
+    workdir: Path,
+    config: GradeConfig,
+    seed: int,
+    worker: WorkerConfig | None,
+    *,
+    phase: str = CHECKS,
+    scale: float = 1.0,
+    uses_gpu: bool = False,
 ) -> dict[str, str]:
+    """The checker's environment: its seed, its caches, its deadlines (the task's, times ``scale``: the host's pace
+    and the grader's timeout scale), the gates and where the worker's settings are."""
     task = prepared.task
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "KIT_", "IMPL"))}
     # Keep what the host's PYTHONPATH provides (pytest plugins carried as wheels, say).
@@ -136,14 +138,16 @@ def checker_environment(
         PYTHONDONTWRITEBYTECODE="1",
         KIT_CACHE_DIR=str(config.submission_cache_root),
         KIT_REFERENCE_CACHE_DIR=str(config.reference_cache),
-        KIT_COLLECTED_FILE=str(workdir / f"collected_{task.id}.json"),
-        KIT_EVENTS_FILE=str(workdir / f"events_{task.id}.jsonl"),
-        KIT_TEST_DEADLINE_S=str(task.grading.test_deadline_s * config.timeout_scale),
+        KIT_TEST_DEADLINE_S=str(task.grading.test_deadline_s),
+        KIT_DEADLINE_SCALE=f"{scale:.4f}",
+        KIT_PHASE=phase,
+        KIT_GATES="1" if config.gates else "0",
+        KIT_USES_GPU="1" if uses_gpu else "0",
         **config.extra_env,
     )
     if config.threads:
         env.update(OMP_NUM_THREADS=str(config.threads), MKL_NUM_THREADS=str(config.threads))
-    for name in ("KIT_CUDA_ARCH", "KIT_BWRAP"):
+    for name in ("KIT_CUDA_ARCH", "KIT_BWRAP", "KIT_GRADING_LOCKS"):
         if name in os.environ:
             env[name] = os.environ[name]
     # A build the checker makes (the prepared ones are cache hits) is confined and checked as prepare's were.
@@ -159,116 +163,202 @@ def checker_environment(
     return env
 
 
-def run_task(
-    prepared: PreparedTask, workdir: Path, config: GradeConfig, seed: int, worker: WorkerConfig | None = None
-) -> TaskRun:
-    task = prepared.task
-    suite = hidden_suite(task)
-    if not suite:
-        return TaskRun(task.id, "crashed", f"no hidden tests found for {task.id} (instructor error)")
-    report = workdir / f"report_{task.id}.json"
-    log = workdir / f"pytest_{task.id}.log"
-    env = checker_environment(prepared, workdir, config, seed, worker)
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        *map(str, suite),
-        "-m",
-        task.id,
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "grader.grade.checker_plugin",
-        "--rootdir",
-        str(REPO_ROOT),
-        "-c",
-        str(REPO_ROOT / "pyproject.toml"),
-        "--json-report",
-        f"--json-report-file={report}",
-        "--json-report-omit",
-        "log",
-        "streams",
-        *(["-k", config.select] if config.select else []),
-    ]
-    timeout = task.grading.timeout_s * config.timeout_scale
-    start = time.monotonic()
-    with open(log, "wb") as log_file:
-        child = subprocess.Popen(
-            command, cwd=workdir, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+class TaskPhase:
+    """One phase of one task's hidden suite, its checker started now (a timing phase waits in its checker for the
+    turn the grader gives it); ``finish`` runs it to the end: further processes after a hang, reruns alone."""
+
+    def __init__(
+        self,
+        prepared: PreparedTask,
+        workdir: Path,
+        config: GradeConfig,
+        seed: int,
+        worker: WorkerConfig | None = None,
+        *,
+        phase: str = CHECKS,
+        scale: float = 1.0,
+        uses_gpu: bool = False,
+        turn: Path | None = None,
+    ):
+        self.task, self.config, self.workdir, self.seed, self.phase, self.scale = (
+            prepared.task,
+            config,
+            workdir,
+            seed,
+            phase,
+            scale,
         )
-        try:
-            code = child.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
-            code = None
-    duration = time.monotonic() - start
-    tail = log.read_text(errors="replace")[-4000:]
-    base = dict(seed=seed, duration_s=duration, notes=list(prepared.notes), log=tail)
-    events = _events(Path(env["KIT_EVENTS_FILE"]))
-    hang = next((e for e in events if e.get("event") == "hang"), None)
-    if hang or code == HANG_EXIT_CODE:
-        what = (
-            f"the check '{display_name(hang['nodeid'])}' ran past its time limit"
-            if hang
-            else "a check ran past its time limit"
+        self.notes = list(prepared.notes)
+        self.suite = hidden_suite(self.task)
+        self.marks = f"{self.task.id} and {'not ' if phase == CHECKS else ''}perf"
+        self.env = checker_environment(
+            prepared, workdir, config, seed, worker, phase=phase, scale=scale, uses_gpu=uses_gpu
         )
-        return TaskRun(task.id, "timeout", f"{what} (an infinite loop, a deadlock or a hang?)", **base)
-    died = next((e for e in events if e.get("event") == "worker_crash"), None)
-    if died:
+        if turn is not None:
+            self.env["KIT_TIMING_TURN"] = str(turn)
+        self.segments = 0
+        self.first = self._start() if self.suite else None
+
+    def _start(self, *, only: list[str] | None = None, skip=(), alone: bool = False) -> CheckerProcess:
+        self.segments += 1
+        name = f"{self.task.id}-{self.phase}-{self.segments}"
+        env = dict(self.env, KIT_RUN_ALONE="1") if alone else self.env
+        if alone:
+            env["KIT_DEADLINE_SCALE"] = (
+                f"{self.config.timeout_scale * pace.measure(self.config.pace_reference_ms)[0]:.4f}"
+            )
+        return CheckerProcess(
+            name, self.suite, self.marks, env, self.workdir, only=only, skip=skip, select=self.config.select
+        )
+
+    def cancel(self) -> None:
+        if self.first is not None:
+            self.first.stop()
+
+    def finish(self) -> TaskRun:
+        task = self.task
+        base = dict(seed=self.seed, notes=self.notes)
+        if self.first is None:
+            return TaskRun(task.id, "crashed", f"no hidden tests found for {task.id} (instructor error)", **base)
+        started = time.monotonic()
+        budget = task.grading.timeout_s * self.scale
+        results: dict[str, TestOutcome] = {}
+        overdue: dict[str, float] = {}  # checks past their deadline, still to be settled: nodeid -> seconds allowed
+        collected: list[str] | None = None
+        logs: list[str] = []
+        process = self.first
+        while True:
+            ended = process.wait(budget - (time.monotonic() - started))
+            logs.append(ended.log)
+            if collected is None:
+                collected = ended.collected
+                if collected is None:
+                    return self._ended_early(ended, None, logs, started, base)
+            for record in ended.results:
+                outcome = outcome_of(record)
+                if outcome.nodeid in collected:
+                    results[outcome.nodeid] = outcome
+            for record in ended.events:
+                if record.get("event") in ("deadline", "hang") and record.get("nodeid") in collected:
+                    overdue[record["nodeid"]] = float(record.get("seconds") or 0)
+                    results.pop(record["nodeid"], None)
+            fatal = self._ended_early(ended, collected, logs, started, base)
+            if fatal is not None:
+                return fatal
+            remaining = [n for n in collected if n not in results and n not in overdue]
+            if ended.code is None:  # the phase's budget ran out
+                for nodeid in remaining:
+                    results[nodeid] = _timed_out(nodeid, f"not run: the task's checks used up its {budget:.0f} s")
+                break
+            if ended.code == HANG_EXIT_CODE and remaining:
+                process = self._start(skip=[n for n in collected if n not in remaining])
+                continue
+            break
+        self._settle(overdue, results, started + budget)
+        tests = [results.get(n) or _no_result(n) for n in collected]
         return TaskRun(
             task.id,
-            "crashed",
-            f"during the check '{display_name(died['nodeid'])}': {died.get('summary', 'the code crashed')}",
+            "ran",
+            tests=tests,
+            duration_s=time.monotonic() - started,
+            log="\n".join(logs)[-4000:],
+            phases={self.phase: time.monotonic() - started},
             **base,
         )
-    if code is None:
-        return TaskRun(task.id, "timeout", f"the hidden suite took longer than {timeout:.0f} s", **base)
-    fault = next((e for e in events if e.get("event") == "cuda_fault"), None)
-    if fault:
-        return TaskRun(
-            task.id,
-            "crashed",
-            f"a CUDA fault in the check '{display_name(fault['nodeid'])}' "
-            f"({fault.get('summary', '')}); the remaining checks could not run "
-            "(try compute-sanitizer: make sanitize T=" + task.id + ")",
-            **base,
-        )
-    collected_file = Path(env["KIT_COLLECTED_FILE"])
-    if not collected_file.is_file():
-        return TaskRun(
-            task.id, "crashed", "the hidden suite could not be collected (instructor error: see the log)", **base
-        )
-    collected = json.loads(collected_file.read_text())
-    tests = _read_report(report) if report.is_file() else []
-    missing = [n for n in collected if n not in {t.nodeid for t in tests}]
-    if code not in (0, 1) or not report.is_file():
-        why = f"signal {-code}" if code < 0 else f"exit code {code}"
-        at = f" during the check '{display_name(missing[0])}'" if missing else ""
-        return TaskRun(task.id, "crashed", f"the checker process crashed ({why}){at}", **base)
-    if not collected:
-        return TaskRun(task.id, "crashed", "no hidden check was collected (instructor error)", **base)
-    tests, extra = reconcile(collected, tests)
-    run = TaskRun(task.id, "ran", tests=tests, **base)
-    if extra:
-        run.instructor.append(f"ignored {len(extra)} results for checks that were never collected")
-    return run
+
+    def _settle(self, overdue: dict[str, float], results: dict[str, TestOutcome], until: float) -> None:
+        """Each check past its deadline: rerun once alone (in the checks phase, until a rerun alone of a check of the same
+        kind has run past its deadline too: that code hangs, not the host), else it fails as too slow."""
+        hangs: set[str] = set()  # kinds of check whose rerun alone ran past its deadline too
+        for nodeid, seconds in overdue.items():
+            rerun = None
+            if self.phase == CHECKS and kind_name(nodeid) not in hangs and time.monotonic() < until:
+                rerun = self._rerun_alone(nodeid)
+                if rerun is not None and rerun.nodeid:
+                    rerun.alone = True
+                    results[nodeid] = rerun
+                    continue
+                hangs.add(kind_name(nodeid))
+            again = ", and again when rerun alone" if rerun is not None else ""
+            results[nodeid] = _timed_out(
+                nodeid,
+                f"a check of '{kind_name(nodeid)}' ran past its time limit ({seconds:.0f} s){again} "
+                "(an infinite loop, a deadlock or a hang?)",
+            )
+
+    def _rerun_alone(self, nodeid: str) -> TestOutcome | None:
+        """``nodeid`` in a new checker with the host to itself: its result; an empty outcome when it ran past its
+        deadline again; None when it could not be rerun."""
+        gate = Gate("checks") if self.config.gates else None
+        with gate.exclusive() if gate else contextlib.nullcontext():
+            process = self._start(only=[nodeid], alone=True)
+            ended = process.wait(self.task.grading.timeout_s * self.scale + RERUN_ALLOWANCE_S)
+        if any(e.get("event") in ("deadline", "hang") for e in ended.events) or ended.code is None:
+            return TestOutcome("", "failed")
+        found = [outcome_of(r) for r in ended.results if r.get("nodeid") == nodeid]
+        return found[0] if found else None
+
+    def _ended_early(
+        self, ended: Ended, collected: list[str] | None, logs: list[str], started: float, base: dict
+    ) -> TaskRun | None:
+        """The TaskRun of a process whose end ends the task (a worker that died, a CUDA fault, a crash), or None."""
+        task = self.task
+        seconds = time.monotonic() - started
+        base = dict(base, duration_s=seconds, log="\n".join(logs)[-4000:], phases={self.phase: seconds})
+        died, fault = ended.first("worker_crash"), ended.first("cuda_fault")
+        if died:
+            why = f"during a check of '{kind_name(died['nodeid'])}': {died.get('summary', 'the code crashed')}"
+            return TaskRun(task.id, "crashed", why, **base)
+        if fault:
+            why = (
+                f"a CUDA fault in a check of '{kind_name(fault['nodeid'])}' ({fault.get('summary', '')}); the "
+                f"remaining checks could not run (try compute-sanitizer: make sanitize T={task.id})"
+            )
+            return TaskRun(task.id, "crashed", why, **base)
+        if collected is None:
+            if ended.code is None:
+                return TaskRun(task.id, "timeout", "the hidden suite did not start within its time budget", **base)
+            return TaskRun(task.id, "crashed", "the hidden suite could not be collected (instructor error)", **base)
+        if not collected and self.phase == CHECKS:
+            return TaskRun(task.id, "crashed", "no hidden check was collected (instructor error)", **base)
+        if ended.code in (None, 0, 1, HANG_EXIT_CODE, NO_TESTS_COLLECTED):
+            return None
+        why = f"signal {-ended.code}" if ended.code < 0 else f"exit code {ended.code}"
+        return TaskRun(task.id, "crashed", f"the checker process crashed ({why})", **base)
+
+
+def _timed_out(nodeid: str, summary: str) -> TestOutcome:
+    return TestOutcome(nodeid, "failed", summary, check={"kind": "timeout", "summary": summary})
+
+
+def _no_result(nodeid: str) -> TestOutcome:
+    return TestOutcome(
+        nodeid,
+        "failed",
+        "this check reported no result",
+        check={"kind": "crash", "summary": "this check reported no result"},
+    )
+
+
+def merged(checks: TaskRun, timing: TaskRun | None) -> TaskRun:
+    """A task's two phases as one run: the checks' status unless the timing phase ended the task."""
+    if timing is None:
+        return checks
+    if timing.status != "ran":
+        failed = timing
+        failed.phases = {**checks.phases, **timing.phases}
+        failed.duration_s += checks.duration_s
+        return failed
+    checks.tests += timing.tests
+    checks.duration_s += timing.duration_s
+    checks.phases.update(timing.phases)
+    checks.log = (checks.log + "\n" + timing.log)[-4000:]
+    return checks
 
 
 def reconcile(collected: list[str], tests: list[TestOutcome]) -> tuple[list[TestOutcome], list[str]]:
     """One outcome per collected check, in collection order: a check with no result fails, a result for
     a check that was never collected is dropped (returned second)."""
     by_id = {t.nodeid: t for t in tests}
-    outcomes = [
-        by_id.get(n)
-        or TestOutcome(
-            n,
-            "failed",
-            "this check reported no result",
-            check={"kind": "crash", "summary": "this check reported no result"},
-        )
-        for n in collected
-    ]
+    outcomes = [by_id.get(n) or _no_result(n) for n in collected]
     return outcomes, sorted(set(by_id) - set(collected))

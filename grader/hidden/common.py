@@ -17,6 +17,7 @@ from assignment.pytest_plugin import grading_seed
 from assignment.registry import Task
 from assignment.testing import local_memory_of
 from grader.hidden.workloads import workload
+from grader.isolation.client import stop_all
 
 
 def cases(task: Task) -> list:
@@ -52,6 +53,7 @@ def time_rule(task: Task, rule, record: dict, student_model=None, **measure_kwar
     """Time one registry rule into ``record``; ``student_model``: the student's decode path for t6's model rule
     (assignment.perf.workload.StudentDecoder). How the student's path ran (workload notes) joins the record."""
     record["timing"] = {"rule": rule.name, "metric": rule.metric}  # named even when the timing fails
+    stop_all()  # no sandboxed worker of the student's is alive while this process times (t6's model rule starts its own)
     work = workload(task.id, rule, Kernels(), task.timed_tolerance(), student_model=student_model)
     record["timing"].update(work.notes)
     work.time(rule, record, **measure_kwargs)

@@ -180,12 +180,12 @@ def require_tiled(seed: int) -> None:
 @pytest.mark.structure
 @pytest.mark.reproduce(f"{PUBLIC} (test_tiled_version_never_allocates_the_score_matrix)")
 @pytest.mark.parametrize("case", list(TILING_CASES))
-def test_no_score_matrix_allocated(case, seed, json_metadata):
+def test_no_score_matrix_allocated(case, seed, check_record):
     # One block of queries over 256K keys, the other way round, and 8K x 8K causal: a tile is at most 1024 x 64 or
     # 512 x 512 scores, where a row or a column of the score matrix is 256K scores and the causal mask 64M booleans.
     problem = tiling_problem(case, seed)
     if (case, seed) in _measured:
-        json_metadata["measured"] = _measured[case, seed]
+        check_record["measured"] = _measured[case, seed]
     require(
         not problem,
         "structure",

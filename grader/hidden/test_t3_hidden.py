@@ -90,5 +90,5 @@ def test_compute_sanitizer(tool):
 @pytest.mark.deadline(300)
 @pytest.mark.reproduce("make bench T=t3")
 @pytest.mark.parametrize("rule", [pytest.param(r, id=f"rule{i}") for i, r in enumerate(TASK.timing)])
-def test_timing(rule, json_metadata):
-    time_rule(TASK, rule, json_metadata)
+def test_timing(rule, check_record):
+    time_rule(TASK, rule, check_record)

@@ -72,5 +72,5 @@ def test_compute_sanitizer(tool):
 @pytest.mark.deadline(300)
 @pytest.mark.reproduce("make bench T=t4")
 @pytest.mark.parametrize("rule", [pytest.param(r, id=f"rule{i}") for i, r in enumerate(TASK.timing)])
-def test_timing(rule, json_metadata):
-    time_rule(TASK, rule, json_metadata, max_reps=60, time_cap_s=40.0)
+def test_timing(rule, check_record):
+    time_rule(TASK, rule, check_record, max_reps=60, time_cap_s=40.0)

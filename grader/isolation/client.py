@@ -175,7 +175,7 @@ class WorkerConfig:
     student_dir: Path
     isolation: str = sandbox.FULL
     bwrap: str | None = None
-    call_timeout_s: float = 120.0
+    call_timeout_s: float = 120.0  # the task's deadline for one check; a grading scales it by the host's pace
     start_timeout_s: float = 120.0
     memory_cap_bytes: int = 8 * 2**30  # the worker is killed past this resident size
     max_result_bytes: int = 4 * 2**30
@@ -183,6 +183,12 @@ class WorkerConfig:
     deny: tuple[str, ...] = ()
     kernels: tuple[str, ...] = ()  # CUDA files whose kit wrappers the worker runs (t6), see _kit_dir
     limits: sandbox.Limits = field(default_factory=sandbox.Limits)
+
+    @property
+    def call_deadline_s(self) -> float:
+        """One call's time limit: ``call_timeout_s`` times the deadline scale the grader's runner gives the checker
+        (the host's pace; grader/grade/pace.py)."""
+        return self.call_timeout_s * float(os.environ.get("KIT_DEADLINE_SCALE", "1") or 1)
 
     @classmethod
     def from_environment(cls) -> WorkerConfig:
@@ -278,6 +284,7 @@ class Worker:
         self.info: dict = {}
         self.imported: dict[str, WorkerFailure | None] = {}  # file -> its import's failure (None: imported)
         self.exposed = False  # a call has sent this worker data: a later import's text may carry some of it
+        self.ends: list[tuple[int, int | None]] = []  # (pid, start) whose end is the end of the whole sandbox
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ lifecycle
@@ -336,6 +343,8 @@ class Worker:
             self.pid = self._wait_for_child(self.init_pid)
         else:
             self.pid = self.proc.pid
+        self.ends = [(pid, sandbox.process_start(pid)) for pid in (self.init_pid or self.proc.pid,)]
+        sandbox.note_launch(self.init_pid or self.proc.pid)
         self.info = {}
         self._watch = threading.Thread(target=self._watch_memory, args=(self.proc,), daemon=True)
         self._watch.start()
@@ -368,6 +377,8 @@ class Worker:
         return None
 
     def stop(self, reason: str = "") -> None:
+        """Kill the worker and wait until every process of its sandbox has ended: after this, nothing of the
+        student's runs or holds the GPU (a timing that follows has it to itself)."""
         if self.proc is None:
             return
         if reason:
@@ -376,6 +387,8 @@ class Worker:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        for pid, start in self.ends:
+            sandbox.end_process(pid, start)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -460,6 +473,8 @@ class Worker:
     def _died(self) -> WorkerFailure:
         code = self.proc.wait(timeout=10) if self.proc else None
         self.proc = None
+        for pid, start in self.ends:  # whatever the student's code left behind in the sandbox ends with it
+            sandbox.end_process(pid, start, timeout_s=10)
         if self.killed_for:
             return WorkerFailure("killed", f"the worker was stopped: it {self.killed_for}")
         if code is not None and code < 0:
@@ -483,7 +498,7 @@ class Worker:
         """Import the student's file in the worker on its own (once per worker process), before any call sends it
         data; a failed import fails every call of the file without sending it anything."""
         if filename not in self.imported:
-            reply, _ = self._request({"op": "import", "file": filename}, b"", self.config.call_timeout_s)
+            reply, _ = self._request({"op": "import", "file": filename}, b"", self.config.call_deadline_s)
             self.imported[filename] = None if reply.get("ok") else self._failure(reply.get("error") or {}, filename)
         failed = self.imported[filename]
         if failed is not None:
@@ -537,7 +552,7 @@ class Worker:
                 baseline = self._reset_peak()
             started = time.monotonic()
             self.exposed = True
-            reply, data = self._request(request, payload, self.config.call_timeout_s, in_flight)
+            reply, data = self._request(request, payload, self.config.call_deadline_s, in_flight)
             seconds = time.monotonic() - started
             peak = None
             if measure_memory and baseline is not None:
@@ -876,6 +891,7 @@ def student_module(
 
 
 @atexit.register
-def _stop_all() -> None:
+def stop_all() -> None:
+    """End every worker this process started, each waited for until its sandbox has ended."""
     for worker in _workers.values():
         worker.stop()

@@ -240,3 +240,59 @@ def environment_for_launcher(spec: SandboxSpec) -> dict[str, str]:
     if spec.isolation == FULL:
         return dict(os.environ)
     return worker_environment(spec)
+
+
+# --------------------------------------------------------------------------- ending a sandbox for good
+
+
+def process_start(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, /proc's field 22): with the pid, it names one process,
+    whatever later reuses the number. None: no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _exited(pid: int, start: int | None) -> bool:
+    """Process ``pid`` (the one that started at ``start``) has finished exiting: gone, reused, or a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    fields = stat.rsplit(")", 1)[1].split()
+    return fields[0] in ("Z", "X") or (start is not None and int(fields[19]) != start)
+
+
+def end_process(pid: int, start: int | None, timeout_s: float = 30.0) -> bool:
+    """Kill process ``pid`` (and its process group) and wait until it has finished exiting; True when it has.
+
+    For a bubblewrap sandbox ``pid`` is the sandbox's init (pid 1 of its PID namespace): the kernel kills every other
+    process of the namespace when it dies, and lets it finish exiting only once they all have, so its end is the
+    end of every process the student started, their open files (a GPU context's device files among them) closed."""
+    import signal
+    import time
+
+    if _exited(pid, start):
+        return True
+    for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            kill()
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if _exited(pid, start):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def note_launch(pid: int | None) -> None:
+    """Tell the grader's runner (its events file, when it set one) about a sandbox this process started, so that the
+    runner can end it whatever becomes of this process (grader/grade/checker_process.py)."""
+    path = os.environ.get("KIT_EVENTS_FILE")
+    if path and pid:
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(json.dumps({"event": "sandbox", "pid": pid, "start": process_start(pid)}) + "\n")

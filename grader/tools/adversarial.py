@@ -252,6 +252,8 @@ def judge(fixture: Fixture, result: SubmissionScore, out: Path) -> list[str]:
         problems += _not_run_problems(ts, json.loads((out / "results.json").read_text()))
     if "kind" in expect and expect["kind"] not in kinds:
         problems.append(f"no failed check of kind {expect['kind']!r} (kinds: {sorted(k for k in kinds if k)})")
+    if "passed_at_least" in expect and ts.passed < expect["passed_at_least"]:
+        problems.append(f"{ts.passed} checks passed, expected at least {expect['passed_at_least']} (the others ran?)")
     if "performance_at_least" in expect and ts.performance < expect["performance_at_least"] - 1e-9:
         problems.append(f"performance {ts.performance:g}, expected at least {expect['performance_at_least']:g}")
     if "rule_zero" in expect:

@@ -1,10 +1,12 @@
 """How far the grade of one submission moves when it is graded again (``make repeatability``).
 
-    python -m grader.tools.repeatability SUBMISSION ... [--repeats 5] [--task t3 ...] [--json FILE]
+    python -m grader.tools.repeatability SUBMISSION ... [--repeats 5] [--at-once N] [--task t3 ...] [--json FILE]
     python -m grader.tools.repeatability --graded NAME=DIR,DIR,... [--graded ...]
 
 The first form grades each submission ``--repeats`` times in a row on this host (as ``make grade``,
-one after the other, so timed checks never share the GPU). The second summarises gradings already
+one after the other), or ``--at-once`` of them at a time, each a ``make grade`` process of its own: a busy host
+must not cost honest work points (deadlines scale with the host's pace, a check past its deadline is rerun alone,
+and timed checks still take turns on the GPU: grader/grade/host_gate.py). The second summarises gradings already
 made, for instance the copies of one submission in a ``make grade-all`` class: each DIR holds the
 ``results.json`` and ``grading.json`` that ``make grade`` writes (``OUT/students/<id>/``).
 
@@ -173,6 +175,27 @@ def grade_repeatedly(source: Path, repeats: int, out: Path, registry: Registry, 
     return gradings
 
 
+def grade_side_by_side(source: Path, repeats: int, out: Path, tasks: tuple[str, ...], at_once: int) -> list[Grading]:
+    """``repeats`` gradings of one submission, ``at_once`` of them at a time, each a ``python -m grader.grade.grade``
+    of its own as an instructor would start them: a busy host must give honest work the same points."""
+    import subprocess
+
+    gradings = []
+    for first in range(0, repeats, at_once):
+        running = []
+        for attempt in range(first, min(repeats, first + at_once)):
+            folder = out / f"{Path(source).name}-{attempt + 1}"
+            command = [sys.executable, "-m", "grader.grade.grade", str(source), "--out", str(folder)]
+            command += ["--skip-preflight", *(f"--task={t}" for t in tasks)]
+            running.append((attempt, folder, subprocess.Popen(command, stdout=subprocess.PIPE, text=True)))
+        for attempt, folder, process in running:
+            output, _ = process.communicate()
+            total = next((line for line in output.splitlines() if line.startswith("total")), "no total")
+            print(f"  {Path(source).name} #{attempt + 1}: {total} (exit {process.returncode})", flush=True)
+            gradings.append(read_grading(folder))
+    return gradings
+
+
 def _graded_groups(specs: list[str]) -> list[tuple[str, list[Path]]]:
     groups = []
     for spec in specs:
@@ -201,6 +224,12 @@ def main(argv: list[str] | None = None) -> int:
         default=ALLOWANCE,
         help="the largest timing spread (max/min - 1) that passes (default %(default)s)",
     )
+    parser.add_argument(
+        "--at-once",
+        type=int,
+        default=1,
+        help="grade this many copies at a time, each in a process of its own (a busy host; default: one after another)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="keep the gradings here (default: a temporary folder)")
     parser.add_argument("--json", type=Path, default=None, help="write the summary here")
     args = parser.parse_args(argv)
@@ -212,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         if not source.exists():
             parser.error(f"{source}: no such submission")
     registry = load_registry()
-    unknown = [t for t in args.task if t not in {task.id for task in registry.tasks}]
+    unknown = [t for t in args.task if t not in {task.id for task in registry.tasks} | {"theory"}]
     if unknown:
         parser.error(f"unknown task(s) {', '.join(unknown)}")
     summaries = []
@@ -232,7 +261,11 @@ def main(argv: list[str] | None = None) -> int:
         host = check_host(config, registry)  # once: the host does not change between submissions
         with tempfile.TemporaryDirectory(prefix="kit-repeat-") as tmp:
             for source in args.submissions:
-                gradings = grade_repeatedly(source, args.repeats, args.out or Path(tmp), registry, config, host)
+                where = args.out or Path(tmp)
+                if args.at_once > 1:
+                    gradings = grade_side_by_side(source, args.repeats, where, tuple(args.task), args.at_once)
+                else:
+                    gradings = grade_repeatedly(source, args.repeats, where, registry, config, host)
                 summaries.append(summarise(source.name, gradings, registry, args.allowance))
     for summary in summaries:
         print("\n".join(table(summary)))
