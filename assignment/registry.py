@@ -179,6 +179,9 @@ class Grading:
     # The open scaffolding level of a task without timing rules: how its checks (structure bounds, deadlines) were
     # measured on honest simpler designs, the instructor's open-level fixtures. Instructor-only, like reasoning.
     open_reasoning: str = ""
+    # On a host with cores to spare, the task's checks are dealt round-robin to this many checker processes that run
+    # side by side (a long task's slow checks in different ones: grader/grade/phases.py).
+    shards: int = 1
 
 
 @dataclass(frozen=True)
@@ -666,11 +669,14 @@ def _parse_grading(raw: Any, path: Path, task_id: str, edition: str = "instructo
     if not 0 < deadline <= timeout:
         raise RegistryError(path, task_id, "grading", "needs 0 < test_deadline_s <= timeout_s")
     opened = str(raw.get("open_reasoning", ""))
+    shards = raw.get("shards", 1)
+    if not isinstance(shards, int) or isinstance(shards, bool) or not 1 <= shards <= 8:
+        raise RegistryError(path, task_id, "grading.shards", f"must be a whole number from 1 to 8, got {shards!r}")
     if edition == "student":
-        return Grading(timeout, deadline, str(raw.get("reasoning", "")), opened)
+        return Grading(timeout, deadline, str(raw.get("reasoning", "")), opened, shards)
     if "open_reasoning" in raw and len(opened.strip()) < 20:
         raise RegistryError(path, task_id, "grading.open_reasoning", "must say which designs the checks were run on")
-    return Grading(timeout, deadline, _require(raw, "reasoning", str, path, task_id, "grading."), opened)
+    return Grading(timeout, deadline, _require(raw, "reasoning", str, path, task_id, "grading."), opened, shards)
 
 
 def parse_registry(data: dict, path: Path) -> Registry:

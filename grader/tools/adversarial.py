@@ -254,6 +254,11 @@ def judge(fixture: Fixture, result: SubmissionScore, out: Path) -> list[str]:
         problems.append(f"no failed check of kind {expect['kind']!r} (kinds: {sorted(k for k in kinds if k)})")
     if "passed_at_least" in expect and ts.passed < expect["passed_at_least"]:
         problems.append(f"{ts.passed} checks passed, expected at least {expect['passed_at_least']} (the others ran?)")
+    if "timing_at_most" in expect:
+        rule, most = expect["timing_at_most"]
+        values = [t.timing.get("value") for t in (ts.run.tests if ts.run else []) if rule in t.timing.get("rule", "")]
+        if not values or any(v is None or v > most for v in values):
+            problems.append(f"the timing rule '{rule}' measured {values}, expected at most {most:g}")
     if "performance_at_least" in expect and ts.performance < expect["performance_at_least"] - 1e-9:
         problems.append(f"performance {ts.performance:g}, expected at least {expect['performance_at_least']:g}")
     if "rule_zero" in expect:
