@@ -20,6 +20,16 @@ MINUS_INF_SHAPES = (
     {"B": 1, "H": 3, "H_kv": 1, "Lq": 150, "Lk": 77},
     {"B": 8, "H": 8, "H_kv": 2, "Lq": 777, "Lk": 500},
 )
+# t5's last key tiles. Every configuration of the kit's kernel, which runs t5's functions, takes KEY_TILE keys a tile and
+# a multiple of KEY_TILE query rows (Cfg in solutions/t4_flash_attention.cu; tests/kit checks both), so the last key a
+# full query tile sees, q0 + BR - 1 + Lk - Lq, lies at offset (Lk - Lq - 1) mod KEY_TILE of its key tile, whatever
+# q0: KEY_TILE consecutive values of Lk - Lq put it at every offset. The small grid runs the 64-row tiles (every d),
+# the large one the 128-row tiles the reference takes at d = 64 (use_big_d64; tests/kit checks both on the GPU).
+KEY_TILE = 64
+BOUNDARY_GRIDS = {
+    "small": {"B": 1, "H": 2, "H_kv": 1, "Lq": 200},
+    "large": {"B": 8, "H": 16, "H_kv": 4, "Lq": 500},
+}
 MINUS_INF_HINT = (
     "A row whose scores are all -inf: while the running max is -inf, subtract 0 inside exp2 (never -inf - (-inf)), "
     "and write O = 0 and LSE = -inf for a row whose sum l is 0."
@@ -113,6 +123,12 @@ def check_rows_of_minus_inf(shape, d, seed, tol):
     assert_close(
         lse, expected_lse, **tol, name="LSE, rows of -inf scores", layout="batch, head, query", hint=MINUS_INF_HINT
     )
+
+
+def boundary_shapes(grid: dict) -> list[dict]:
+    """``grid`` with Lk from Lq - KEY_TILE / 2 to Lq + KEY_TILE / 2 - 1: Lk - Lq at every residue modulo KEY_TILE,
+    rows that see no key (Lk < Lq) and a chunk after cached keys (Lk > Lq) alike."""
+    return [dict(grid, Lk=grid["Lq"] + offset) for offset in range(-KEY_TILE // 2, KEY_TILE // 2)]
 
 
 def check_group_sharing(causal, seed, d=64, dtype=None, kernel=None):
