@@ -129,6 +129,26 @@ def test_strongly_negative_scores(seed):
     assert_close(lse, expected_lse, **TOL, name="LSE, scores near -120", layout="batch, head, query", hint=hint)
 
 
+def test_rows_whose_scores_are_all_minus_inf(seed):
+    # A -inf in q against keys whose matching component is positive: every score of that row is -inf, as in t5's
+    # rows that see no key. Such a row gives O = 0 and LSE = -inf (not NaN); the other rows are ordinary.
+    q, k, v = random_qkv(1, 3, 150, 77, 64, seed=seed, device="cuda", kv_heads=1)
+    k[..., 0] = k[..., 0].abs() + 0.5
+    rows = torch.zeros(150, dtype=torch.bool, device="cuda")
+    rows[3::7], rows[64:128] = True, True  # scattered rows, and a whole tile of them
+    finite = q.clone()
+    q[:, :, rows, 0] = float("-inf")
+    out, lse = run_flash(q, k, v)
+    expected, expected_lse = reference_attention(finite, k, v)
+    expected[:, :, rows], expected_lse[:, :, rows] = 0.0, float("-inf")
+    hint = (
+        "While a row's running max m is -inf, subtract 0 inside exp2 (never -inf - (-inf)), and write O = 0 and "
+        "LSE = -inf for a row whose sum l is 0: the guards of TODOs 4 and 6."
+    )
+    assert_close(out, expected, **TOL, name="O, rows of -inf scores", layout="batch, head, query, dim", hint=hint)
+    assert_close(lse, expected_lse, **TOL, name="LSE, rows of -inf scores", layout="batch, head, query", hint=hint)
+
+
 def test_repeatable_bitwise(seed):
     q, k, v = random_qkv(2, 3, 333, 517, 64, seed=seed, device="cuda")
     assert_repeatable(

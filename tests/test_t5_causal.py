@@ -41,6 +41,24 @@ def test_causal_matches_float64(shape, d, seed):
     assert_close(lse, expected_lse, **TOL, name=f"causal LSE ({where})", layout="batch, head, query", hint=hint)
 
 
+def test_every_offset_of_the_last_key_tile(seed):
+    # The kit's kernel takes key tiles of 64 and query tiles of a multiple of 64 rows, so the last key a query tile
+    # sees (its last row's, q0 + BR - 1 + Lk - Lq) lies at offset (Lk - Lq - 1) mod 64 of its key tile. Lk - Lq over 64
+    # consecutive values puts it at every offset: a loop bound one tile short at one of them loses keys there only.
+    hint = (
+        "causal_key_tiles counts the tiles up to and including the one holding the last key the tile's last row "
+        "sees: last / BC + 1 of them (not a rounded-up last / BC, one tile short when that key starts its tile)."
+    )
+    for offset in range(-32, 32):
+        Lq, Lk = 200, 200 + offset
+        q, k, v = random_qkv(1, 2, Lq, Lk, 64, seed=seed, device="cuda", kv_heads=1)
+        out, lse = kernels.flash_attention(q, k, v, causal=True)
+        expected, expected_lse = reference_attention(q, k, v, causal=True)
+        where = f"Lq {Lq}, Lk {Lk}: the last key of a query tile at offset {(Lk - Lq - 1) % 64} of its key tile"
+        assert_close(out, expected, **TOL, name=f"causal O ({where})", layout="batch, head, query, dim", hint=hint)
+        assert_close(lse, expected_lse, **TOL, name=f"causal LSE ({where})", layout="batch, head, query", hint=hint)
+
+
 def test_keys_a_query_cannot_see_are_never_read(seed):
     # Causal self-attention: the first query tile sees only the first keys. Poison the rest:
     # a kernel that loads them (even to mask them) leaks NaN into O through P @ V.

@@ -37,7 +37,12 @@ WRITE_HINT = (
 )
 DISPATCH_HINT = (
     "T == 1: kernels.decode_attention over the whole buffers with self.lengths (kv_len is None in a "
-    "captured step); T > 1: kernels.flash_attention(causal=True) over positions 0 .. kv_len - 1."
+    "captured step); T > 1: kernels.flash_attention(causal=True) over positions 0 .. kv_len - 1; scale=scale "
+    "to both."
+)
+KERNEL_OUTPUT_HINT = (
+    "attend returns what the kernel returned (these stand-in kernels, and the grader's, shift their answers), "
+    "never attention computed beside it."
 )
 
 
@@ -127,17 +132,28 @@ def test_single_token_writes_grow_the_length(seed):
 
 
 # --------------------------------------------------------------------------- the dispatch, with stand-in kernels
+def output_shift(heads: int, head_dim: int) -> torch.Tensor:
+    """(heads, head_dim) float64: what the stand-in kernels add to every output row of each query head."""
+    return torch.randn(heads, head_dim, generator=torch.Generator().manual_seed(606), dtype=torch.float64)
+
+
 class StandInKernels:
-    """The two kernels in float64 PyTorch, recording how they are called."""
+    """The two kernels in float64 PyTorch, recording how they are called (with the scale they get). Their answers are
+    attention shifted per query head by ``output_shift``, as the grader's stand-ins shift theirs by a vector of their
+    own: only a cache that returns what its kernels returned passes the shift on."""
 
     def __init__(self):
         self.calls: list[tuple] = []
 
+    @staticmethod
+    def _shifted(o: torch.Tensor) -> torch.Tensor:
+        return o + output_shift(o.shape[1], o.shape[3]).to(o.device)[None, :, None, :]
+
     def flash_attention(self, q, k, v, causal=False, scale=None, out=None, lse=None):
-        self.calls.append(("flash_attention", k.shape[2], bool(causal)))
+        self.calls.append(("flash_attention", k.shape[2], bool(causal), scale))
         o = reference_attention(q.double(), k.double(), v.double(), scale) if causal else None
         assert o is not None, "the stand-in only does causal attention"
-        return o.to(q.dtype), None
+        return self._shifted(o).to(q.dtype), None
 
     def decode_workspace(self, q, k_cache, num_splits=None):
         self.calls.append(("decode_workspace",))
@@ -147,10 +163,10 @@ class StandInKernels:
         self, q, k_cache, v_cache, lengths, scale=None, out=None, lse=None, workspace=None, num_splits=None
     ):
         length = int(lengths[0])
-        self.calls.append(("decode_attention", k_cache.shape[2], length))
+        self.calls.append(("decode_attention", k_cache.shape[2], length, scale))
         q4 = q if q.dim() == 4 else q[:, :, None]
         o = reference_attention(q4.double(), k_cache[:, :, :length].double(), v_cache[:, :, :length].double(), scale)
-        return o.to(q.dtype).view(q.shape), None
+        return self._shifted(o).to(q.dtype).view(q.shape), None
 
 
 class _Workspace:
@@ -175,7 +191,7 @@ def test_prefill_and_decode_go_to_their_kernels(stand_in, seed):
     gen = torch.Generator().manual_seed(seed)
     keys, values = kv(B, H_kv, 9, d, seed)
     queries = torch.randn(B, H, 9, d, generator=gen)
-    scale = 1 / math.sqrt(d)
+    scale = 2 / math.sqrt(d)  # not the kernels' default: the cache must pass the model's scale on
     steps = [(0, 5), (5, 6), (6, 7), (7, 9)]  # a prompt of 5, two decoded tokens, a second chunk of 2
     for first, last in steps:
         stand_in.calls.clear()
@@ -189,22 +205,22 @@ def test_prefill_and_decode_go_to_their_kernels(stand_in, seed):
         kernel_calls = [c for c in stand_in.calls if c[0] != "decode_workspace"]
         T = last - first
         if T == 1:
-            assert kernel_calls == [("decode_attention", L_max, last)], (
+            assert kernel_calls == [("decode_attention", L_max, last, scale)], (
                 f"one token at position {first}: expected one decode_attention call over the whole buffers "
-                f"(L_max {L_max}) with lengths [{last}], got {kernel_calls}. {DISPATCH_HINT}"
+                f"(L_max {L_max}) with lengths [{last}] and scale={scale:.4g}, got {kernel_calls}. {DISPATCH_HINT}"
             )
         else:
-            assert kernel_calls == [("flash_attention", last, True)], (
+            assert kernel_calls == [("flash_attention", last, True, scale)], (
                 f"a chunk of {T} tokens at positions {first}..{last - 1}: expected one causal flash_attention call "
-                f"over keys 0..{last - 1} ({last} keys), got {kernel_calls}. {DISPATCH_HINT}"
+                f"over keys 0..{last - 1} ({last} keys) with scale={scale:.4g}, got {kernel_calls}. {DISPATCH_HINT}"
             )
         assert_close(
             out,
-            expected,
+            StandInKernels._shifted(expected),  # what the stand-in kernel returned
             **TASK.tol("float32"),
             name=f"attention at positions {first}..{last - 1}",
             layout="row, head, token, dim",
-            hint=DISPATCH_HINT,
+            hint=f"{DISPATCH_HINT} {KERNEL_OUTPUT_HINT}",
         )
 
 
@@ -232,9 +248,10 @@ def test_decode_keeps_one_workspace(stand_in, seed):
 
 
 # --------------------------------------------------------------------------- the model
-def generate_and_compare(model, tokens: torch.Tensor, prompt: int, what: str) -> None:
-    """Prefill tokens[:, :prompt], decode the rest one at a time; compare with one full forward pass."""
-    full = reference_model_logits(model, tokens)
+def generate_and_compare(model, tokens: torch.Tensor, prompt: int, what: str, full=None, hint: str = "") -> None:
+    """Prefill tokens[:, :prompt], decode the rest one at a time; compare with one full forward pass (``full``: its
+    logits, else the model's own with the reference attention)."""
+    full = reference_model_logits(model, tokens) if full is None else full
     device = tokens.device
     logits = [model.prefill(tokens[:, :prompt], torch.arange(prompt, device=device))]
     for p in range(prompt, tokens.shape[1]):
@@ -247,7 +264,7 @@ def generate_and_compare(model, tokens: torch.Tensor, prompt: int, what: str) ->
             **LOGITS,
             name=f"{what}: logits at position {position}",
             layout="row, vocabulary id",
-            hint="prefill, then decode at position p, must give the full pass's logits at p. " + WRITE_HINT,
+            hint=hint or "prefill, then decode at position p, must give the full pass's logits at p. " + WRITE_HINT,
         )
 
 
@@ -284,6 +301,23 @@ def test_model_on_your_kernels_equals_one_pass(seed):
     model, tokens = tiny_model(seed, "cuda", 2, 150, 200)
     with torch.no_grad():
         generate_and_compare(model, tokens, prompt=97, what="llama-tiny on your t5 and t6 kernels")
+
+
+@pytest.mark.gpu
+def test_model_logits_follow_what_your_kernels_return(stand_in, seed):
+    # The model's attention is your cache's attend. With kernels that shift each head's output by a vector (these
+    # stand-ins; the grader's shift by one of their own), the logits must move by exactly what the shift gives:
+    # o_proj(O + shift) = o_proj(O) + W_o shift, the full pass of a model with that bias on its output projection.
+    model, tokens = tiny_model(seed, "cuda", 2, 14, 24)
+    shifted = random_model("llama-tiny", device="cuda", seed=seed)
+    with torch.no_grad():
+        for layer in shifted.layers:
+            projection = layer.self_attn.o_proj
+            shift = output_shift(layer.self_attn.n_heads, layer.self_attn.head_dim).reshape(-1)
+            projection.bias = torch.nn.Parameter(projection.weight @ shift.to(projection.weight), requires_grad=False)
+        generate_and_compare(
+            model, tokens, 6, "llama-tiny on shifting stand-in kernels", full=shifted(tokens), hint=KERNEL_OUTPUT_HINT
+        )
 
 
 @pytest.mark.gpu

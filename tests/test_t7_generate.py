@@ -342,6 +342,14 @@ def test_same_generator_seed_same_draws(devices):
         assert not torch.equal(draw_with_seed(on_device, 7), draw_with_seed(on_device, 8)), (
             "generators with different seeds drew the same 500 tokens"
         )
+        # Seed 7 once more on other logits, with each row's earlier draw made impossible (-inf): a fresh generator
+        # draws from these logits, so none of those tokens may come back.
+        first = draw_with_seed(on_device, 7)
+        removed = logits.scatter(1, first[:, None], float("-inf")).to(device)
+        assert not bool((draw_with_seed(removed, 7) == first).any()), (
+            f"seed 7 again, on logits where each row's earlier draw is -inf, drew those tokens again ({device}): "
+            "each call draws from its own logits with its own generator (nothing kept from an earlier call)"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -543,6 +551,16 @@ def test_same_seed_same_text_and_different_seeds_differ(devices):
         )
         assert generate_with_seed(device, 101) != first, (
             f"generators seeded 100 and 101 generated the same 30 tokens ({device})"
+        )
+        # Seed 100 once more, on another prompt: that prompt's draws, as the reference loop makes them.
+        model = ScriptedModel(64, seed=3, device=device)
+        expected = reference_sampled_generation(model, [9, 40, 17], 30, 100, temperature=1.0, top_p=0.95)
+        generator = torch.Generator(device=device).manual_seed(100)
+        got = student().generate(model, [9, 40, 17], 30, temperature=1.0, top_p=0.95, generator=generator)
+        assert got == expected, (
+            f"seed 100 again, on another prompt ({device}): {first_difference(got, expected)} from the reference "
+            "loop with that seed. Each call draws from its own logits with its own generator (nothing kept from an "
+            "earlier call)."
         )
 
 

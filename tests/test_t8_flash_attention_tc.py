@@ -51,11 +51,19 @@ def run_flash(q, k, v, causal=False, scale=None):
     return out, lse
 
 
-def check(q, k, v, causal, scale=None, hint="", what=""):
-    """The kernel's O and LSE against float32 arithmetic (float64, in fact) on the same fp16/bf16 inputs."""
+def check(q, k, v, causal, scale=None, hint="", what="", minus_inf_rows=None):
+    """The kernel's O and LSE against float32 arithmetic (float64, in fact) on the same fp16/bf16 inputs.
+    ``minus_inf_rows``: query rows with -inf in dimension 0 (every score -inf), expected to give O = 0, LSE = -inf."""
     out, lse = run_flash(q, k, v, causal, scale)
-    expected, expected_lse = reference_attention(q, k, v, causal=causal, scale=scale)
-    same = same_precision_attention(q, k, v, causal=causal, scale=scale)
+    finite = q
+    if minus_inf_rows is not None:  # the references run on finite inputs, those rows are then set by hand
+        finite = q.clone()
+        finite[:, :, minus_inf_rows, 0] = 0.0
+    expected, expected_lse = reference_attention(finite, k, v, causal=causal, scale=scale)
+    same = same_precision_attention(finite, k, v, causal=causal, scale=scale)
+    if minus_inf_rows is not None:
+        expected[:, :, minus_inf_rows], expected_lse[:, :, minus_inf_rows] = 0.0, -math.inf
+        same[:, :, minus_inf_rows] = 0.0
     dtype = str(q.dtype).replace("torch.", "")
     assert out.dtype == q.dtype, f"O must keep the input dtype {q.dtype}, got {out.dtype}"
     assert_close_to_precision(
@@ -111,6 +119,22 @@ def test_causal_rows_that_see_no_key(dtype, seed):
         causal=True,
     )
     check(q, k, v, True, hint=hint, what=" (causal, Lq 150 > Lk 70)")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rows_whose_scores_are_all_minus_inf(dtype, seed):
+    # A -inf in q against keys whose matching component is positive: every score of that row is -inf, without any
+    # mask. Such a row gives O = 0 and LSE = -inf (not NaN), like a causal row that sees no key.
+    q, k, v = (t.to(dtype) for t in random_qkv(1, 3, 150, 77, 64, seed=seed, device="cuda", kv_heads=1))
+    k[..., 0] = k[..., 0].abs() + 0.5
+    rows = torch.zeros(150, dtype=torch.bool, device="cuda")
+    rows[3::7], rows[64:128] = True, True  # scattered rows, and whole tiles of them
+    q[:, :, rows, 0] = -math.inf
+    hint = (
+        "While a row's running max is -inf, subtract 0 inside exp2 (never -inf - (-inf)), and write O = 0 and "
+        "LSE = -inf for a row whose sum l is 0."
+    )
+    check(q, k, v, False, hint=hint, what=" (rows of -inf scores)", minus_inf_rows=rows)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

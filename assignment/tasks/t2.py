@@ -110,11 +110,9 @@ def timing_workload(rule, student, reference, tolerance, base: int, student_mode
     def make(i):
         return torch.randn(s["rows"], s["cols"], device="cuda", generator=generator(base + i))
 
-    def check(name, x, y):
+    def check(name, x, y):  # the bound of the values checks (float32), on the reference kernel's output
         if name == "student":
-            assert_close(
-                y, reference.softmax(x), atol=2 * tolerance["atol"], rtol=2 * tolerance["rtol"], name="timed softmax"
-            )
+            assert_close(y, reference.softmax(x), **tolerance, name="timed softmax", layout="row, col")
 
     return Workload(make, student.softmax, reference.softmax, None, check, bytes_moved=8.0 * s["rows"] * s["cols"])
 

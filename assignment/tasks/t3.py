@@ -199,10 +199,12 @@ def timing_workload(rule, student, reference, tolerance, base: int, student_mode
             torch.randn(s["batch"], s["K"], s["N"], device="cuda", generator=gen),
         )
 
-    def check(name, ab, c):
+    def check(name, ab, c):  # the bound of the values checks (atol grows with sqrt(K)), on the reference's C
         if name == "student":
-            limit = 2 * tolerance["atol"] * math.sqrt(s["K"])
-            assert_close(c, reference.gemm(*ab), atol=limit, rtol=2 * tolerance["rtol"], name="timed C")
+            limit = tolerance["atol"] * math.sqrt(s["K"])
+            assert_close(
+                c, reference.gemm(*ab), atol=limit, rtol=tolerance["rtol"], name="timed C", layout="batch, row, col"
+            )
 
     return Workload(
         make,

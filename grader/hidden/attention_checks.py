@@ -14,6 +14,26 @@ from assignment.cuda import kernels
 from assignment.testing import SENTINEL, assert_close, assert_repeatable, reference_attention
 
 LAYOUT = "batch, head, query, dim"
+# Rows whose scores are all -inf (``with_rows_of_minus_inf``): a small grid, and one large enough for the reference's
+# 128-row tiles at d = 64 (t4's use_big_d64 on an H100's 132 SMs).
+MINUS_INF_SHAPES = (
+    {"B": 1, "H": 3, "H_kv": 1, "Lq": 150, "Lk": 77},
+    {"B": 8, "H": 8, "H_kv": 2, "Lq": 777, "Lk": 500},
+)
+# t5's last key tiles. Every configuration of the kit's kernel, which runs t5's functions, takes KEY_TILE keys a tile and
+# a multiple of KEY_TILE query rows (Cfg in solutions/t4_flash_attention.cu; tests/kit checks both), so the last key a
+# full query tile sees, q0 + BR - 1 + Lk - Lq, lies at offset (Lk - Lq - 1) mod KEY_TILE of its key tile, whatever
+# q0: KEY_TILE consecutive values of Lk - Lq put it at every offset. The small grid runs the 64-row tiles (every d),
+# the large one the 128-row tiles the reference takes at d = 64 (use_big_d64; tests/kit checks both on the GPU).
+KEY_TILE = 64
+BOUNDARY_GRIDS = {
+    "small": {"B": 1, "H": 2, "H_kv": 1, "Lq": 200},
+    "large": {"B": 8, "H": 16, "H_kv": 4, "Lq": 500},
+}
+MINUS_INF_HINT = (
+    "A row whose scores are all -inf: while the running max is -inf, subtract 0 inside exp2 (never -inf - (-inf)), "
+    "and write O = 0 and LSE = -inf for a row whose sum l is 0."
+)
 
 
 def qkv_on_gpu(B, H, Lq, Lk, d, seed, magnitude=1.0, H_kv=None, dtype=None):
@@ -62,6 +82,53 @@ def check_values(shape, d, causal, seed, tol, magnitude=1.0, scale=None, strongl
     expected, expected_lse = expected_on_gpu(*hosts, causal, scale)
     assert_close(out, expected, **tol, name="O", layout=LAYOUT)
     assert_close(lse, expected_lse, **(lse_tol or tol), name="LSE", layout="batch, head, query")
+
+
+def with_rows_of_minus_inf(q, k):
+    """(q, k, rows): q with -inf in dimension 0 of the query rows ``rows`` (every seventh, and the whole second tile
+    of 64), k with dimension 0 made positive, so that each of those rows scores -inf against every key: a row whose
+    scores are all -inf, as t5's fully masked rows are. The other rows stay ordinary."""
+    rows = torch.zeros(q.shape[2], dtype=torch.bool, device=q.device)
+    rows[3::7] = True
+    rows[64:128] = True
+    q, k = q.clone(), k.clone()
+    k[..., 0] = k[..., 0].abs() + 0.5
+    q[:, :, rows, 0] = float("-inf")
+    return q, k, rows
+
+
+def finite_rows(q: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """q with the -inf of ``with_rows_of_minus_inf`` set to 0: what the references compute from, so that no
+    expected value rests on how a matrix product treats infinities (those rows are then set by hand)."""
+    q = q.clone()
+    q[:, :, rows.to(q.device), 0] = 0.0
+    return q
+
+
+def as_rows_that_see_nothing(out: torch.Tensor, lse: torch.Tensor, rows: torch.Tensor) -> None:
+    """Expected O and LSE, in place: O = 0 and LSE = -inf on ``rows`` (the convention for a row that sees no key)."""
+    out[:, :, rows.to(out.device)] = 0.0
+    lse[:, :, rows.to(lse.device)] = float("-inf")
+
+
+def check_rows_of_minus_inf(shape, d, seed, tol):
+    """O and LSE against float64 with some query rows' scores all -inf (``with_rows_of_minus_inf``): those rows must
+    give O = 0 and LSE = -inf, never NaN, and the others their ordinary values."""
+    q, k, v = qkv_on_gpu(shape["B"], shape["H"], shape["Lq"], shape["Lk"], d, seed, H_kv=shape.get("H_kv"))
+    q, k, rows = with_rows_of_minus_inf(q, k)
+    out, lse, (q, k, v) = run_flash(q, k, v, False)
+    expected, expected_lse = expected_on_gpu(finite_rows(q, rows), k, v, False)
+    as_rows_that_see_nothing(expected, expected_lse, rows)
+    assert_close(out, expected, **tol, name="O, rows of -inf scores", layout=LAYOUT, hint=MINUS_INF_HINT)
+    assert_close(
+        lse, expected_lse, **tol, name="LSE, rows of -inf scores", layout="batch, head, query", hint=MINUS_INF_HINT
+    )
+
+
+def boundary_shapes(grid: dict) -> list[dict]:
+    """``grid`` with Lk from Lq - KEY_TILE / 2 to Lq + KEY_TILE / 2 - 1: Lk - Lq at every residue modulo KEY_TILE,
+    rows that see no key (Lk < Lq) and a chunk after cached keys (Lk > Lq) alike."""
+    return [dict(grid, Lk=grid["Lq"] + offset) for offset in range(-KEY_TILE // 2, KEY_TILE // 2)]
 
 
 def check_group_sharing(causal, seed, d=64, dtype=None, kernel=None):

@@ -45,6 +45,14 @@ def test_strongly_negative_scores(d, seed):
     checks.check_values({"B": 1, "H": 2, "Lq": 150, "Lk": 200}, d, False, seed, TOL, strongly_negative=True)
 
 
+@pytest.mark.reproduce(f"{PUBLIC} (test_rows_whose_scores_are_all_minus_inf)")
+@pytest.mark.parametrize("d", DIMS)
+def test_rows_whose_scores_are_all_minus_inf(d, seed):
+    # Without the causal mask only inputs of -inf make such rows: t5's fully masked rows need the same guards.
+    for shape in checks.MINUS_INF_SHAPES:
+        checks.check_rows_of_minus_inf(shape, d, seed, TOL)
+
+
 @pytest.mark.reproduce(f"{PUBLIC} (test_query_heads_of_a_group_share_one_kv_head)")
 def test_query_heads_of_a_group_share_one_kv_head(seed):
     checks.check_group_sharing(False, seed)

@@ -44,6 +44,23 @@ def test_large_logits(d, seed):
     )
 
 
+@pytest.mark.reproduce(f"{PUBLIC} (test_every_offset_of_the_last_key_tile)")
+@pytest.mark.parametrize(
+    "grid, d",
+    [
+        pytest.param("small", 32, id="small-dim0"),
+        pytest.param("small", 64, id="small-dim1"),
+        pytest.param("small", 128, id="small-dim2"),
+        pytest.param("large", 64, id="large-dim1"),
+    ],
+)
+def test_every_offset_of_the_last_key_tile(grid, d, seed):
+    # The last key a query tile sees at every offset of its key tile (attention_checks.KEY_TILE): a loop bound that
+    # stops one tile short at one offset loses keys at that offset only.
+    for shape in checks.boundary_shapes(checks.BOUNDARY_GRIDS[grid]):
+        checks.check_values(shape, d, True, seed, TOL)
+
+
 @pytest.mark.reproduce(f"{PUBLIC} (test_strongly_negative_scores)")
 @pytest.mark.parametrize("d", DIMS)
 def test_strongly_negative_scores(d, seed):

@@ -32,6 +32,7 @@ from assignment.testing import SENTINEL, assert_close, assert_repeatable, refere
 from grader.hidden import decode_checks as checks
 from grader.hidden.common import cases, check_local_memory, check_sanitizer, time_rule
 from grader.isolation.client import KitObject, WorkerFailure, student_module
+from grader.isolation.t6_driver import output_shift
 
 pytestmark = pytest.mark.t6
 TASK = load_registry().task("t6")
@@ -53,6 +54,10 @@ DISPATCH_HINT = (
     "kernels.flash_attention(causal=True) over positions 0 .. kv_len - 1."
 )
 LOGITS_HINT = "prefill then decode at position p must give the logits of one full forward pass at p."
+KERNEL_OUTPUT_HINT = (
+    "attend returns what the kernel returned (the checks' stand-in kernels shift their answers by a vector of "
+    "their own), never attention computed beside it."
+)
 
 
 def student():
@@ -392,7 +397,9 @@ def dispatch_plan(rng: random.Random) -> tuple[dict, list]:
     p += 2 + chunk
     steps += [(p, p + 1, None), (p + 1, p + 2, p + 2)]
     shape["L_max"] = p + 2 + rng.randint(3, 12)
-    shape["scale"] = rng.choice((1 / math.sqrt(shape["d"]), 0.125, 0.3))
+    # Never 1/sqrt(d), the kernels' default: a cache that does not pass the model's scale on gets other values.
+    shape["scale"] = rng.choice((0.5, 2.0, 3.0)) / math.sqrt(shape["d"])
+    shape["shift_seed"] = torch_seed(rng)  # the stand-in kernels' shift of their answers (this process's only)
     return shape, steps
 
 
@@ -412,7 +419,7 @@ def run_dispatch(seed: int, device: str, label: str):
         chunk = [x[:, :, first:last].contiguous().to(device) for x in (q, k, v)]  # fresh tensors, as the model's are
         result = student().call(
             "dispatch_step",
-            KitObject("stand_in_kernels"),
+            KitObject("stand_in_kernels", {"shift_seed": shape["shift_seed"]}),
             *chunk,
             torch.arange(first, last, device=device),
             shape["scale"],
@@ -427,11 +434,25 @@ def kernel_calls(report: dict) -> list[dict]:
     return [c for c in report["calls"] if c.get("op") != "decode_workspace"]
 
 
+def check_scale(call: dict, scale: float, where: str) -> None:
+    """The kernel call recorded the scale the model gave ``attend``."""
+    given = call.get("scale")
+    require(
+        given is not None and math.isclose(given, scale, rel_tol=1e-6),
+        "mismatch",
+        f"{where}: the kernel got scale {given}, the model gave attend {scale}: pass scale= on to the kernel",
+        "a kernel call does not get the softmax scale the model passes to attend",
+    )
+
+
 @pytest.mark.cpu
 @pytest.mark.reproduce(f"{PUBLIC} (test_prefill_and_decode_go_to_their_kernels)")
 def test_prefill_and_decode_go_to_their_kernels(seed, devices):
+    # The stand-in kernels answer with attention shifted per query head by a vector of this check's own (run_dispatch):
+    # attend must return what its kernel returned.
     for device in devices:
         shape, steps, (q, k, v), result = run_dispatch(seed, device, "dispatch")
+        shift = output_shift(shape["shift_seed"], shape["H"], shape["d"])[None, :, None, :]
         for (first, last, _), report in zip(steps, result["steps"]):
             T = last - first
             where = f"positions {first}..{last - 1} ({device})"
@@ -467,6 +488,7 @@ def test_prefill_and_decode_go_to_their_kernels(seed, devices):
                     "it on the cache's device",
                     "a decode step's lengths tensor is not on the cache's device",
                 )
+                check_scale(call, shape["scale"], f"one token at {where}")
             else:
                 ok = len(calls) == 1 and calls[0].get("op") == "flash_attention"
                 require(
@@ -491,9 +513,11 @@ def test_prefill_and_decode_go_to_their_kernels(seed, devices):
                     f"{DISPATCH_HINT}",
                     "a prefill's keys are not exactly the positions 0 .. input_pos[-1]",
                 )
+                check_scale(call, shape["scale"], f"a chunk of {T} tokens at {where}")
             expected, _ = reference_attention(
                 q[:, :, first:last], k[:, :, :last], v[:, :, :last], causal=True, scale=shape["scale"]
             )
+            expected = expected + shift  # what the stand-in kernel returned
             out = report.get("out")
             require(
                 isinstance(out, torch.Tensor) and tuple(out.shape) == tuple(expected.shape),
@@ -508,7 +532,7 @@ def test_prefill_and_decode_go_to_their_kernels(seed, devices):
                 **TOL,
                 name=f"attend ({'decode' if T == 1 else 'prefill'}, {device})",
                 layout="row, head, token, dim",
-                hint=DISPATCH_HINT,
+                hint=f"{DISPATCH_HINT} {KERNEL_OUTPUT_HINT}",
             )
 
 
@@ -555,7 +579,53 @@ def test_model_prefill_then_decode_equals_one_pass_on_cpu(seed, devices):
         compare_logits(logits, full, prompt - 1, f"a small random model, reference attention ({device})")
 
 
-def compare_logits(steps, full: torch.Tensor, first_position: int, what: str) -> None:
+def shifted_model(preset: str, seed: int, shift: torch.Tensor):
+    """The kit's random model (on the GPU) whose every attention output is shifted per query head by ``shift``
+    (H, d), as stand-in kernels with that shift shift theirs: o_proj(O + shift) = o_proj(O) + W_o shift, a bias of
+    the output projection."""
+    from assignment.model.presets import random_model
+
+    model = random_model(preset, seed=seed, device="cuda")
+    with torch.no_grad():
+        for layer in model.layers:
+            projection = layer.self_attn.o_proj
+            moved = projection.weight @ shift.reshape(-1).to(projection.weight)
+            bias = moved if projection.bias is None else projection.bias + moved
+            projection.bias = torch.nn.Parameter(bias, requires_grad=False)
+    return model
+
+
+@pytest.mark.reproduce(f"{PUBLIC} (test_model_logits_follow_what_your_kernels_return)")
+def test_model_logits_follow_what_the_kernels_return(seed):
+    # The small random model with the t6 attention (the cache's attend, on the GPU) over stand-in kernels served from
+    # here, which shift every head's output by a vector of this check's own: the logits must move by exactly that
+    # shift. A cache that launches its kernels but returns attention it computed beside them does not move them.
+    rng = rng_for(seed, "shifted-model")
+    model_seed, shift_seed, prompt, new = torch_seed(rng), torch_seed(rng), rng.randint(4, 12), rng.randint(4, 8)
+    model = reference_random_model("llama-tiny", model_seed, "cuda")
+    tokens = torch.randint(
+        0, model.vocab_size, (2, prompt + new), generator=torch.Generator().manual_seed(model_seed)
+    ).cuda()
+    result = student().call(
+        "stand_in_model_scenario",
+        KitObject("stand_in_kernels", {"shift_seed": shift_seed}),
+        "llama-tiny",
+        model_seed,
+        tokens,
+        prompt,
+        prompt + new + rng.randint(0, 9),
+        device="cuda",
+    )
+    config = model.config
+    with torch.no_grad():
+        full = shifted_model(
+            "llama-tiny", model_seed, output_shift(shift_seed, config.num_attention_heads, config.head_dim)
+        )(tokens)
+    what = "a small random model on stand-in kernels that shift their answers"
+    compare_logits(result.value, full, prompt - 1, what, hint=KERNEL_OUTPUT_HINT)
+
+
+def compare_logits(steps, full: torch.Tensor, first_position: int, what: str, hint: str = LOGITS_HINT) -> None:
     require(
         isinstance(steps, list) and len(steps) == full.shape[1] - first_position,
         "shape",
@@ -570,9 +640,7 @@ def compare_logits(steps, full: torch.Tensor, first_position: int, what: str) ->
             f"{what}: the logits at position {position} have shape {tuple(getattr(step, 'shape', ()))}",
             f"{what}: logits of the wrong shape",
         )
-        assert_close(
-            step, full[:, position], **LOGITS, name=f"{what}: logits", layout="row, vocabulary id", hint=LOGITS_HINT
-        )
+        assert_close(step, full[:, position], **LOGITS, name=f"{what}: logits", layout="row, vocabulary id", hint=hint)
 
 
 # ---------------------------------------------------------------------------------- on the GPU, the shipped model

@@ -465,6 +465,19 @@ def test_same_generator_seed_same_draws(seed, devices):
             f"generators with different seeds drew the same 500 tokens ({device})",
             "sample_next_token: generators with different seeds drew the same tokens",
         )
+        # The same seed again, a fresh generator, on other logits: each row's first draw made impossible (-inf). Draws
+        # kept from an earlier call with that seed (or that generator state) would be exactly those tokens.
+        check_tensor(first, (500,), torch.long, "sample_next_token")
+        removed = logits.scatter(1, first.cpu()[:, None], NEG_INF)
+        redrawn = student().sample_next_token(removed.to(device), 1.0, None, 0.95, generator=SeededGenerator(draw_seed))
+        check_tensor(redrawn, (500,), torch.long, "sample_next_token")
+        require(
+            not bool((redrawn.cpu() == first.cpu()).any()),
+            "mismatch",
+            f"the same seed on logits without the earlier draws drew them again ({device}): draws kept across calls?",
+            "sample_next_token: a seed used again on other logits gave the earlier call's draws (each call must draw "
+            "from its own logits with its own generator)",
+        )
 
 
 # ------------------------------------------------------------------------------------------ the loop
@@ -665,14 +678,18 @@ def test_generation_seeds(seed, devices):
     rng = rng_for(seed, "generation-seeds")
     settings = {"vocab_size": 64, "seed": rng.getrandbits(31)}
     draw_seed = rng.getrandbits(31)
-    model, _ = scripted(**settings)
-    for device in devices:
-        first, again, other = (
-            student()
-            .call("generate", model, [1, 2, 3], 30, temperature=1.0, device=device, generator=SeededGenerator(s))
-            .value
-            for s in (draw_seed, draw_seed, draw_seed + 1)
+    model, local = scripted(**settings)
+    other_prompt = [rng.randrange(4, 64) for _ in range(rng.randint(2, 8))]
+
+    def generated(prompt: list[int], device: str, seed_of_call: int) -> list[int]:
+        call = student().call(
+            "generate", model, prompt, 30, temperature=1.0, device=device, generator=SeededGenerator(seed_of_call)
         )
+        check_token_list(call.value, 30, 64, (), "generation with a seeded generator")
+        return call.value
+
+    for device in devices:
+        first, again, other = (generated([1, 2, 3], device, s) for s in (draw_seed, draw_seed, draw_seed + 1))
         require(
             again == first,
             "not_repeatable",
@@ -684,6 +701,18 @@ def test_generation_seeds(seed, devices):
             "mismatch",
             f"different seeds, same tokens ({device})",
             "generation with different seeds gave the same tokens",
+        )
+        # The seed once more, a fresh generator, on another prompt: that prompt's draws (the reference loop's), never
+        # the text kept from the calls above.
+        elsewhere = generated(other_prompt, device, draw_seed)
+        expected = gen.sampled(local, other_prompt, 30, draw_seed, device, temperature=1.0)
+        require(
+            elsewhere == expected,
+            "mismatch",
+            f"a seed used again on another prompt ({device}): {first_difference(elsewhere, expected)} from the "
+            "reference loop with that seed",
+            "generation with a seed used before, on another prompt, differs from the reference loop with that seed "
+            "(each call draws from its own logits with its own generator)",
         )
 
 

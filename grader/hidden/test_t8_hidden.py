@@ -26,19 +26,30 @@ MASKS = [pytest.param(False, id="full"), pytest.param(True, id="causal")]
 PUBLIC = "make test T=t8"
 
 
-def check_values(shape, d, dtype, causal, seed, magnitude=1.0, scale=None):
+def check_values(shape, d, dtype, causal, seed, magnitude=1.0, scale=None, minus_inf_rows=False):
+    """O within the precision rule and the LSE against float64; ``minus_inf_rows``: some rows' scores all -inf
+    (attention_checks.with_rows_of_minus_inf), which must give O = 0 and LSE = -inf."""
     q, k, v = checks.qkv_on_gpu(
         shape["B"], shape["H"], shape["Lq"], shape["Lk"], d, seed, magnitude, shape["H_kv"], dtype=dtype
     )
+    rows = None
+    if minus_inf_rows:
+        q, k, rows = checks.with_rows_of_minus_inf(q, k)
     out, lse, hosts = checks.run_flash(q, k, v, causal, scale, kernel=kernels.flash_attention_tc)
     on_gpu = tuple(t.cuda() for t in hosts)
+    if rows is not None:
+        on_gpu = (checks.finite_rows(on_gpu[0], rows), *on_gpu[1:])
     expected, expected_lse = reference_attention(*on_gpu, causal=causal, scale=scale)
     same = same_precision_attention(*on_gpu, causal=causal, scale=scale)
+    if rows is not None:
+        checks.as_rows_that_see_nothing(expected, expected_lse, rows)
+        same[:, :, rows] = 0.0
     require(out.dtype == dtype, "dtype", f"O must keep the input dtype {dtype}, got {out.dtype}")
+    hint = checks.MINUS_INF_HINT if minus_inf_rows else ""
     assert_close_to_precision(
-        out, expected, same, **TASK.tol(str(dtype).replace("torch.", "")), name="O", layout=checks.LAYOUT
+        out, expected, same, **TASK.tol(str(dtype).replace("torch.", "")), name="O", layout=checks.LAYOUT, hint=hint
     )
-    assert_close(lse, expected_lse, **TASK.tol("lse"), name="LSE", layout="batch, head, query")
+    assert_close(lse, expected_lse, **TASK.tol("lse"), name="LSE", layout="batch, head, query", hint=hint)
 
 
 @pytest.mark.reproduce(f"{PUBLIC} (test_matches_float32_within_the_dtypes_own_error)")
@@ -55,6 +66,14 @@ def test_values(shape, d, dtype, causal, seed):
 @pytest.mark.parametrize("d", DIMS)
 def test_large_logits_and_custom_scale(d, dtype, seed):
     check_values({"B": 1, "H": 2, "H_kv": 1, "Lq": 130, "Lk": 250}, d, dtype, True, seed, magnitude=30.0, scale=0.2)
+
+
+@pytest.mark.reproduce(f"{PUBLIC} (test_rows_whose_scores_are_all_minus_inf)")
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", DIMS)
+def test_rows_whose_scores_are_all_minus_inf(d, dtype, seed):
+    for shape in checks.MINUS_INF_SHAPES:
+        check_values(shape, d, dtype, False, seed, minus_inf_rows=True)
 
 
 @pytest.mark.reproduce(f"{PUBLIC} (test_query_heads_of_a_group_share_one_kv_head)")

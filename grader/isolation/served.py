@@ -199,10 +199,10 @@ def _byte_tokenizer(device: str) -> ServedMethods:
     return _tokenizer(ByteTokenizer())
 
 
-def _stand_in_kernels(device: str) -> ServedMethods:
+def _stand_in_kernels(device: str, shift_seed: int | None = None) -> ServedMethods:
     from grader.isolation.t6_driver import RecordingKernels
 
-    kernels = RecordingKernels()
+    kernels = RecordingKernels(shift_seed)
     return ServedMethods(kernels, "kernels", kernels.METHODS, record=kernels.calls)
 
 

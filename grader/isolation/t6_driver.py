@@ -35,6 +35,7 @@ ENTRY_POINTS = (
     "dispatch_setup",
     "dispatch_step",
     "cpu_model_scenario",
+    "stand_in_model_scenario",
     "checkpoint_scenario",
     "timing_setup",
     "timing_step",
@@ -189,17 +190,32 @@ class StandInKernels:
         return self._written(o, l, out, lse)
 
 
+def output_shift(seed: int, heads: int, head_dim: int) -> torch.Tensor:
+    """(heads, head_dim) float64: what stand-in kernels built with ``shift_seed=seed`` add to every output row of each
+    query head. The seed never leaves the checker, so only a cache that returns what its kernels returned (not
+    attention it computed itself) passes the shift on to its output and the model's logits."""
+    return torch.randn(heads, head_dim, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
 class RecordingKernels:
     """The checker's half of the stand-in kernels (grader.isolation.served serves it to the worker's
     ``StandInKernels``): the kit wrappers' argument checks, float64 attention on exactly the tensors the student's
-    cache passed, and ``calls``, the record the t6 checks judge (which kernel each step called, with how many
-    queries and keys, causal or not, which lengths and where they lived). Built by the checker for each call, so
-    the record holds that call's kernel calls only, and nothing in the worker can write to it."""
+    cache passed (shifted by ``output_shift(shift_seed, H, d)`` per query head when ``shift_seed`` is given), and
+    ``calls``, the record the t6 checks judge (which kernel each step called, with how many queries and keys,
+    causal or not, the scale, which lengths and where they lived). Built by the checker for each call, so the record
+    holds that call's kernel calls only, and nothing in the worker can write to it."""
 
     METHODS = ("flash_attention", "decode_workspace", "decode_attention")
 
-    def __init__(self):
+    def __init__(self, shift_seed: int | None = None):
         self.calls: list[dict] = []
+        self.shift_seed = shift_seed
+
+    def _answer(self, o: torch.Tensor) -> torch.Tensor:
+        """o (B, H, T, d) float64, with the shift of each query head added when there is one."""
+        if self.shift_seed is None:
+            return o
+        return o + output_shift(self.shift_seed, o.shape[1], o.shape[3]).to(o.device)[None, :, None, :]
 
     def flash_attention(self, q, k, v, causal: bool, scale):
         _kernels_module().attention_shapes("t4_flash_attention_forward", q, k, v)
@@ -213,7 +229,7 @@ class RecordingKernels:
             }
         )
         o, l = _attention64(q, k, v, bool(causal), scale)
-        return o.to(q.dtype), l.float()
+        return self._answer(o).to(q.dtype), l.float()
 
     def decode_workspace(self, q, k_cache, num_splits):
         _decode_task()._decode_shapes("t6_decode_attention", q, k_cache, k_cache)
@@ -244,7 +260,7 @@ class RecordingKernels:
         )
         q4 = q if q.dim() == 4 else q[:, :, None]
         o, l = _attention64(q4, k_cache, v_cache, False, scale, values * B if len(values) == 1 else values)
-        return o.to(q.dtype).reshape(q.shape), l.float().reshape(q.shape[:-1])
+        return self._answer(o).to(q.dtype).reshape(q.shape), l.float().reshape(q.shape[:-1])
 
 
 # --------------------------------------------------------------------------- the cache on its own (CPU or GPU)
@@ -318,7 +334,24 @@ def cpu_model_scenario(module, preset: str, seed: int, tokens, prompt: int, max_
     prompt's last logits, then one row per decoded token. Runs on any device."""
     from assignment.model.presets import random_model
 
-    model = random_model(preset, seed=seed, device=tokens.device)
+    return _prefill_then_decode(
+        random_model(preset, seed=seed, device=tokens.device), module, tokens, prompt, max_seq_len
+    )
+
+
+def stand_in_model_scenario(module, kernels, preset: str, seed: int, tokens, prompt: int, max_seq_len: int) -> list:
+    """The kit's random model with attention "t6" (the cache's ``attend``, on CUDA only) over the student's cache,
+    its kernels the stand-ins of ``kernels``, which the checker serves and whose answers it may shift: the prompt's
+    last logits, then one row per decoded token."""
+    from assignment.model.presets import random_model
+
+    module.kernels = StandInKernels(kernels)
+    model = random_model(preset, seed=seed, device=tokens.device, attention_impl="t6")
+    return _prefill_then_decode(model, module, tokens, prompt, max_seq_len)
+
+
+def _prefill_then_decode(model, module, tokens, prompt: int, max_seq_len: int) -> list:
+    """tokens[:, :prompt] prefilled on the student's cache, then the rest decoded one at a time: the logits of each."""
     model.setup_caches(tokens.shape[0], max_seq_len, cache_cls=module.KVCache)
     with torch.no_grad():
         logits = [model.prefill(tokens[:, :prompt], torch.arange(prompt, device=tokens.device))]

@@ -17,6 +17,7 @@ import torch
 from assignment.cuda.compiler import load_library
 from assignment.cuda.kernels import load_kernels
 from assignment.registry import load_registry
+from grader.hidden.attention_checks import BOUNDARY_GRIDS
 
 pytestmark = [pytest.mark.kit, pytest.mark.gpu]
 REPO = Path(__file__).resolve().parents[2]
@@ -79,6 +80,22 @@ def test_t4_and_t5_shapes_reach_every_kernel_configuration():
         for s in REGISTRY.task(task_id).hidden.fixed:
             reached |= {config(s["B"], s["H"], s["Lq"], d, causal) for d in (32, 64, 128)}
     assert reachable <= reached, f"configurations no hidden t4/t5 shape reaches: {sorted(reachable - reached)}"
+
+
+def test_t5_boundary_sweep_grids_reach_both_heights_of_query_tile():
+    # The hidden sweep of the last key tile's offsets (test_t5_hidden.test_every_offset_of_the_last_key_tile) runs
+    # the small grid at every d and the large one at d = 64: between them, the 64- and the 128-row tiles.
+    config = hook("t4_flash_attention.cu", "t4_flash_attention_config", (ctypes.c_int,) * 5)
+
+    def big_tiles(grid: dict, d: int) -> bool:  # bit 1 of the configuration: the 128-row tiles at d = 64
+        return bool(config(grid["B"], grid["H"], grid["Lq"], d, 1) & 2)
+
+    assert big_tiles(BOUNDARY_GRIDS["large"], 64), (
+        f"the large boundary grid does not reach the 128-row tiles on {torch.cuda.get_device_name()}"
+    )
+    assert not any(big_tiles(BOUNDARY_GRIDS["small"], d) for d in (32, 64, 128)), (
+        "the small boundary grid takes the 128-row tiles: the 64-row tiles at d = 64 go unswept"
+    )
 
 
 def test_t8_shapes_reach_every_kernel_configuration():
