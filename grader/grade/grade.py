@@ -16,12 +16,10 @@ fails the preflight or there is no salt to derive the seeds from.
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -143,24 +141,15 @@ def grade_submission(
             plan = _seed_plan(config, registry, tasks, {}, Path(source))
             return _unreadable(Path(source), str(exc), tasks, registry, out, plan, host, theory)
         plan = _seed_plan(config, registry, tasks, collected.extra, Path(source))
-        # Check, splice and build every task first, the nvcc runs side by side; then the checks of every task side
-        # by side, then each task's timing checks alone on the GPU (grader/grade/phases.py).
-        log(f"[grade] {collected.name}: building {' '.join(t.id for t in tasks)} ...", file=sys.stderr)
-        phase_start = time.monotonic()
-        with ThreadPoolExecutor(max_workers=max(1, min(len(tasks), os.cpu_count() or 1))) as pool:
-            prepared_tasks = list(
-                pool.map(lambda t: prepare(t, collected.student_dir, workdir, config, build=has_gpu), tasks)
-            )
-        phases["prepare_s"] = time.monotonic() - phase_start
-        workers = {
-            item.task.id: _worker_config(item, collected.student_dir, host, config, out) for item in prepared_tasks
-        }
+        # Each task checked, spliced and built, then its checks, the tasks side by side; then each task's timing checks
+        # alone on the GPU (grader/grade/phases.py).
         runs, ran = run_tasks(
-            prepared_tasks,
+            tasks,
+            lambda task: prepare(task, collected.student_dir, workdir, config, build=has_gpu),
             workdir,
             config,
             {task.id: plan.seed(task.id) for task in tasks},
-            workers,
+            lambda item: _worker_config(item, collected.student_dir, host, config, out),
             has_gpu=has_gpu,
             scale=scale,
             log=lambda text: log(f"[grade] {collected.name}: {text}", file=sys.stderr),

@@ -1,13 +1,18 @@
-"""Grading phase 3, for every task of a submission: the checks side by side, then the timing, one task at a time.
+"""Grading phases 2 and 3 for every task of a submission: each task built and checked as soon as it can be, the
+tasks side by side; then the timing checks, one task at a time, each with the GPU to itself.
 
-* **Checks.** Each task's hidden checks (all but the ``perf`` ones) run in a checker process of their own, up to
-  ``GradeConfig.parallel`` tasks at once (the CPU's cores and the GPU shared: no check's result depends on time).
-* **Timing.** Then each task's timing checks, one task after another, each with the GPU to itself: its checker was
-  started with the checks (so its start-up is paid while they run) and waits in its first timing check for its turn,
-  a file this process keeps locked (``TimingTurn``). A turn is given only after every checker of the checks phase has
-  ended and every sandboxed worker they started has been killed and waited for (grader/grade/checker_process.py):
-  nothing of the student's can keep work queued on the GPU while the checker times. The timing checker also takes
-  the host's GPU gate exclusively (grader/grade/host_gate.py), so no other grading on this host uses that GPU then.
+* **Build, then checks.** Each task is prepared (checked, spliced, built: grader/grade/prepare.py) in a thread of its
+  own, and its hidden checks (all but the ``perf`` ones) start the moment its build is done (a Python task's at once),
+  while other tasks still build. A task's checks may be dealt round-robin to several checker processes
+  (``[task.grading] shards``); at most ``GradeConfig.parallel`` checkers run at once, each with its share of the
+  cores' threads. No check's result depends on time, so sharing the CPU and the GPU changes no result.
+* **Timing.** Then each task's timing checks, one task after another. Each task's timing checker is started as
+  soon as its build is done (its start-up and its CUDA context are paid while the checks run) and waits in its
+  first timing check for its turn, a file this process keeps locked (``TimingTurn``). A turn is given only after
+  every checker of the checks has ended and every sandboxed worker they started has been killed and waited for
+  (grader/grade/checker_process.py): nothing of the student's can keep work queued on the GPU while the checker
+  times. The timing checker also takes the host's GPU gate exclusively (grader/grade/host_gate.py), so no other
+  grading on this host uses that GPU then.
 
 What each phase took goes into ``grading.json`` (``phases``, and each task's).
 """
@@ -16,14 +21,17 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from assignment.registry import Task
 from grader.grade.checker_plugin import CHECKS, TIMING
 from grader.grade.config import GradeConfig
 from grader.grade.prepare import PreparedTask
-from grader.grade.runner import TaskPhase, TaskRun, merged
+from grader.grade.runner import TaskPhase, TaskRun, merged, merged_shards
 from grader.isolation.client import WorkerConfig
 
 
@@ -42,10 +50,10 @@ class TimingTurn:
             self._handle = None
 
 
-def parallel_checkers(config: GradeConfig, count: int) -> int:
-    """How many tasks' checks run at once: the setting, else half the cores (a checker and its worker), at least 1."""
-    wanted = config.parallel or max(1, (os.cpu_count() or 1) // 2)
-    return max(1, min(count, wanted))
+def parallel_checkers(config: GradeConfig, wanted: int) -> int:
+    """How many checkers run at once: the setting, else half the cores (a checker and its worker), at least 1."""
+    width = config.parallel or max(1, (os.cpu_count() or 1) // 2)
+    return max(1, min(wanted, width))
 
 
 def has_cpu_checks(task) -> bool:
@@ -54,70 +62,100 @@ def has_cpu_checks(task) -> bool:
     return any(name.endswith(".py") for name in task.files)
 
 
+class _TaskLine:
+    """One task's way through the phases: its build, its timing checker waiting for its turn, its checks."""
+
+    def __init__(self, task: Task):
+        self.task = task
+        self.run: TaskRun | None = None
+        self.prepared: PreparedTask | None = None
+        self.turn: TimingTurn | None = None
+        self.timing: TaskPhase | None = None
+        self.build_s = 0.0
+
+
 def run_tasks(
-    prepared: list[PreparedTask],
+    tasks: list[Task],
+    prepare: Callable[[Task], PreparedTask],
     workdir: Path,
     config: GradeConfig,
     seeds: dict[str, int],
-    workers: dict[str, WorkerConfig | None],
+    worker_for: Callable[[PreparedTask], WorkerConfig | None],
     *,
     has_gpu: bool,
     scale: float,
     log=None,
 ) -> tuple[list[TaskRun], dict[str, float]]:
-    """Every prepared task's run, in the order given, and the seconds of the checks and the timing phases."""
+    """Every task's run, in the order given, and the seconds of the phases (the builds overlap the checks)."""
     log = log or (lambda *a, **k: None)
-    runs: dict[str, TaskRun] = {}
-    runnable: list[PreparedTask] = []
-    for item in prepared:
-        task = item.task
-        if item.status != "ready":
-            runs[task.id] = TaskRun(task.id, item.status, item.reason, notes=item.notes)
-        elif task.needs_gpu and not has_gpu and not has_cpu_checks(task):
-            runs[task.id] = TaskRun(task.id, "not_run", "this grading host has no CUDA GPU", notes=item.notes)
-        else:
-            runnable.append(item)
-    timed = [item for item in runnable if has_gpu and item.task.timing]
+    lines = [_TaskLine(task) for task in tasks]
+    width = parallel_checkers(config, sum(task.grading.shards for task in tasks))
+    threads = config.threads or max(1, (os.cpu_count() or 1) // width)  # each checker's share of the cores
+    builds = threading.Semaphore(max(1, os.cpu_count() or 1))
+    started = time.monotonic()
+    log(f"building and checking {' '.join(t.id for t in tasks)}: {width} checkers at a time")
 
-    def phase(item: PreparedTask, name: str, turn: Path | None = None) -> TaskPhase:
-        task_id = item.task.id
+    def phase(line: _TaskLine, name: str, **options) -> TaskPhase:
+        item = line.prepared
         return TaskPhase(
             item,
             workdir,
             config,
-            seeds[task_id],
-            workers[task_id],
+            seeds[item.task.id],
+            worker_for(item),
             phase=name,
             scale=scale,
             uses_gpu=has_gpu,
-            turn=turn,
+            threads=threads,
+            **options,
         )
 
-    turns = {item.task.id: TimingTurn(workdir / f"turn-{item.task.id}") for item in timed}
-    waiting = {item.task.id: phase(item, TIMING, turns[item.task.id].path) for item in timed}
+    def build_and_check(line: _TaskLine, checkers: ThreadPoolExecutor) -> None:
+        task = line.task
+        with builds:
+            began = time.monotonic()
+            line.prepared = prepare(task)
+            line.build_s = time.monotonic() - began
+        item = line.prepared
+        if item.status != "ready":
+            line.run = TaskRun(task.id, item.status, item.reason, notes=item.notes)
+            return
+        if task.needs_gpu and not has_gpu and not has_cpu_checks(task):
+            line.run = TaskRun(task.id, "not_run", "this grading host has no CUDA GPU", notes=item.notes)
+            return
+        if has_gpu and task.timing:
+            line.turn = TimingTurn(workdir / f"turn-{task.id}")
+            line.timing = phase(line, TIMING, turn=line.turn.path)
+        shards = min(task.grading.shards, width)
+        futures = [checkers.submit(lambda i: phase(line, CHECKS, shard=(i, shards)).finish(), i) for i in range(shards)]
+        line.run = merged_shards([f.result() for f in futures])
+
     phases: dict[str, float] = {}
-    started = time.monotonic()
-    width = parallel_checkers(config, len(runnable))
-    log(f"checks of {' '.join(i.task.id for i in runnable) or 'no task'}, {width} at a time")
     try:
-        with ThreadPoolExecutor(max_workers=width) as pool:
-            futures = {item.task.id: pool.submit(lambda i: phase(i, CHECKS).finish(), item) for item in runnable}
-            checks = {task_id: future.result() for task_id, future in futures.items()}
+        with ThreadPoolExecutor(max_workers=width) as checkers, ThreadPoolExecutor(max_workers=len(lines)) as pipes:
+            for future in [pipes.submit(build_and_check, line, checkers) for line in lines]:
+                future.result()
+        phases["build_s"] = max((line.build_s for line in lines), default=0.0)
         phases["checks_s"] = time.monotonic() - started
-        started = time.monotonic()
-        for item in timed:
-            task_id = item.task.id
-            if checks[task_id].status != "ran":
-                waiting.pop(task_id).cancel()
+        began = time.monotonic()
+        for line in lines:
+            if line.timing is None:
                 continue
-            log(f"timing {task_id}, the GPU to itself")
-            turns[task_id].give()
-            checks[task_id] = merged(checks[task_id], waiting.pop(task_id).finish())
-        phases["timing_s"] = time.monotonic() - started
+            timing, line.timing = line.timing, None
+            if line.run.status != "ran":
+                timing.cancel()
+                continue
+            log(f"timing {line.task.id}, the GPU to itself")
+            line.turn.give()
+            line.run = merged(line.run, timing.finish())
+        phases["timing_s"] = time.monotonic() - began
     finally:
-        for phase in waiting.values():
-            phase.cancel()
-        for turn in turns.values():
-            turn.give()
-    runs.update(checks)
-    return [runs[item.task.id] for item in prepared], phases
+        for line in lines:
+            if line.timing is not None:
+                line.timing.cancel()
+            if line.turn is not None:
+                line.turn.give()
+    for line in lines:
+        if line.run is not None:
+            line.run.phases = {"build": line.build_s, **line.run.phases}
+    return [line.run for line in lines], phases

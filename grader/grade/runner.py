@@ -125,9 +125,11 @@ def checker_environment(
     phase: str = CHECKS,
     scale: float = 1.0,
     uses_gpu: bool = False,
+    threads: int | None = None,
 ) -> dict[str, str]:
     """The checker's environment: its seed, its caches, its deadlines (the task's, times ``scale``: the host's pace
-    and the grader's timeout scale), the gates and where the worker's settings are."""
+    and the grader's timeout scale), the gates, its CPU threads (``threads``, when the grading's setting gives none)
+    and where the worker's settings are."""
     task = prepared.task
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "KIT_", "IMPL"))}
     # Keep what the host's PYTHONPATH provides (pytest plugins carried as wheels, say).
@@ -145,8 +147,9 @@ def checker_environment(
         KIT_USES_GPU="1" if uses_gpu else "0",
         **config.extra_env,
     )
-    if config.threads:
-        env.update(OMP_NUM_THREADS=str(config.threads), MKL_NUM_THREADS=str(config.threads))
+    if config.threads or threads:
+        count = str(config.threads or threads)
+        env.update(OMP_NUM_THREADS=count, MKL_NUM_THREADS=count)
     for name in ("KIT_CUDA_ARCH", "KIT_BWRAP", "KIT_GRADING_LOCKS"):
         if name in os.environ:
             env[name] = os.environ[name]
@@ -179,6 +182,8 @@ class TaskPhase:
         scale: float = 1.0,
         uses_gpu: bool = False,
         turn: Path | None = None,
+        shard: tuple[int, int] = (0, 1),
+        threads: int | None = None,
     ):
         self.task, self.config, self.workdir, self.seed, self.phase, self.scale = (
             prepared.task,
@@ -192,16 +197,18 @@ class TaskPhase:
         self.suite = hidden_suite(self.task)
         self.marks = f"{self.task.id} and {'not ' if phase == CHECKS else ''}perf"
         self.env = checker_environment(
-            prepared, workdir, config, seed, worker, phase=phase, scale=scale, uses_gpu=uses_gpu
+            prepared, workdir, config, seed, worker, phase=phase, scale=scale, uses_gpu=uses_gpu, threads=threads
         )
         if turn is not None:
             self.env["KIT_TIMING_TURN"] = str(turn)
+        self.shard = shard
+        self.env["KIT_SHARD"] = f"{shard[0]}/{shard[1]}"
         self.segments = 0
         self.first = self._start() if self.suite else None
 
     def _start(self, *, only: list[str] | None = None, skip=(), alone: bool = False) -> CheckerProcess:
         self.segments += 1
-        name = f"{self.task.id}-{self.phase}-{self.segments}"
+        name = f"{self.task.id}-{self.phase}-{self.shard[0]}-{self.segments}"
         env = dict(self.env, KIT_RUN_ALONE="1") if alone else self.env
         if alone:
             env["KIT_DEADLINE_SCALE"] = (
@@ -354,6 +361,26 @@ def merged(checks: TaskRun, timing: TaskRun | None) -> TaskRun:
     checks.phases.update(timing.phases)
     checks.log = (checks.log + "\n" + timing.log)[-4000:]
     return checks
+
+
+def merged_shards(runs: list[TaskRun]) -> TaskRun:
+    """The runs of one task's checks dealt round-robin to ``len(runs)`` checkers as one run, the checks back in their
+    order (shard i's k-th check was the (k * n + i)-th); a shard whose run ended the task ends it."""
+    if len(runs) == 1:
+        return runs[0]
+    ended = next((run for run in runs if run.status != "ran"), None)
+    if ended is not None:
+        return ended
+    tests: list[TestOutcome] = []
+    for k in range(max(len(run.tests) for run in runs)):
+        tests += [run.tests[k] for run in runs if k < len(run.tests)]
+    first = runs[0]
+    first.tests = tests
+    first.duration_s = max(run.duration_s for run in runs)
+    first.phases = {name: max(run.phases.get(name, 0.0) for run in runs) for name in first.phases}
+    first.instructor = [line for run in runs for line in run.instructor]
+    first.log = "\n".join(run.log for run in runs)[-4000:]
+    return first
 
 
 def reconcile(collected: list[str], tests: list[TestOutcome]) -> tuple[list[TestOutcome], list[str]]:

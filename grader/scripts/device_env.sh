@@ -5,7 +5,7 @@
 if ls .whl/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.kit-installed ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && touch /tmp/site/.kit-installed \
-    || echo "!!!!! pip install of .whl/ failed: the json reports (and the timing tests' json_metadata) need it"
+    || echo "!!!!! pip install of .whl/ failed: the json reports (device_check.sh's tests stage) need it"
 fi
 export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 if [ -z "${KIT_BWRAP:-}" ] && ! command -v bwrap >/dev/null && ls .deb/bubblewrap_*.deb >/dev/null 2>&1; then
