@@ -471,25 +471,38 @@ def build_module(
             # The same text, flags and compiler as the kit's own build: that build is this module.
             _copy_into(reference.path, target)
             return ModuleBuild(target, arch, 0.0, True, kit=kit)
-        problems = (
-            rules.check(spliced.regions, spliced.text, spliced.spans, source.name, arch, spliced.origin, limits=limits)
-            if source_rules
-            else []
-        )
-        if problems:
-            raise regions.problems_error(source.name, problems)
         if own:
             spliced.origin = list(range(1, spliced.text.count("\n") + 2))
-        result = _compile_module(
-            source,
-            spliced,
-            student_text if not own else spliced.text,
-            target,
-            arch,
-            flags,
-            limits,
-            reference.path if reference is not None else None,
-        )
+        # The compiler reads the regions (the rules) while it compiles them: the module goes into the cache only
+        # once both are done and the rules found nothing (a build that breaks a rule is never kept).
+        with tempfile.TemporaryDirectory(prefix="kit-nvcc-") as work, ThreadPoolExecutor(max_workers=1) as compiling:
+            compiled = compiling.submit(
+                _compile_module,
+                source,
+                spliced,
+                student_text if not own else spliced.text,
+                Path(work),
+                arch,
+                flags,
+                limits,
+            )
+            problems = (
+                rules.check(
+                    spliced.regions, spliced.text, spliced.spans, source.name, arch, spliced.origin, limits=limits
+                )
+                if source_rules
+                else []
+            )
+            if problems:
+                compiled.cancel()
+                raise regions.problems_error(source.name, problems)
+            result, built = compiled.result()
+            if reference is not None:
+                problems = rules.check_module(built, reference.path)
+                if problems:
+                    raise regions.problems_error(source.name, problems)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _copy_into(built, target)
     if not quiet and source not in _announced:
         _announced.add(source)
         print(
@@ -503,40 +516,32 @@ def _compile_module(
     source: Path,
     spliced,
     student_text: str,
-    target: Path,
+    workdir: Path,
     arch: str,
     flags: tuple[str, ...],
     limits: confine.CompileLimits,
-    reference: Path | None,
-) -> confine.Confined:
-    from assignment.cuda import regions, rules
+) -> tuple[confine.Confined, Path]:
+    """nvcc -cubin on the spliced file in ``workdir``, inside the compile sandbox: (how it ran, the cubin)."""
+    from assignment.cuda import regions
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="kit-nvcc-") as work:
-        workdir = Path(work)
-        (workdir / source.name).write_text(spliced.text, encoding="utf-8")
-        output = f"{source.stem}.cubin"
-        command = module_command(
-            f"{confine.WORK_MOUNT}/{source.name}", f"{confine.WORK_MOUNT}/{output}", arch, confine.INCLUDE_MOUNT, flags
+    (workdir / source.name).write_text(spliced.text, encoding="utf-8")
+    output = f"{source.stem}.cubin"
+    command = module_command(
+        f"{confine.WORK_MOUNT}/{source.name}", f"{confine.WORK_MOUNT}/{output}", arch, confine.INCLUDE_MOUNT, flags
+    )
+    result = confine.run(command, workdir, INCLUDE_DIR, nvcc_real_path(), limits)
+    built = workdir / output
+    if result.timed_out or result.returncode != 0 or not built.is_file():
+        diagnostics = parse_nvcc_output(result.output)
+        raise CudaCompileError(
+            regions.compile_message(
+                source.name, diagnostics, student_text, spliced.origin, _resource_trouble(result, limits)
+            ),
+            source,
+            diagnostics,
+            result.output,
         )
-        result = confine.run(command, workdir, INCLUDE_DIR, nvcc_real_path(), limits)
-        built = workdir / output
-        if result.timed_out or result.returncode != 0 or not built.is_file():
-            diagnostics = parse_nvcc_output(result.output)
-            raise CudaCompileError(
-                regions.compile_message(
-                    source.name, diagnostics, student_text, spliced.origin, _resource_trouble(result, limits)
-                ),
-                source,
-                diagnostics,
-                result.output,
-            )
-        if reference is not None:
-            problems = rules.check_module(built, reference)
-            if problems:
-                raise regions.problems_error(source.name, problems)
-        _copy_into(built, target)
-    return result
+    return result, built
 
 
 def _copy_into(built: Path, target: Path) -> None:

@@ -24,7 +24,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from assignment.registry import Task
@@ -110,31 +110,39 @@ def run_tasks(
             **options,
         )
 
-    def build_and_check(line: _TaskLine, checkers: ThreadPoolExecutor) -> None:
-        task = line.task
+    def build(line: _TaskLine) -> _TaskLine:
         with builds:
             began = time.monotonic()
-            line.prepared = prepare(task)
+            line.prepared = prepare(line.task)
             line.build_s = time.monotonic() - began
-        item = line.prepared
+        return line
+
+    def check(line: _TaskLine, checkers: ThreadPoolExecutor) -> list:
+        """Start ``line``'s timing checker and submit its checks; called from this thread, which outlives every
+        process it starts (a checker dies with the thread that started it: PR_SET_PDEATHSIG)."""
+        task, item = line.task, line.prepared
         if item.status != "ready":
             line.run = TaskRun(task.id, item.status, item.reason, notes=item.notes)
-            return
+            return []
         if task.needs_gpu and not has_gpu and not has_cpu_checks(task):
             line.run = TaskRun(task.id, "not_run", "this grading host has no CUDA GPU", notes=item.notes)
-            return
+            return []
         if has_gpu and task.timing:
             line.turn = TimingTurn(workdir / f"turn-{task.id}")
             line.timing = phase(line, TIMING, turn=line.turn.path)
         shards = min(task.grading.shards, width)
-        futures = [checkers.submit(lambda i: phase(line, CHECKS, shard=(i, shards)).finish(), i) for i in range(shards)]
-        line.run = merged_shards([f.result() for f in futures])
+        return [checkers.submit(lambda i: phase(line, CHECKS, shard=(i, shards)).finish(), i) for i in range(shards)]
 
     phases: dict[str, float] = {}
     try:
-        with ThreadPoolExecutor(max_workers=width) as checkers, ThreadPoolExecutor(max_workers=len(lines)) as pipes:
-            for future in [pipes.submit(build_and_check, line, checkers) for line in lines]:
-                future.result()
+        with ThreadPoolExecutor(max_workers=width) as checkers, ThreadPoolExecutor(max_workers=len(lines)) as builders:
+            checking = {}
+            for done in as_completed([builders.submit(build, line) for line in lines]):
+                line = done.result()
+                checking[line.task.id] = check(line, checkers)
+            for line in lines:
+                if checking[line.task.id]:
+                    line.run = merged_shards([future.result() for future in checking[line.task.id]])
         phases["build_s"] = max((line.build_s for line in lines), default=0.0)
         phases["checks_s"] = time.monotonic() - started
         began = time.monotonic()
