@@ -94,9 +94,16 @@ EXPANDED_FORBIDDEN = {
 # The attributes a region may hold after expansion: __shared__ and __align__(n) expand to them.
 ALLOWED_ATTRIBUTES = {"shared", "aligned", "unused"}
 ATTRIBUTE_KEYWORDS = {"__attribute__", "__attribute"}
-# Names reserved to the implementation (C++ [lex.name]) that macros of the kit's headers write into a region's
-# expansion without the kit's own file holding them (expansion.py allows a reserved name the kit's file holds).
+# Names reserved to the implementation (C++ [lex.name]) that a region's expansion may hold though the kit's own
+# file may not (expansion.py allows any reserved name the kit's file holds): gcc's spellings of keywords, what the
+# headers' macros write (assert, INFINITY, NAN, offsetof) and the optimisation hints CUDA documents.
 ALLOWED_RESERVED = {
+    *(
+        f"__{word}{end}"
+        for word in ("typeof", "alignof", "restrict", "inline", "volatile", "const", "signed")
+        for end in ("", "__")
+    ),
+    "__null",
     "__extension__",
     "__PRETTY_FUNCTION__",
     "__FUNCTION__",
@@ -108,7 +115,6 @@ ALLOWED_RESERVED = {
     "__builtin_huge_valf",
     "__builtin_huge_val",
     "__builtin_offsetof",
-    # the optimisation hints the CUDA programming guide documents
     "__builtin_expect",
     "__builtin_assume",
     "__builtin_assume_aligned",

@@ -181,6 +181,7 @@ def expand(region: str) -> list[rules.Problem]:
         ("  UNROLL for (int i = 0; i < 2; ++i) v += 1.f;", None),  # _Pragma("unroll") is #pragma unroll
         ("  ALIGNED float t[4] = {}; v += t[0];", None),
         ("  __syncthreads(); v = __expf(v) + (float)__builtin_expect(v > 0.f, 1) + INFINITY;", None),
+        ("  float* __restrict p = NULL; v += sizeof(__typeof__(v)) + __alignof__(float); (void)p;", None),
         ("  KEEP int q = 0;", ("attribute 'noinline'",)),  # the second name of a list
         ("  KEEP_TWICE int q = 0;", ("attribute 'noinline'",)),  # the second list
         ("  CXX11 int q = 0;", ("C++11 attributes",)),
