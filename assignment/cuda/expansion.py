@@ -51,11 +51,20 @@ _NOT_THE_SAME = (
 
 @dataclass(frozen=True)
 class _KitReading:
-    """The kit's file, its regions emptied, as the device compiler reads it."""
+    """The kit's file, its regions emptied, as the device compiler reads it: its tokens from the ``skipped``-th on
+    (those before are the headers', the same in every student's reading: only their names are kept)."""
 
+    text: str
+    skipped: int
     tokens: tuple[reading.Token, ...]
     places: tuple[tuple[int, int], ...]  # per region: the first and last index at which its tokens may stand
     names: frozenset[str]  # every identifier the compiler reads in it (the headers' declarations included)
+    names_skipped: frozenset[str]  # those of the skipped tokens
+
+
+# Tokens of the kit's kept before the first region's place: a region changes how the kit's code before it reads by a
+# few tokens at most (a macro's name waiting for its '('), and a reading that parts earlier is read whole.
+_MARGIN = 4096
 
 
 def check_expansion(
@@ -90,7 +99,11 @@ def check_expansion(
         raise reading.ReadingError(f"the kit's {filename} does not preprocess: {kit_read.errors[0][1]}")
     main = f"{confine.WORK_MOUNT}/{filename}"
     kit = _kit_reading(kit_read.text, main, tuple(spans))
-    kept, tokens = reading.tokenize_changed(read.text, kit_read.text, kit.tokens)  # the first `kept` are the kit's
+    changed = reading.tokenize_changed(read.text, kit.text, kit.tokens, kit.skipped)
+    if changed is None:  # the region changed how the kit's code reads far before it: read the kit's file whole
+        kit = _summary(kit.text, tuple(reading.tokenize(kit.text)), 0, frozenset(), main, tuple(spans), keep_all=True)
+        changed = reading.tokenize_changed(read.text, kit.text, kit.tokens)
+    kept, tokens = changed  # the first `kept` of the kit's tokens, then the student's file's own
     return unique(
         _placement_problems(tokens, kept, kit, main, spans, origin)
         + [
@@ -103,29 +116,49 @@ def check_expansion(
 
 # The last reading of each of the kit's files: the next one (other regions emptied, so other line counts) shares
 # its headers, which are then not read again.
-_last_kit_tokens: dict[str, tuple[str, tuple[reading.Token, ...]]] = {}
+_last_kit_reading: dict[str, _KitReading] = {}
 
 
 @lru_cache(maxsize=8)
 def _kit_reading(text: str, main: str, spans: tuple[tuple[int, int], ...]) -> _KitReading:
     """The same for every student file spliced into the kit's whose regions have as many lines."""
-    previous = _last_kit_tokens.get(main)
-    if previous is None:
-        tokens = tuple(reading.tokenize(text))
+    previous = _last_kit_reading.get(main)
+    changed = (
+        None if previous is None else reading.tokenize_changed(text, previous.text, previous.tokens, previous.skipped)
+    )
+    if changed is None:
+        kit = _summary(text, tuple(reading.tokenize(text)), 0, frozenset(), main, spans)
     else:
-        kept, rest = reading.tokenize_changed(text, *previous)
-        tokens = previous[1][:kept] + tuple(rest)
-    _last_kit_tokens[main] = (text, tokens)
-    own = [(index, token.line) for index, token in enumerate(tokens) if token.file == main]
+        kept, rest = changed
+        tokens = previous.tokens[: kept - previous.skipped] + tuple(rest)
+        kit = _summary(text, tokens, previous.skipped, previous.names_skipped, main, spans)
+    _last_kit_reading[main] = kit
+    return kit
+
+
+def _summary(
+    text: str,
+    tokens: tuple[reading.Token, ...],
+    skipped: int,
+    names_skipped: frozenset[str],
+    main: str,
+    spans: tuple[tuple[int, int], ...],
+    keep_all: bool = False,
+) -> _KitReading:
+    """The kit's reading from its ``tokens`` (those from the ``skipped``-th on, ``names_skipped`` the names of
+    the ones before), keeping the tokens from ``_MARGIN`` before the first region's place on (all: ``keep_all``)."""
+    own = [(skipped + index, token.line) for index, token in enumerate(tokens) if token.file == main]
     places = []
     for opening, closing in spans:
         if any(opening < line < closing for _, line in own):
             raise reading.ReadingError(f"{main}: the kit's file reads code on the lines of an emptied region")
-        first = 1 + max((index for index, line in own if line <= opening), default=-1)
-        last = min((index for index, line in own if index >= first and line >= closing), default=len(tokens))
+        first = 1 + max((index for index, line in own if line <= opening), default=skipped - 1)
+        last = min((index for index, line in own if index >= first and line >= closing), default=skipped + len(tokens))
         places.append((first, last))
-    names = frozenset(token.text for token in tokens if token.kind == "identifier")
-    return _KitReading(tokens, tuple(places), names)
+    cut = 0 if keep_all or not places else max(0, places[0][0] - _MARGIN - skipped)
+    names_skipped = names_skipped | {token.text for token in tokens[:cut] if token.kind == "identifier"}
+    names = names_skipped | {token.text for token in tokens[cut:] if token.kind == "identifier"}
+    return _KitReading(text, skipped + cut, tokens[cut:], tuple(places), frozenset(names), frozenset(names_skipped))
 
 
 def _region_of(token: reading.Token, main: str, spans: list[tuple[int, int]]) -> int | None:
@@ -167,7 +200,9 @@ def _placement_problems(
             return [Problem(_student_line(last_inside.line, origin), _RENUMBERED)]
         return [Problem(_student_line(spans[_region_at(kit, kept + len(outside))][0] + 1, origin), _RENUMBERED)]
 
-    last_main_line = next((kit.tokens[i].line for i in range(kept - 1, -1, -1) if kit.tokens[i].file == main), 0)
+    last_main_line = next(
+        (kit.tokens[i].line for i in range(kept - kit.skipped - 1, -1, -1) if kit.tokens[i].file == main), 0
+    )
     for token in tokens:
         if token.file == main:
             if token.line < last_main_line:  # the compiler writes a file's lines in order, unless told otherwise
@@ -187,7 +222,7 @@ def _placement_problems(
             last_inside = token
         previous = index
     # The emptied file keeps every line where it was, so each of the kit's tokens keeps its line too.
-    theirs = kit.tokens[kept:]
+    theirs = kit.tokens[kept - kit.skipped :]
     differ = next(
         (i for i, (mine, kits) in enumerate(zip(outside, theirs)) if _where_what(mine) != _where_what(kits)),
         None if len(outside) == len(theirs) else min(len(outside), len(theirs)),

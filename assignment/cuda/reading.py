@@ -29,6 +29,7 @@ import bisect
 import hashlib
 import re
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,7 +128,7 @@ def tokenize(
             if marker:
                 line = int(marker[1])
                 if marker[2] is not None:
-                    current_file = marker[2]
+                    current_file = sys.intern(marker[2])  # one string per file, however many markers name it
                 i = end + 1
                 continue  # at_line_start stays True: the next line starts fresh
         begin, start_line, first = i, line, at_line_start
@@ -161,20 +162,24 @@ def tokenize(
     return tokens
 
 
-def tokenize_changed(text: str, known_text: str, known: list[Token] | tuple[Token, ...]) -> tuple[int, list[Token]]:
-    """``tokenize(text)`` as ``known[:kept] + rest``, for ``known`` the tokens of ``known_text``: ``(kept, rest)``.
-    Two readings of one file with different regions share all that the preprocessor wrote before the first
-    region (the headers: most of it), which is then read once."""
+def tokenize_changed(
+    text: str, known_text: str, known: list[Token] | tuple[Token, ...], skipped: int = 0
+) -> tuple[int, list[Token]] | None:
+    """``tokenize(text)`` as the first ``kept`` tokens of ``known_text`` and the ``rest``: ``(kept, rest)``. Two
+    readings of one file with different regions share all that the preprocessor wrote before the first region
+    (the headers: most of it), which is then read once. ``known`` holds ``known_text``'s tokens from its
+    ``skipped``-th on; None when the texts part before the first of them is past (read ``text`` whole then)."""
     same = _common_prefix(text, known_text)
     if same == len(text) == len(known_text):
-        return len(known), []
+        return skipped + len(known), []
     # known[:kept] end, with the lookahead that decided each one, where the two texts still agree
     kept = bisect.bisect_right(known, same, key=lambda t: t.offset + len(t.text) + LOOKAHEAD)
     if kept == 0:
-        return 0, tokenize(text)
+        return (0, tokenize(text)) if skipped == 0 else None
     last = known[kept - 1]
     after = last.offset + len(last.text)
-    return kept, tokenize(text, last.line + last.text.count("\n"), start=after, file=last.file, at_line_start=False)
+    rest = tokenize(text, last.line + last.text.count("\n"), start=after, file=last.file, at_line_start=False)
+    return skipped + kept, rest
 
 
 def _common_prefix(a: str, b: str) -> int:

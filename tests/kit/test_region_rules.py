@@ -140,6 +140,16 @@ def test_a_changed_reading_reuses_what_the_texts_share(change):
     assert reading.tokenize(known)[:kept] + rest == whole, f"the reading differs where the texts part ({change})"
 
 
+def test_a_reading_kept_in_part_resumes_only_past_what_it_skipped():
+    known = "".join(f"int v{i} = {i};\n" for i in range(50))
+    tokens = reading.tokenize(known)
+    late = known + "float w;\n"
+    kept, rest = reading.tokenize_changed(late, known, tokens[100:], skipped=100)
+    assert kept > 100 and tokens[:kept] + rest == reading.tokenize(late)
+    early = "q" + known
+    assert reading.tokenize_changed(early, known, tokens[100:], skipped=100) is None, "parted before the kept tokens"
+
+
 # --------------------------------------------------------------------------- check 3 on its own (nvcc -E)
 
 KIT_FILE = """#include "kit.cuh"
