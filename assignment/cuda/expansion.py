@@ -1,13 +1,15 @@
 """Check 3 of the region rules (``assignment.cuda.rules``): a file's TODO regions as the device compiler receives
 them, after ``nvcc -E`` has run every directive and expanded every macro.
 
-It holds on its own, whatever the regions did to the readings before it: it compares two whole readings, each
-token with the file and line the preprocessor gives it, and nothing in it is a word a region could write.
+It holds on its own, whatever the regions did to the readings before it: it compares two whole readings (the
+student's file and the kit's with its regions emptied), each token with the file and line the preprocessor gives
+it, and nothing in it is a word a region could write. The headers' part of the two readings is the same text, read
+once per process (``reading.tokenize_changed``).
 
 * The file as the compiler reads it must be **the kit's file with each region's tokens at that region's place**:
   every token that is not on a region's own lines (the headers' tokens included) reads, in order and with its
-  file, exactly as in the kit's file with the regions emptied; a region's tokens come in one run, between the
-  kit's last token before the region and its first one after it. So a region that renumbers lines or files
+  file and line, exactly as in the kit's file with the regions emptied (which keeps every line where it was); a
+  region's tokens come in one run, between the kit's last token before the region and its first one after it. So a region that renumbers lines or files
   (``#line``, a line marker) cannot hide a token: one it would move out of a region, or attribute to another
   file, is an extra token in the kit's code, and one of the kit's it would move in leaves a token missing there.
 * What a region's own tokens may be: no ``asm`` in any spelling, no static storage, no allocation, no runtime
