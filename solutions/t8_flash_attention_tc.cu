@@ -87,6 +87,7 @@
 // ---------------------------------------------------------------------------
 // END UNGUIDED
 
+#define KIT_TENSOR_CORES  // kit.cuh's mma.sync, ldmatrix and packing helpers (fp32 tasks' files have none)
 #include "kit.cuh"
 
 #include <math.h>

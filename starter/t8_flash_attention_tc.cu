@@ -75,6 +75,7 @@
 // Grouped-query attention: query head h reads KV head h / (H / H_kv) straight from k and v (as in t4).
 // ---------------------------------------------------------------------------
 
+#define KIT_TENSOR_CORES  // kit.cuh's mma.sync, ldmatrix and packing helpers (fp32 tasks' files have none)
 #include "kit.cuh"
 
 #include <math.h>

@@ -13,8 +13,11 @@ whose preprocessor nvcc runs) for two readings, inside the compile sandbox:
 What comes back has no comment left, so splitting it into tokens (``tokenize``) is the standard's grammar of
 preprocessing tokens and nothing more: identifiers, numbers with digit separators, character and string
 literals with their prefixes, raw strings with their delimiters, user-defined-literal suffixes, punctuators
-and digraphs. Line splices (a backslash before a line end) are found in the raw text: phase 2 of the
-language is textual, so that reading is exact.
+and digraphs. Every token carries the file and line the compiler attributes it to, from its line markers
+(``# 12 "file" 1 3``); a line counts as a marker only when it is one whole, from column 0, as the compiler
+writes them, so no marker is ever read out of a line of code. Line splices (a backslash before a line end) are
+found in the raw text: phase 2 of the language is textual, so that reading is exact. Trigraphs are not read:
+C++17 (the kit's standard) has none, in gcc and in the device compiler's front end alike.
 
 Without a host compiler (a machine that cannot build CUDA at all) ``decommented`` returns the text as it is:
 a stub in a comment then still counts as a stub, which can only make the kit refuse to run more, never less.
@@ -22,9 +25,11 @@ a stub in a comment then still counts as a stub, which can only make the kit ref
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import re
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,12 +44,14 @@ class ReadingError(RuntimeError):
     """The compiler could not read the file (it ran out of time or memory); the message says why."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Token:
     kind: str  # identifier | number | string | char | punct | other
     text: str
-    line: int  # 1-based line of the file where the token starts
+    line: int  # 1-based line where the token starts, as the compiler numbers it (line markers included)
     first: bool  # the first token on its line (a directive starts with # or %: there)
+    file: str = ""  # the file the compiler attributes it to: the last line marker's ("" before any)
+    offset: int = 0  # where it starts in the text read
 
 
 # --------------------------------------------------------------------------- the tokenizer (comment-free text)
@@ -63,7 +70,10 @@ _IDENTIFIER = re.compile(rf"(?:[A-Za-z_$\u0080-\U0010ffff]|{_UCN})(?:[A-Za-z0-9_
 _NUMBER = re.compile(r"\.?[0-9](?:[eEpP][+-]|'[0-9A-Za-z_]|[0-9A-Za-z_.])*")
 _ENCODING = re.compile(r"(?:u8|u|U|L)?")
 _RAW_OPEN = re.compile(r"(?:u8|u|U|L)?R\"([^()\\\s]{0,16})\(")
-_MARKER = re.compile(r'#\s*(\d+)(?:\s+"((?:[^"\\]|\\.)*)")?')
+# A line marker as the compiler writes it, the whole line: # 12 "file" and its flags (1 enter, 2 return, 3 4 system).
+_MARKER = re.compile(r'#[ \t]*(\d+)(?:[ \t]+"((?:[^"\\\n]|\\.)*)"(?:[ \t]+\d+)*)?[ \t]*')
+_BLANK = re.compile(r"[ \t\f\v\r]+")
+LOOKAHEAD = 32  # characters past its end that can decide where a token ends (a raw string's opening: 21)
 
 
 def _quoted(text: str, start: int, quote: str) -> int:
@@ -82,18 +92,25 @@ def _quoted(text: str, start: int, quote: str) -> int:
     return -1
 
 
-def tokenize(text: str, first_line: int = 1, markers: bool = True, main_file: str | None = None) -> list[Token]:
-    """The preprocessing tokens of comment-free ``text`` (a compiler's -E output), with their lines.
+def tokenize(
+    text: str,
+    first_line: int = 1,
+    markers: bool = True,
+    *,
+    start: int = 0,
+    file: str = "",
+    at_line_start: bool = True,
+) -> list[Token]:
+    """The preprocessing tokens of comment-free ``text`` (a compiler's -E output), each with its line and file.
 
-    ``markers``: lines of the form ``# 12 "file"`` at column 0 set the line (and file) of what follows, as the
-    compiler writes them; with ``main_file`` set, only the tokens of that file are returned (an expansion's
-    headers are skipped). Text the compiler copies from a source never starts at column 0 in what the kit
-    gives it to read (regions.py prefixes every line), except inside a literal, which is one token."""
+    ``markers``: a line that is a line marker and nothing else (``# 12 "file" 1 3``, from column 0, as the
+    compiler writes them) sets the line and file of what follows; any other line is tokens, so a marker is never
+    read out of a line that holds code too. ``start``, ``first_line``, ``file`` and ``at_line_start`` resume a
+    reading at a token's start with that token's state (``offset``, ``line``, ``file``, ``first``)."""
     tokens: list[Token] = []
     line = first_line
-    current_file = main_file
-    at_line_start = True
-    i, n = 0, len(text)
+    current_file = file
+    i, n = start, len(text)
     while i < n:
         ch = text[i]
         if ch == "\n":
@@ -102,20 +119,19 @@ def tokenize(text: str, first_line: int = 1, markers: bool = True, main_file: st
             i += 1
             continue
         if ch in " \t\f\v\r":
-            i += 1
+            i = _BLANK.match(text, i).end()
             continue
         if markers and ch == "#" and (i == 0 or text[i - 1] == "\n"):  # the compiler writes markers at column 0
             end = text.find("\n", i)
             end = n if end < 0 else end
-            marker = _MARKER.match(text, i, end)
-            if marker and text[i:end].split()[0] == "#":
+            marker = _MARKER.fullmatch(text, i, end)
+            if marker:
                 line = int(marker[1])
                 if marker[2] is not None:
-                    current_file = marker[2]
+                    current_file = sys.intern(marker[2])  # one string per file, however many markers name it
                 i = end + 1
                 continue  # at_line_start stays True: the next line starts fresh
-        keep = main_file is None or current_file == main_file
-        start, start_line, first = i, line, at_line_start
+        begin, start_line, first = i, line, at_line_start
         at_line_start = False
         raw = _RAW_OPEN.match(text, i)
         if raw:
@@ -139,12 +155,43 @@ def tokenize(text: str, first_line: int = 1, markers: bool = True, main_file: st
             kind, end = ("punct", punct.end()) if punct else ("other", i + 1)
             if text.startswith("<::", i) and not text.startswith("<:::", i) and not text.startswith("<::>", i):
                 kind, end = "punct", i + 1  # C++11: <:: is < followed by ::
-        token_text = text[start:end]
+        token_text = text[begin:end]
         line += token_text.count("\n")
-        if keep:
-            tokens.append(Token(kind, token_text, start_line, first))
+        tokens.append(Token(kind, token_text, start_line, first, current_file, begin))
         i = end
     return tokens
+
+
+def tokenize_changed(
+    text: str, known_text: str, known: list[Token] | tuple[Token, ...], skipped: int = 0
+) -> tuple[int, list[Token]] | None:
+    """``tokenize(text)`` as the first ``kept`` tokens of ``known_text`` and the ``rest``: ``(kept, rest)``. Two
+    readings of one file with different regions share all that the preprocessor wrote before the first region
+    (the headers: most of it), which is then read once. ``known`` holds ``known_text``'s tokens from its
+    ``skipped``-th on; None when the texts part before the first of them is past (read ``text`` whole then)."""
+    same = _common_prefix(text, known_text)
+    if same == len(text) == len(known_text):
+        return skipped + len(known), []
+    # known[:kept] end, with the lookahead that decided each one, where the two texts still agree
+    kept = bisect.bisect_right(known, same, key=lambda t: t.offset + len(t.text) + LOOKAHEAD)
+    if kept == 0:
+        return (0, tokenize(text)) if skipped == 0 else None
+    last = known[kept - 1]
+    after = last.offset + len(last.text)
+    rest = tokenize(text, last.line + last.text.count("\n"), start=after, file=last.file, at_line_start=False)
+    return skipped + kept, rest
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """The length of the longest common prefix of ``a`` and ``b``."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:  # a[:low] == b[:low], and they differ before high when high < both lengths
+        middle = (low + high + 1) // 2
+        if a[low:middle] == b[low:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 # --------------------------------------------------------------------------- the compiler's readings

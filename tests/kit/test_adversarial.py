@@ -95,6 +95,9 @@ def test_every_class_of_the_issue_has_fixtures():
         "fake streaming",
         "regrade drift",
         "honest file",
+        # issue 35: region rules that no region can switch off
+        "rules switched off from a region",
+        "inline PTX",
     ):
         assert wanted in classes, wanted
     assert len({f.name for f in FIXTURES}) == len(FIXTURES), "fixture names must be unique"

@@ -109,38 +109,7 @@ def test_a_comment_may_not_run_from_one_region_into_the_next():
 
 
 # --------------------------------------------------------------------------- as the device compiler receives it
-
-KIT_FILE = """#include "kit.cuh"
-#define KIT_WRAP(x) (x)
-#define SPIN() asm volatile("nanosleep.u32 1;")
-__global__ void k(float* out) {
-  float v = 0.f;
-  // BEGIN SOLUTION t2: the region
-  v = 1.f;
-  // END SOLUTION
-  (void)v;
-  out[0] = v;
-}
-"""
-
-
-@needs_nvcc
-@pytest.mark.parametrize(
-    "region, why",
-    [
-        ("  v = 2.f;", None),
-        ("  SPIN();", "expands to 'asm'"),
-        ("  v = v + KIT_WRAP", "does not read the same"),  # its call would take the kit's next line as arguments
-    ],
-)
-def test_what_a_region_expands_to_and_the_kit_code_around_it(region, why):
-    text = KIT_FILE.replace("  v = 1.f;", region)
-    problems = rules.check_expansion(text, [(6, 8)], "t2_softmax.cu", "sm_80")
-    if why is None:
-        assert problems == []
-    else:
-        assert problems and any(why in p.message for p in problems), problems
-        assert all(p.line == 7 for p in problems)
+# (what a region expands to: tests/kit/test_region_rules.py)
 
 
 @needs_nvcc

@@ -56,6 +56,9 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 // ---- tensor cores (t8): mma.sync, ldmatrix and packing, so that no TODO region needs inline assembly.
+// Only a file that defines KIT_TENSOR_CORES before it includes this header has them: a TODO region of an fp32
+// task cannot reach the tensor cores through the kit's helpers (and no region can define a macro).
+#ifdef KIT_TENSOR_CORES
 //
 // Element types: T is __half (fp16) or __nv_bfloat16 (bf16); both are 2 bytes, and the instructions below move
 // them two to a 32-bit register, the element with the lower column (or k) index in the low 16 bits.
@@ -150,6 +153,7 @@ __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], uint32_t add
                  : "=r"(r[0]), "=r"(r[1])
                  : "r"(addr));
 }
+#endif  // KIT_TENSOR_CORES
 
 }  // namespace kit
 
