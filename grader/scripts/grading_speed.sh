@@ -3,8 +3,11 @@
 # process left queued (issue 35). Logs and figures go to $OUT (default build/device).
 #   bash grader/scripts/grading_speed.sh teardown   # grader/scripts/worker_teardown_check.py
 #   bash grader/scripts/grading_speed.sh warmup     # the reference's builds (once per host, as a class's first grading)
-#   bash grader/scripts/grading_speed.sh full [N]   # the solutions graded N times (default 1), the student's builds
-#                                                   # cold each time: scores, phases, each task's slowest checks
+#   bash grader/scripts/grading_speed.sh full [N]   # the solutions graded N times (default 1): scores, phases, each
+#                                                   # task's slowest checks. Graded is a copy of solutions/ with a
+#                                                   # comment added in every CUDA region, so that each grading compiles
+#                                                   # every task (the solutions' own regions are the kit's: no build)
+#   bash grader/scripts/grading_speed.sh builds     # one build of t4's file: nvcc alone, in the sandbox, the rules
 #   bash grader/scripts/grading_speed.sh fixtures NAME...   # adversarial fixtures by name
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -25,12 +28,18 @@ case "$STAGE" in
     say "the reference's builds and the host's preflight"
     python3 -m grader.grade.preflight | tail -5
     ;;
+  builds)
+    say "t4's file: nvcc alone, in the compile sandbox, and the region rules"
+    python3 grader/scripts/build_profile.py
+    ;;
   full)
     for run in $(seq 1 "${1:-1}"); do
-      rm -rf .kit_cache/grader/submissions
-      say "the solutions as a submission, #$run (the student's builds cold)"
-      /usr/bin/time -f "wall %e s, max RSS %M KB" python3 -m grader.grade.grade solutions --out "$OUT/grade_$run" \
-        --skip-preflight | grep -v "^wrote"
+      rm -rf .kit_cache/grader/submissions /tmp/cold && mkdir -p /tmp/cold && cp -r solutions /tmp/cold/solutions
+      sed -i "s|^\(\s*\)// BEGIN SOLUTION \(t[0-9]\).*$|&\n\1// graded $run: a comment, so that this region is built|" \
+        /tmp/cold/solutions/*.cu
+      say "the solutions as a submission, #$run (every CUDA region changed: the student's builds cold)"
+      /usr/bin/time -f "wall %e s, max RSS %M KB" python3 -m grader.grade.grade /tmp/cold/solutions \
+        --out "$OUT/grade_$run" --skip-preflight | grep -v "^wrote"
       python3 - "$OUT/grade_$run/grading.json" <<'PY'
 import json, sys
 g = json.load(open(sys.argv[1]))
@@ -40,6 +49,7 @@ for task, t in g["tasks"].items():
     for rule in t["timing"]:
         print(f"     {rule.get('rule')}: {rule.get('value')}")
 PY
+      rm -f "$OUT/grade_$run/report.html" "$OUT/grade_$run/grades.csv" "$OUT/grade_$run/results.json"
     done
     ;;
   fixtures)
