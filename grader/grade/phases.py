@@ -51,8 +51,9 @@ class TimingTurn:
 
 
 def parallel_checkers(config: GradeConfig, wanted: int) -> int:
-    """How many checkers run at once: the setting, else half the cores (a checker and its worker), at least 1."""
-    width = config.parallel or max(1, (os.cpu_count() or 1) // 2)
+    """How many checkers run at once: the setting, else all cores but two (most checkers wait on the GPU or on
+    their worker), at least 1."""
+    width = config.parallel or max(1, (os.cpu_count() or 1) - 2)
     return max(1, min(wanted, width))
 
 
