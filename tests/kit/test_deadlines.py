@@ -64,7 +64,7 @@ def _phase(tmp_path: Path, monkeypatch, **grading) -> runner.TaskPhase:
     monkeypatch.setenv("PLANTED_BUSY_FILE", str(tmp_path / "busy"))
     monkeypatch.setenv("KIT_GRADING_LOCKS", str(tmp_path / "locks"))
     task = load_registry().task("t1")
-    task = replace(task, grading=Grading(**{"timeout_s": 300.0, "test_deadline_s": 2.0, **grading}))
+    task = replace(task, grading=Grading(**{"timeout_s": 300.0, "test_deadline_s": 1.0, **grading}))
     config = replace(GradeConfig(), pace=False, pace_reference_ms=1e6)  # a rerun alone measures the pace: 1
     return runner.TaskPhase(PreparedTask(task), tmp_path, config, seed=7)
 
@@ -90,7 +90,7 @@ def test_a_hang_fails_that_check_only_and_a_slow_check_is_rerun_alone(tmp_path, 
 
 
 def test_a_phase_that_uses_up_its_budget_fails_what_it_did_not_run(tmp_path, monkeypatch):
-    run = _phase(tmp_path, monkeypatch, timeout_s=4.0).finish()
+    run = _phase(tmp_path, monkeypatch, timeout_s=3.0).finish()
     assert run.status == "ran" and run.tests[0].outcome == "passed"
     assert all(t.outcome == "failed" and t.check["kind"] == "timeout" for t in run.tests[1:]), run.tests
 
@@ -174,7 +174,7 @@ def test_a_timing_checker_waits_for_its_turn(tmp_path, monkeypatch):
     phase = runner.TaskPhase(
         PreparedTask(task), tmp_path, replace(GradeConfig(), pace=False), 7, phase=TIMING, turn=turn.path
     )
-    time.sleep(6)  # long enough to start, collect and reach the timing check
+    time.sleep(4)  # long enough to start, collect and reach the timing check
     assert not timed.exists(), "the timing check ran before its turn"
     given = time.time()
     turn.give()

@@ -471,6 +471,7 @@ def _open_sources(open_starter) -> dict[str, tuple[str, str]]:
     return sources
 
 
+@pytest.mark.slow  # every open-level file through nvcc, twice: 45 s on a 2-core machine (make test-slow)
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH: the open-level files cannot be compiled")
 def test_the_open_starter_and_fixtures_compile(open_starter, tmp_path):
     # The kit's device-module command (device code only), one nvcc per core, as make check-cuda runs them.

@@ -109,6 +109,7 @@ def test_the_integrity_note_is_packed_and_asked_for_by_name_when_missing(tmp_pat
         assert zf.read(note) == (tmp_path / note).read_bytes()
 
 
+@pytest.mark.slow  # two gradings end to end (make test-slow)
 def test_the_grader_scores_the_zip_as_the_folder(packed, tmp_path):
     """t1 and t7 grade on a CPU: about 20-25 s for the pair on a 2-core host, so each of the two gradings runs once
     (a fixed seed: both draw the same hidden shapes)."""
