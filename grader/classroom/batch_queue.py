@@ -153,6 +153,7 @@ class Worker:
     gpu_name: str = ""
     cores: list[int] = field(default_factory=list)  # its processes' CPU affinity ([]: not pinned)
     threads: int = 0  # OMP/MKL threads of its processes (0: the host's default)
+    checkers: int = 1  # checker processes one of its gradings runs at once (GradeConfig.parallel)
     check: dict = field(default_factory=dict)
     busy: Running | None = None
 
@@ -188,6 +189,10 @@ def place_workers(workers: list[Worker]) -> None:
     for worker in cpu_workers:
         worker.cores = rest if share else []
         worker.threads = max(1, len(rest) // len(cpu_workers))
+    # A GPU lane checks its tasks side by side (grader/grade/phases.py): the host's cores shared among the GPU lanes,
+    # less two each; a CPU lane's t1/t7 checks one at a time (the CPU workers themselves run side by side).
+    for worker in gpu_workers:
+        worker.checkers = max(1, len(cores) // len(gpu_workers) - 2)
 
 
 @dataclass
@@ -520,6 +525,8 @@ class Batch:
             # A lane with no task grades the theory answers alone (grade-all TASKS=theory).
             *[a for task_id in lane.ids or [THEORY] for a in ("--task", task_id)],
             *grading_args(self.config),
+            "--parallel",
+            str(worker.checkers),
             "--theory" if self.theory and lane.name == theory_lane(self.lanes) else "--no-theory",
         ]
         sid = next((s.sid for s in job.sub.students if s.sid), job.sub.id)  # picks the theory questions

@@ -39,6 +39,7 @@ def add_grading_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-preflight", action="store_true")
     parser.add_argument("--timeout-scale", type=float, default=1.0)
     parser.add_argument("--select", default="")
+    parser.add_argument("--parallel", type=int, default=None, help="checker processes at once (default: the host's)")
 
 
 def config_from(args: argparse.Namespace, **changes) -> GradeConfig:
@@ -52,6 +53,7 @@ def config_from(args: argparse.Namespace, **changes) -> GradeConfig:
         allow_weak_isolation=args.allow_weak_isolation,
         timeout_scale=args.timeout_scale,
         select=args.select,
+        parallel=getattr(args, "parallel", None),
         **changes,
     )
 

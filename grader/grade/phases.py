@@ -31,7 +31,7 @@ from assignment.registry import Task
 from grader.grade.checker_plugin import CHECKS, TIMING
 from grader.grade.config import GradeConfig
 from grader.grade.prepare import PreparedTask
-from grader.grade.runner import TaskPhase, TaskRun, merged, merged_shards
+from grader.grade.runner import TaskPhase, TaskRun, TestOutcome, merged, merged_shards
 from grader.isolation.client import WorkerConfig
 
 
@@ -53,8 +53,16 @@ class TimingTurn:
 def parallel_checkers(config: GradeConfig, wanted: int) -> int:
     """How many checkers run at once: the setting, else all cores but two (most checkers wait on the GPU or on
     their worker), at least 1."""
-    width = config.parallel or max(1, (os.cpu_count() or 1) - 2)
+    width = config.parallel or max(1, len(_cores()) - 2)
     return max(1, min(wanted, width))
+
+
+def _cores() -> set[int]:
+    """The cores this process may run on (a Slurm allocation or a cgroup may give fewer than the host has)."""
+    try:
+        return os.sched_getaffinity(0)
+    except AttributeError:  # not Linux
+        return set(range(os.cpu_count() or 1))
 
 
 def has_cpu_checks(task) -> bool:
@@ -93,8 +101,8 @@ def run_tasks(
     if not lines:  # the theory answers alone
         return [], {}
     width = parallel_checkers(config, sum(task.grading.shards for task in tasks))
-    threads = config.threads or max(1, (os.cpu_count() or 1) // width)  # each checker's share of the cores
-    builds = threading.Semaphore(max(1, os.cpu_count() or 1))
+    threads = config.threads or max(1, len(_cores()) // width)  # each checker's share of the cores
+    builds = threading.Semaphore(len(_cores()))
     started = time.monotonic()
     log(f"building and checking {' '.join(t.id for t in tasks)}: {width} checkers at a time")
 
@@ -169,4 +177,20 @@ def run_tasks(
     for line in lines:
         if line.run is not None:
             line.run.phases = {"build": line.build_s, **line.run.phases}
+            if not has_gpu and line.run.status == "ran":
+                line.run.tests += not_timed(line.task)
     return [line.run for line in lines], phases
+
+
+def not_timed(task: Task) -> list[TestOutcome]:
+    """A task's timing rules on a host without a GPU: not run (their points neither earned nor lost)."""
+    return [
+        TestOutcome(
+            f"{task.id}::test_timing[rule{index}]",
+            "skipped",
+            "needs a CUDA GPU: this grading host has none",
+            is_perf=True,
+            timing={"rule": rule.name, "metric": rule.metric},
+        )
+        for index, rule in enumerate(task.timing)
+    ]
