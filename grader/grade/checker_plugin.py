@@ -168,7 +168,15 @@ def pytest_configure(config: pytest.Config) -> None:
         die_with_parent()
     if os.environ.get("KIT_TEST_DEADLINE_S"):
         _watchdog = _Watchdog()
-    if os.environ.get("KIT_GATES") == "1" and _phase() == CHECKS and os.environ.get("KIT_USES_GPU") == "1":
+    # The GPU gate before any check takes the checks gate (one order for every process: no two wait on each other);
+    # a rerun alone's runner holds it for the rerun.
+    alone = os.environ.get("KIT_RUN_ALONE") == "1"
+    if (
+        os.environ.get("KIT_GATES") == "1"
+        and _phase() == CHECKS
+        and os.environ.get("KIT_USES_GPU") == "1"
+        and not alone
+    ):
         _gates["gpu"] = Gate(gpu_gate_name()).hold_shared()
 
 

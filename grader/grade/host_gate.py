@@ -8,6 +8,10 @@ instructor's second ``make grade``) still give each check what its deadline assu
 * ``gpu-<devices>``: a checker that may use the GPU holds it shared for its whole life; a timing pass holds it
   exclusively, so nothing of another grading runs on that GPU while it times.
 
+Every process takes them in one order, the GPU gate before the checks gate (a checker holds the GPU gate from its
+start; a rerun's runner takes it before the checks gate; a timing checker takes only the GPU gate), so no two
+processes ever wait on each other in a circle.
+
 A writer first takes the gate's turnstile and keeps it: readers take the turnstile only for a moment before
 their shared lock, so a waiting writer holds new readers back and is not starved by a stream of short checks.
 Locks belong to open files, so a process that dies releases its locks with its files: a killed grading never

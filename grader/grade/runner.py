@@ -35,7 +35,7 @@ from grader.grade import pace
 from grader.grade.checker_plugin import CHECKS, HANG_EXIT_CODE
 from grader.grade.checker_process import CheckerProcess, Ended
 from grader.grade.config import HIDDEN_DIR, REPO_ROOT, GradeConfig
-from grader.grade.host_gate import Gate
+from grader.grade.host_gate import Gate, gpu_gate_name
 from grader.grade.prepare import GRADING_DEVICE_PRINTF, PreparedTask, compile_isolation
 from grader.isolation.client import WorkerConfig
 
@@ -202,6 +202,7 @@ class TaskPhase:
         if turn is not None:
             self.env["KIT_TIMING_TURN"] = str(turn)
         self.shard = shard
+        self.uses_gpu = uses_gpu
         self.env["KIT_SHARD"] = f"{shard[0]}/{shard[1]}"
         self.segments = 0
         self.first = self._start() if self.suite else None
@@ -296,8 +297,13 @@ class TaskPhase:
     def _rerun_alone(self, nodeid: str) -> TestOutcome | None:
         """``nodeid`` in a new checker with the host to itself: its result; an empty outcome when it ran past its
         deadline again; None when it could not be rerun."""
-        gate = Gate("checks") if self.config.gates else None
-        with gate.exclusive() if gate else contextlib.nullcontext():
+        gates = self.config.gates
+        # The GPU gate before the checks gate, as every checker takes them (a timing of another grading on this GPU
+        # then finishes first); this process holds the GPU gate for the rerun, which takes no gate itself.
+        with (
+            Gate(gpu_gate_name()).shared() if gates and self.uses_gpu else contextlib.nullcontext(),
+            Gate("checks").exclusive() if gates else contextlib.nullcontext(),
+        ):
             process = self._start(only=[nodeid], alone=True)
             ended = process.wait(self.task.grading.timeout_s * self.scale + RERUN_ALLOWANCE_S)
         if any(e.get("event") in ("deadline", "hang") for e in ended.events) or ended.code is None:
