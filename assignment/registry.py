@@ -179,8 +179,8 @@ class Grading:
     # The open scaffolding level of a task without timing rules: how its checks (structure bounds, deadlines) were
     # measured on honest simpler designs, the instructor's open-level fixtures. Instructor-only, like reasoning.
     open_reasoning: str = ""
-    # On a host with cores to spare, the task's checks are dealt round-robin to this many checker processes that run
-    # side by side (a long task's slow checks in different ones: grader/grade/phases.py).
+    # On a host with cores to spare, the task's checks are dealt to this many checker processes that run side by side,
+    # by their `cost` markers (a long task's slow checks in different ones: grader/grade/phases.py).
     shards: int = 1
 
 

@@ -30,6 +30,10 @@ class Workload:
     # block of their own, then this ends that process (and waits until it has ended), then the baseline is timed.
     # Nothing the student's process leaves queued on the GPU can then run while the baseline is timed.
     end_student: Callable[[], None] | None = None
+    # The student's path set up in that process (t6's model rule): called by ``time`` first, so a workload can be
+    # built (the checker's side: inputs, the baseline) before the grading gives it the GPU, and the student's
+    # process started only once it has.
+    start_student: Callable[[], None] | None = None
 
     def candidates(self) -> dict[str, Callable[[Any], Any]]:
         found = {"student": self.student, "reference": self.reference}
@@ -42,6 +46,8 @@ class Workload:
         value (assignment.testing.run_timing_rule)."""
         from assignment.testing import run_timing_rule
 
+        if self.start_student is not None:
+            self.start_student()
         return run_timing_rule(
             rule,
             self.candidates(),

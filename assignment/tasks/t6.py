@@ -4,6 +4,7 @@ memory-bound, in KV bytes read per second against the device copy; then the mode
 from __future__ import annotations
 
 import math
+import time
 from ctypes import c_float, c_int, c_int64, c_void_p
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -484,20 +485,31 @@ def _decode_step_workload(rule, student_model, base: int):
     from assignment.registry import load_registry
     from assignment.testing import assert_close
 
+    began = time.perf_counter()
     s = rule.shape
     preset, context = s["model"], s["context"]
     max_seq_len = context + 8
     model_seed = (base + 11) % 2**62
     logits_tol = load_registry().task(CODE.id).tol("logits")
+    steps: dict[str, float] = {}
+
+    def step(name: str) -> None:  # where the checker's setup went (the grading record shows it)
+        torch.cuda.synchronize()
+        steps[name] = round(time.perf_counter() - began - sum(steps.values()), 2)
+
     model = random_model(preset, seed=model_seed, device="cuda")
     vocab = model.vocab_size
     prompt = torch.randint(0, vocab, (1, context), device="cuda", generator=generator(base + 7))
     position = torch.tensor([context], device="cuda")
+    step("model")
     with torch.no_grad():
         kit = sharing_weights(model, CODE.id)
         kit.setup_caches(1, max_seq_len, cache_cls=kv_cache_class("solutions"))
+        step("caches")
         kit_runner = GraphDecoder(kit)
+        step("capture")
         kit_runner.prefill(prompt, torch.arange(context, device="cuda"))
+        step("prefill")
 
     def make(i):
         return torch.randint(0, vocab, (1, 1), device="cuda", generator=generator(base + i))
@@ -510,9 +522,15 @@ def _decode_step_workload(rule, student_model, base: int):
         with torch.no_grad():
             return model(torch.cat([prompt, token], dim=1))[:, -1]
 
-    notes: dict = {}
-    if student_model is not None:
+    notes: dict = {"checker_setup_s": round(time.perf_counter() - began, 2), "checker_setup_steps_s": steps}
+
+    def start_student() -> None:
+        """The student's path set up in the worker: only once the timing has the GPU (grader/grade/phases.py), so
+        nothing of the student's runs while another task is timed."""
+        began = time.perf_counter()
         info = student_model.setup(preset, model_seed, prompt, max_seq_len)
+        notes["student_setup_s"] = round(time.perf_counter() - began, 2)
+        notes["student_setup_steps_s"] = info.get("steps_s")
         notes["student_path"] = (
             "one decode step captured in a CUDA graph, replayed"
             if info.get("captured")
@@ -523,6 +541,8 @@ def _decode_step_workload(rule, student_model, base: int):
         notes["student_runs_in"] = "the sandboxed worker; timed from the checker, the call's overhead included"
         if info.get("overhead_ms") is not None:
             notes["worker_call_overhead_ms"] = info["overhead_ms"]
+
+    if student_model is not None:
         student = student_model.step
     else:
 
@@ -541,6 +561,7 @@ def _decode_step_workload(rule, student_model, base: int):
         check,
         bytes_moved=float(decode_bytes(model.config, context + 1)),
         notes=notes,
+        start_student=start_student if student_model is not None else None,
         end_student=student_model.close if student_model is not None else None,
     )
 

@@ -180,12 +180,38 @@ def pytest_configure(config: pytest.Config) -> None:
         _gates["gpu"] = Gate(gpu_gate_name()).hold_shared()
 
 
-def _take_timing_turn() -> None:
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtestloop(session: pytest.Session):
+    """A checker started before its task's build ended (``KIT_BUILD_GATE``): Python, torch, the collection and the
+    CUDA context are paid for while the build runs; its first check waits here until the grader gives the gate (the
+    build done, the spliced library in place)."""
+    gate = os.environ.get("KIT_BUILD_GATE")
+    if gate:
+        if os.environ.get("KIT_USES_GPU") == "1":
+            _warm_up_cuda()
+        handle = os.open(gate, os.O_RDWR | os.O_CLOEXEC)
+        fcntl.flock(handle, fcntl.LOCK_SH)  # the grader holds it exclusively until the build is done
+        os.close(handle)
+        event("built", at=time.time())
+    yield
+
+
+def _take_timing_turn(item: pytest.Item) -> None:
     """Wait for this task's turn to time (the runner releases it when every check of the grading is done), then
-    take the GPU from every other grading on this host; both are held until this process ends."""
+    take the GPU from every other grading on this host; both are held until this process ends. Before waiting, the
+    suite's own preparation (its module's ``prepare_timing``: the checker's side of its workloads, e.g. t6's model),
+    then the ``timing_ready`` event: the grader gives the first turn only when every timing checker is ready, so no
+    preparation runs while another task is timed."""
     if "turn" in _gates:
         return
     _warm_up_cuda()
+    prepare = getattr(item.module, "prepare_timing", None)
+    if prepare is not None:
+        try:
+            prepare()
+        except Exception:  # noqa: BLE001 - the timing check builds what it needs itself and says what went wrong
+            pass
+    event("timing_ready", at=time.time())
     turn = os.environ.get("KIT_TIMING_TURN")
     if turn:
         handle = os.open(turn, os.O_RDWR | os.O_CLOEXEC)
@@ -215,16 +241,18 @@ def _warm_up_cuda() -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """After -m and -k: this checker's shard of the checks (``KIT_SHARD`` i/n: every n-th, from the i-th), recorded as
-    collected; then the runner's selection among them."""
+    """After -m and -k: this checker's shard of the checks (``KIT_SHARD`` i/n, ``dealt``), recorded as collected;
+    then the runner's selection among them."""
     index, _, count = os.environ.get("KIT_SHARD", "0/1").partition("/")
+    position = {item.nodeid: i for i, item in enumerate(items)}  # in the whole collection, before the dealing
     if int(count) > 1:
-        mine = items[int(index) :: int(count)]
+        mine = dealt(items, int(count))[int(index)]
         config.hook.pytest_deselected(items=[i for i in items if i not in mine])
         items[:] = mine
     path = os.environ.get("KIT_COLLECTED_FILE")
     if path:
-        Path(path).write_text(json.dumps([item.nodeid for item in items]))
+        mine_ids = [item.nodeid for item in items]
+        Path(path).write_text(json.dumps({"ids": mine_ids, "positions": [position[n] for n in mine_ids]}))
     select = os.environ.get("KIT_SELECT_FILE")
     if not select:
         return
@@ -237,17 +265,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
+DEFAULT_COST_S = 0.5  # a check without a cost marker: a values check, about
+
+
+def cost_of(item: pytest.Item) -> float:
+    """About how long ``item`` takes on the reference: its ``cost`` marker's seconds, else ``DEFAULT_COST_S``."""
+    marker = item.get_closest_marker("cost")
+    return float(marker.args[0]) if marker else DEFAULT_COST_S
+
+
+def dealt(items: list, count: int) -> list[list]:
+    """``items`` dealt to ``count`` checkers, the costliest first, each to the checker with the least cost so far (so
+    the slow checks, racecheck's, run side by side and not after each other); each hand in collection order. Every
+    checker of a task deals the same collection the same way."""
+    loads, hands = [0.0] * count, [[] for _ in range(count)]
+    for position, item in sorted(enumerate(items), key=lambda pair: (-cost_of(pair[1]), pair[0])):
+        least = min(range(count), key=lambda hand: (loads[hand], hand))
+        loads[least] += cost_of(item)
+        hands[least].append((position, item))
+    return [[item for _, item in sorted(hand, key=lambda pair: pair[0])] for hand in hands]
+
+
 _RESULT = pytest.StashKey[dict]()
+_BEGAN = pytest.StashKey[float]()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem):
     if _phase() == TIMING and "perf" in item.keywords:
-        _take_timing_turn()
+        _take_timing_turn(item)
     shared = None
     if os.environ.get("KIT_GATES") == "1" and _phase() == CHECKS and os.environ.get("KIT_RUN_ALONE") != "1":
         shared = Gate("checks").shared()
         shared.__enter__()
+    item.stash[_BEGAN] = time.time()  # after the gates: when the check itself began (grading.json's timeline)
     limit = deadline_of(item)
     if _watchdog is not None and limit is not None:
         _watchdog.current = (item.nodeid, time.monotonic(), limit)
@@ -292,6 +343,8 @@ def _new_result(item: pytest.Item) -> dict:
         "reproduce": marker.args[0] if marker else "",
         "check": {},
         "duration_s": 0.0,
+        "began_at": item.stash.get(_BEGAN, time.time()),
+        "shard": os.environ.get("KIT_SHARD", "0/1"),
     }
 
 

@@ -29,6 +29,7 @@ class Ended:
     results: list[dict] = field(default_factory=list)
     events: list[dict] = field(default_factory=list)
     collected: list[str] | None = None  # what its collection found (None: it never finished collecting)
+    positions: dict[str, int] = field(default_factory=dict)  # each one's place in the task's whole collection
     seconds: float = 0.0
     log: str = ""
 
@@ -108,12 +109,13 @@ class CheckerProcess:
         self._log.close()
         events = self.events()
         end_sandboxes(events)
-        collected = self.files["collected"]
+        collected = json.loads(self.files["collected"].read_text()) if self.files["collected"].is_file() else None
         return Ended(
             code=code,
             results=_json_lines(self.files["results"]),
             events=events,
-            collected=json.loads(collected.read_text()) if collected.is_file() else None,
+            collected=collected["ids"] if collected else None,
+            positions=dict(zip(collected["ids"], collected["positions"])) if collected else {},
             seconds=time.monotonic() - self.started,
             log=self.files["log"].read_text(errors="replace")[-4000:],
         )

@@ -29,8 +29,9 @@ class GradeConfig:
     # Measure the pace at the start of a grading (False: every deadline as the registry says, times timeout_scale).
     pace: bool = True
     # Hidden checks of independent tasks run side by side, this many checker processes at once (their timing checks
-    # always run one task at a time, with the GPU to themselves). None: all the host's cores but two, at least 1 (most
-    # checkers wait on the GPU or on their sandboxed worker; an H200 host's 16 cores: 14).
+    # always run one task at a time, with the GPU to themselves). None: on a host of 8 cores or more all of them (most
+    # checkers wait on the GPU or on their sandboxed worker), started with the grading (grader/grade/phases.py); on a
+    # smaller one all its cores but two, at least 1.
     parallel: int | None = None
     # Gradings on this host take turns through its gates (grader/grade/host_gate.py): a check rerun alone holds the
     # host's checks, a timing pass its GPU. False only in the kit's own tests of a single grading.

@@ -123,6 +123,7 @@ def grade_submission(
     tasks = selected_tasks(config, registry)
     has_gpu = gpu_available()
     start = time.monotonic()
+    started_at = time.time()  # the checks' own clock (grading.json's timelines count from it)
     phases: dict[str, float] = {}
     # How busy this host is now: every deadline of this grading is scaled by it (grader/grade/pace.py).
     pace_factor, probe_ms = pace.measure(config.pace_reference_ms) if config.pace else (1.0, None)
@@ -170,6 +171,7 @@ def grade_submission(
         "seeding": plan.record,
         "pace": {"probe_ms": probe_ms, "deadline_scale": round(scale, 3)},
         "phases": {name: round(seconds, 2) for name, seconds in phases.items()},
+        "started_at": round(started_at, 3),
         "host": platform.node(),
         "preflight": host.facts,
         "preflight_notes": host.notes,
@@ -242,6 +244,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every time limit (a slower host)")
     parser.add_argument(
+        "--parallel",
+        type=int,
+        default=None,
+        metavar="N",
+        help="checker processes at once for the checks of the tasks side by side (default: all of them on a host of "
+        "8 cores or more, else the cores but two)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="CPU threads of each checker and of its sandboxed worker (default: the worker's fixed 4, the checker's "
+        "share of the cores)",
+    )
+    parser.add_argument(
         "--student-id",
         help="the submission's student id, which picks its theory questions and its "
         "hidden seeds (default: the student_id in its theory answers file, else its name)",
@@ -253,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
         help="grade the theory answers (default: when every task is graded, not with --task)",
     )
     args = parser.parse_args(argv)
+    for name in ("parallel", "threads"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1")
     registry = load_registry()
     for task_id in args.task:
         if task_id == THEORY and registry.theory is None:
@@ -267,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         allow_weak_isolation=args.allow_weak_isolation,
         preflight=not args.skip_preflight,
         timeout_scale=args.timeout_scale,
+        parallel=args.parallel,
+        threads=args.threads,
         theory=args.theory,
         student_id=args.student_id,
     )

@@ -3,12 +3,17 @@ tasks side by side; then the timing checks, one task at a time, each with the GP
 
 * **Build, then checks.** Each task is prepared (checked, spliced, built: grader/grade/prepare.py) in a thread of its
   own, and its hidden checks (all but the ``perf`` ones) start the moment its build is done (a Python task's at once),
-  while other tasks still build. A task's checks may be dealt round-robin to several checker processes
-  (``[task.grading] shards``); at most ``GradeConfig.parallel`` checkers run at once, each with its share of the
-  cores' threads. No check's result depends on time, so sharing the CPU and the GPU changes no result.
-* **Timing.** Then each task's timing checks, one task after another. Each task's timing checker is started as
-  soon as its build is done (its start-up and its CUDA context are paid while the checks run) and waits in its
-  first timing check for its turn, a file this process keeps locked (``TimingTurn``). A turn is given only after
+  while other tasks still build. A task's checks may be dealt to several checker processes (``[task.grading]
+  shards``; by each check's ``cost`` marker, the slowest first, each to the least loaded checker:
+  grader/grade/checker_plugin.py); at most ``GradeConfig.parallel`` checkers run at once, each with its share of the
+  cores' threads. Where every checker fits at once (the default on a host of 8 cores or more), a CUDA task's checkers
+  start with the grading and wait at its build gate, a file this process keeps locked until the build is done: their
+  start-up (Python, torch, the collection, the CUDA context) is paid while the task builds; a build that fails stops
+  them. No check's result depends on time, so sharing the CPU and the GPU changes no result.
+* **Timing.** Then each task's timing checks, one task after another. Each task's timing checker is started with its
+  checkers and, once its build is done, builds its side of the workloads (its suite's ``prepare_timing``: t6's 1B
+  model), says it is ready and waits in its first timing check for its turn, a file this process keeps locked
+  (``TimingTurn``). The first turn waits until every timing checker is ready. A turn is given only after
   every checker of the checks has ended and every sandboxed worker they started has been killed and waited for
   (grader/grade/checker_process.py): nothing of the student's can keep work queued on the GPU while the checker
   times. The timing checker also takes the host's GPU gate exclusively (grader/grade/host_gate.py), so no other
@@ -30,14 +35,17 @@ from pathlib import Path
 from assignment.registry import Task
 from grader.grade.checker_plugin import CHECKS, TIMING
 from grader.grade.config import GradeConfig
-from grader.grade.prepare import PreparedTask
+from grader.grade.prepare import PreparedTask, kit_companions
 from grader.grade.runner import TaskPhase, TaskRun, TestOutcome, merged, merged_shards
 from grader.isolation.client import WorkerConfig
 
 
+READY_S = 120.0  # how long the timing waits for a checker still building its workloads (times the host's pace)
+
+
 class TimingTurn:
-    """A task's turn to time: a file locked by the grader from now until ``give``; the task's timing checker locks it
-    in its first timing check, so it waits until then."""
+    """A file locked by the grader from now until ``give``: a task's turn to time (its timing checker locks it in its
+    first timing check) or its build gate (its checkers, started before its build, lock it before their first check)."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -51,9 +59,10 @@ class TimingTurn:
 
 
 def parallel_checkers(config: GradeConfig, wanted: int) -> int:
-    """How many checkers run at once: the setting, else all cores but two (most checkers wait on the GPU or on
-    their worker), at least 1."""
-    width = config.parallel or max(1, len(_cores()) - 2)
+    """How many checkers run at once: the setting; else, on a host of 8 cores or more, all of them (most checkers
+    wait on the GPU or on their worker); else all cores but two; at least 1."""
+    cores = len(_cores())
+    width = config.parallel or (wanted if cores >= 8 else cores - 2)
     return max(1, min(wanted, width))
 
 
@@ -71,16 +80,41 @@ def has_cpu_checks(task) -> bool:
     return any(name.endswith(".py") for name in task.files)
 
 
+def expected_preparation(task: Task, workdir: Path) -> PreparedTask:
+    """What preparing ``task`` gives when it succeeds (grader/grade/prepare.py): its spliced files' directory and its
+    Python files. Its checkers can start with it before the build ends; ``prepare``'s own result is compared."""
+    builds = any(name.endswith(".cu") for name in task.files) or bool(kit_companions(task.id))
+    return PreparedTask(
+        task,
+        impl_dir=workdir / "impl" / task.id if builds else None,
+        python_files=[name for name in task.files if name.endswith(".py")],
+    )
+
+
 class _TaskLine:
-    """One task's way through the phases: its build, its timing checker waiting for its turn, its checks."""
+    """One task's way through the phases: its build, its checkers (started early, waiting at its build gate, where
+    they can), its timing checker waiting for its turn."""
 
     def __init__(self, task: Task):
         self.task = task
         self.run: TaskRun | None = None
         self.prepared: PreparedTask | None = None
         self.turn: TimingTurn | None = None
+        self.gate: TimingTurn | None = None  # held while the task builds, by the checkers started before it ended
+        self.early: list[TaskPhase] = []  # those checkers
         self.timing: TaskPhase | None = None
         self.build_s = 0.0
+
+    def cancel(self) -> None:
+        """Stop every checker of this task still waiting (at its build gate or for its turn), and give up both."""
+        for checker in [*self.early, self.timing]:
+            if checker is not None:
+                checker.cancel()
+        self.early, self.timing = [], None
+        for held in (self.turn, self.gate):
+            if held is not None:
+                held.give()
+        self.turn = self.gate = None
 
 
 def run_tasks(
@@ -100,14 +134,17 @@ def run_tasks(
     lines = [_TaskLine(task) for task in tasks]
     if not lines:  # the theory answers alone
         return [], {}
-    width = parallel_checkers(config, sum(task.grading.shards for task in tasks))
+    wanted = sum(task.grading.shards for task in tasks)
+    width = parallel_checkers(config, wanted)
     threads = config.threads or max(1, len(_cores()) // width)  # each checker's share of the cores
     builds = threading.Semaphore(len(_cores()))
     started = time.monotonic()
+    # Every checker at once (the host has the width): a task's checkers start now, and pay for their start-up (Python,
+    # torch, collection, the CUDA context) while the task builds; they wait at its build gate for the build.
+    early = has_gpu and width >= wanted
     log(f"building and checking {' '.join(t.id for t in tasks)}: {width} checkers at a time")
 
-    def phase(line: _TaskLine, name: str, **options) -> TaskPhase:
-        item = line.prepared
+    def phase(line: _TaskLine, item: PreparedTask, name: str, **options) -> TaskPhase:
         return TaskPhase(
             item,
             workdir,
@@ -121,6 +158,23 @@ def run_tasks(
             **options,
         )
 
+    def shards_of(task: Task) -> int:
+        return min(task.grading.shards, width)
+
+    def start_early(line: _TaskLine) -> None:
+        task = line.task
+        if not early or line.prepared is not None:
+            return
+        expected = expected_preparation(task, workdir)
+        line.gate = TimingTurn(workdir / f"built-{task.id}")
+        gate = line.gate.path
+        line.early = [
+            phase(line, expected, CHECKS, shard=(i, shards_of(task)), gate=gate) for i in range(shards_of(task))
+        ]
+        if task.timing:
+            line.turn = TimingTurn(workdir / f"turn-{task.id}")
+            line.timing = phase(line, expected, TIMING, turn=line.turn.path, gate=gate)
+
     def build(line: _TaskLine) -> _TaskLine:
         with builds:
             began = time.monotonic()
@@ -129,24 +183,41 @@ def run_tasks(
         return line
 
     def check(line: _TaskLine, checkers: ThreadPoolExecutor) -> list:
-        """Start ``line``'s timing checker and submit its checks; called from this thread, which outlives every
-        process it starts (a checker dies with the thread that started it: PR_SET_PDEATHSIG)."""
+        """Give ``line``'s checkers their build (or start them now) and submit its checks; called from this thread,
+        which outlives every process it starts (a checker dies with the thread that started it: PR_SET_PDEATHSIG)."""
         task, item = line.task, line.prepared
+        expected = expected_preparation(task, workdir)
+        if line.early and (
+            item.status != "ready" or (item.impl_dir, item.python_files) != (expected.impl_dir, expected.python_files)
+        ):
+            line.cancel()  # no build to check, or not the one they were started for
         if item.status != "ready":
             line.run = TaskRun(task.id, item.status, item.reason, notes=item.notes)
             return []
         if task.needs_gpu and not has_gpu and not has_cpu_checks(task):
             line.run = TaskRun(task.id, "not_run", "this grading host has no CUDA GPU", notes=item.notes)
             return []
+        if line.early:
+            for checker in [*line.early, line.timing]:
+                if checker is not None:
+                    checker.notes = list(item.notes)
+            line.gate.give()
+            shards, line.early = line.early, []
+            return [checkers.submit(shard.finish) for shard in shards]
         if has_gpu and task.timing:
             line.turn = TimingTurn(workdir / f"turn-{task.id}")
-            line.timing = phase(line, TIMING, turn=line.turn.path)
-        shards = min(task.grading.shards, width)
-        return [checkers.submit(lambda i: phase(line, CHECKS, shard=(i, shards)).finish(), i) for i in range(shards)]
+            line.timing = phase(line, item, TIMING, turn=line.turn.path)
+        count = shards_of(task)
+        return [
+            checkers.submit(lambda i: phase(line, item, CHECKS, shard=(i, count)).finish(), i) for i in range(count)
+        ]
 
     phases: dict[str, float] = {}
     try:
         with ThreadPoolExecutor(max_workers=width) as checkers, ThreadPoolExecutor(max_workers=len(lines)) as builders:
+            for line in lines:
+                if any(name.endswith(".cu") for name in line.task.files):
+                    start_early(line)  # a task without a build checks at once: nothing to start early
             checking = {}
             for done in as_completed([builders.submit(build, line) for line in lines]):
                 line = done.result()
@@ -157,6 +228,13 @@ def run_tasks(
         phases["build_s"] = max((line.build_s for line in lines), default=0.0)
         phases["checks_s"] = time.monotonic() - started
         began = time.monotonic()
+        # No turn before every timing checker is ready (its workloads built while the checks ran), so no checker's
+        # preparation runs while another task is timed; one that is not ready within READY_S is not waited for.
+        for line in lines:
+            wait = max(0.0, READY_S * scale - (time.monotonic() - began))
+            if line.timing is not None and not line.timing.wait_ready(wait):
+                log(f"the timing checker of {line.task.id} was not ready after {READY_S * scale:.0f} s")
+        phases["ready_s"] = time.monotonic() - began
         for line in lines:
             if line.timing is None:
                 continue
@@ -170,10 +248,7 @@ def run_tasks(
         phases["timing_s"] = time.monotonic() - began
     finally:
         for line in lines:
-            if line.timing is not None:
-                line.timing.cancel()
-            if line.turn is not None:
-                line.turn.give()
+            line.cancel()
     for line in lines:
         if line.run is not None:
             line.run.phases = {"build": line.build_s, **line.run.phases}

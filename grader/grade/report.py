@@ -322,6 +322,7 @@ def instructor_record(result: SubmissionScore) -> dict:
                 [t.display_name, round(t.duration_s, 2)]
                 for t in sorted(run.tests if run else [], key=lambda t: -t.duration_s)[:5]
             ],
+            "timeline": timeline(run, result.grading.get("started_at")),
         }
     record = {
         "submission": result.name,
@@ -334,6 +335,24 @@ def instructor_record(result: SubmissionScore) -> dict:
     if result.theory:
         record["theory"] = theory_record(result.theory)
     return record
+
+
+def timeline(run, started_at: float | None) -> list[list]:
+    """Each check of a task as [check, checker, began (seconds from the grading's start), seconds], in the order they
+    began: where a grading's time went (the checker: "checks i/n", "timing", or "alone" for a rerun alone)."""
+    if run is None or not started_at:
+        return []
+    rows = [
+        [
+            t.display_name,
+            "alone" if t.alone else ("timing" if t.is_perf else f"checks {t.shard}"),
+            round(t.began_at - started_at, 2),
+            round(t.duration_s, 2),
+        ]
+        for t in run.tests
+        if t.began_at
+    ]
+    return sorted(rows, key=lambda row: row[2])
 
 
 def theory_record(theory: TheoryScore) -> dict:

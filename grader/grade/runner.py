@@ -55,6 +55,8 @@ class TestOutcome:
     reproduce: str = ""
     duration_s: float = 0.0
     alone: bool = False  # the result of a rerun alone (the first run ran past its deadline)
+    began_at: float = 0.0  # when the check began (time.time(), in the checker)
+    shard: str = ""  # the checker it ran in: "i/n" of its phase
 
     @property
     def display_name(self) -> str:
@@ -85,6 +87,7 @@ class TaskRun:
     instructor: list[str] = field(default_factory=list)  # grading.json only
     log: str = ""
     phases: dict[str, float] = field(default_factory=dict)  # seconds of each phase (checks, timing)
+    positions: dict[str, int] = field(default_factory=dict)  # each check's place in its task's whole collection
 
 
 def gpu_available() -> bool:
@@ -112,6 +115,8 @@ def outcome_of(record: dict) -> TestOutcome:
         check=dict(record.get("check") or {}),
         reproduce=str(record.get("reproduce", "")),
         duration_s=float(record.get("duration_s", 0.0)),
+        began_at=float(record.get("began_at", 0.0)),
+        shard=str(record.get("shard", "")),
     )
 
 
@@ -168,7 +173,8 @@ def checker_environment(
 
 class TaskPhase:
     """One phase of one task's hidden suite, its checker started now (a timing phase waits in its checker for the
-    turn the grader gives it); ``finish`` runs it to the end: further processes after a hang, reruns alone."""
+    turn the grader gives it; with ``gate``, a checker started before the task's build ended waits for that build);
+    ``finish`` runs it to the end: further processes after a hang, reruns alone."""
 
     def __init__(
         self,
@@ -182,6 +188,7 @@ class TaskPhase:
         scale: float = 1.0,
         uses_gpu: bool = False,
         turn: Path | None = None,
+        gate: Path | None = None,
         shard: tuple[int, int] = (0, 1),
         threads: int | None = None,
     ):
@@ -201,6 +208,8 @@ class TaskPhase:
         )
         if turn is not None:
             self.env["KIT_TIMING_TURN"] = str(turn)
+        if gate is not None:  # started before its build ended: its first check waits for the build
+            self.env["KIT_BUILD_GATE"] = str(gate)
         self.shard = shard
         self.uses_gpu = uses_gpu
         self.env["KIT_SHARD"] = f"{shard[0]}/{shard[1]}"
@@ -223,6 +232,18 @@ class TaskPhase:
         if self.first is not None:
             self.first.stop()
 
+    def wait_ready(self, seconds: float) -> bool:
+        """A timing phase: wait at most ``seconds`` until its checker is ready to time (its workloads built, waiting
+        for its turn: the ``timing_ready`` event) or has ended; whether it got there."""
+        until = time.monotonic() + seconds
+        while self.first is not None and self.first.process.poll() is None:
+            if any(e.get("event") == "timing_ready" for e in self.first.events()):
+                return True
+            if time.monotonic() >= until:
+                return False
+            time.sleep(0.05)
+        return True
+
     def finish(self) -> TaskRun:
         task = self.task
         base = dict(seed=self.seed, notes=self.notes)
@@ -239,7 +260,7 @@ class TaskPhase:
             ended = process.wait(budget - (time.monotonic() - started))
             logs.append(ended.log)
             if collected is None:
-                collected = ended.collected
+                collected, positions = ended.collected, ended.positions
                 if collected is None:
                     return self._ended_early(ended, None, logs, started, base)
             for record in ended.results:
@@ -271,6 +292,7 @@ class TaskPhase:
             duration_s=time.monotonic() - started,
             log="\n".join(logs)[-4000:],
             phases={self.phase: time.monotonic() - started},
+            positions=positions,
             **base,
         )
 
@@ -370,18 +392,18 @@ def merged(checks: TaskRun, timing: TaskRun | None) -> TaskRun:
 
 
 def merged_shards(runs: list[TaskRun]) -> TaskRun:
-    """The runs of one task's checks dealt round-robin to ``len(runs)`` checkers as one run, the checks back in their
-    order (shard i's k-th check was the (k * n + i)-th); a shard whose run ended the task ends it."""
+    """The runs of one task's checks dealt to ``len(runs)`` checkers as one run, the checks back in their order of
+    collection; a shard whose run ended the task ends it."""
     if len(runs) == 1:
         return runs[0]
     ended = next((run for run in runs if run.status != "ran"), None)
     if ended is not None:
         return ended
-    tests: list[TestOutcome] = []
-    for k in range(max(len(run.tests) for run in runs)):
-        tests += [run.tests[k] for run in runs if k < len(run.tests)]
+    positions = {nodeid: place for run in runs for nodeid, place in run.positions.items()}
+    tests = sorted((t for run in runs for t in run.tests), key=lambda t: positions.get(t.nodeid, len(positions)))
     first = runs[0]
     first.tests = tests
+    first.positions = positions
     first.duration_s = max(run.duration_s for run in runs)
     first.phases = {name: max(run.phases.get(name, 0.0) for run in runs) for name in first.phases}
     first.instructor = [line for run in runs for line in run.instructor]

@@ -175,6 +175,7 @@ def require_tiled(seed: int) -> None:
         )
 
 
+@pytest.mark.cost(9)
 # First in the file, so that each long case runs in a check of its own (and its deadline), before the value checks
 # that read its answer.
 @pytest.mark.structure

@@ -14,7 +14,7 @@ from assignment.checks import require, same_bits
 from assignment.cuda import kernels
 from assignment.registry import load_registry
 from assignment.testing import SENTINEL, assert_close, assert_repeatable
-from grader.hidden.common import cases, check_sanitizer, time_rule
+from grader.hidden.common import cases, check_sanitizer, sanitizer_tools, time_rule
 
 pytestmark = pytest.mark.t2
 TASK = load_registry().task("t2")
@@ -88,7 +88,7 @@ def test_repeatable_bitwise(seed):
 
 @pytest.mark.deadline(300)
 @pytest.mark.reproduce("make sanitize T=t2")
-@pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
+@pytest.mark.parametrize("tool", sanitizer_tools(memcheck_s=1, racecheck_s=1.5))
 def test_compute_sanitizer(tool):
     check_sanitizer("t2", tool)
 

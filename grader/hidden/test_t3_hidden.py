@@ -9,7 +9,7 @@ from assignment.checks import require, same_bits
 from assignment.cuda import kernels
 from assignment.registry import load_registry
 from assignment.testing import GUARD_HINT, SENTINEL, assert_close, assert_guards_intact, assert_repeatable, guarded
-from grader.hidden.common import cases, check_sanitizer, time_rule
+from grader.hidden.common import cases, check_sanitizer, sanitizer_tools, time_rule
 
 pytestmark = pytest.mark.t3
 TASK = load_registry().task("t3")
@@ -81,7 +81,7 @@ def test_repeatable_bitwise(seed):
 
 @pytest.mark.deadline(300)
 @pytest.mark.reproduce("make sanitize T=t3")
-@pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
+@pytest.mark.parametrize("tool", sanitizer_tools(memcheck_s=2, racecheck_s=4.5))
 def test_compute_sanitizer(tool):
     check_sanitizer("t3", tool)
 

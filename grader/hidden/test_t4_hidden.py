@@ -6,7 +6,7 @@ import pytest
 
 from assignment.registry import load_registry
 from grader.hidden import attention_checks as checks
-from grader.hidden.common import cases, check_local_memory, check_sanitizer, time_rule
+from grader.hidden.common import cases, check_local_memory, check_sanitizer, sanitizer_tools, time_rule
 
 pytestmark = pytest.mark.t4
 TASK = load_registry().task("t4")
@@ -71,7 +71,7 @@ def test_no_scores_in_local_memory():
 
 @pytest.mark.deadline(600)
 @pytest.mark.reproduce("make sanitize T=t4")
-@pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
+@pytest.mark.parametrize("tool", sanitizer_tools(memcheck_s=4, racecheck_s=11))
 def test_compute_sanitizer(tool):
     check_sanitizer("t4", tool)
 

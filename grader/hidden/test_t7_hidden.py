@@ -182,6 +182,7 @@ def first_difference(got: list, expected: list) -> str:
 # ------------------------------------------------------------------------------------------ the sampling functions
 
 
+@pytest.mark.cost(4)
 @pytest.mark.reproduce(
     f"{PUBLIC} (test_top_k_keeps_every_tie_at_the_kth_value, test_top_p_keeps_the_token_that_crosses_p)"
 )
@@ -835,6 +836,7 @@ def check_greedy_on_checkpoint(loaded, tokens, prompt: list[int], count: int) ->
         )
 
 
+@pytest.mark.cost(14)
 @pytest.mark.reproduce(f"{PUBLIC} (test_generation_on_the_shipped_model)")
 def test_greedy_on_the_checkpoint(seed, devices):
     rng = rng_for(seed, "checkpoint-greedy")
@@ -857,6 +859,7 @@ def test_greedy_on_the_checkpoint(seed, devices):
             gen.check_calls(result.calls, prompt, result.value, count, "greedy generation on the checkpoint")
 
 
+@pytest.mark.cost(14)
 @pytest.mark.reproduce(f"{PUBLIC} (test_generation_on_the_shipped_model)")
 def test_sampled_on_the_checkpoint(seed, devices):
     rng = rng_for(seed, "checkpoint-sampled")
@@ -903,6 +906,7 @@ def test_sampled_on_the_checkpoint(seed, devices):
         )
 
 
+@pytest.mark.cost(14)
 @pytest.mark.reproduce(f"{PUBLIC} (test_generation_on_the_shipped_model)")
 def test_stream_on_the_checkpoint(seed, devices):
     rng = rng_for(seed, "checkpoint-stream")

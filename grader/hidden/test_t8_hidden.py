@@ -14,7 +14,7 @@ from assignment.cuda import kernels
 from assignment.registry import load_registry
 from assignment.testing import assert_close, assert_close_to_precision, reference_attention, same_precision_attention
 from grader.hidden import attention_checks as checks
-from grader.hidden.common import cases, check_local_memory, check_sanitizer, time_rule
+from grader.hidden.common import cases, check_local_memory, check_sanitizer, sanitizer_tools, time_rule
 
 pytestmark = pytest.mark.t8
 TASK = load_registry().task("t8")
@@ -102,7 +102,7 @@ def test_no_fragments_in_local_memory():
 
 @pytest.mark.deadline(600)
 @pytest.mark.reproduce("make sanitize T=t8")
-@pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
+@pytest.mark.parametrize("tool", sanitizer_tools(memcheck_s=2, racecheck_s=3.5))
 def test_compute_sanitizer(tool):
     check_sanitizer("t8", tool)
 

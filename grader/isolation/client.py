@@ -891,7 +891,11 @@ def student_module(
 
 
 @atexit.register
-def stop_all() -> None:
-    """End every worker this process started, each waited for until its sandbox has ended."""
+def stop_all(keep_unused: bool = False) -> None:
+    """End every worker this process started, each waited for until its sandbox has ended. ``keep_unused``: keep a
+    worker that has imported no student file yet (started ahead, it has run nothing but the kit's own start-up:
+    no student code, no CUDA context)."""
     for worker in _workers.values():
+        if keep_unused and worker.alive() and not worker.imported:
+            continue
         worker.stop()

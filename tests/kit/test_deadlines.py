@@ -141,6 +141,10 @@ def test_the_grading_record_says_what_each_phase_took(tmp_path):
     assert set(grading["phases"]) >= {"build_s", "checks_s", "theory_s", "total_s"}
     assert grading["pace"]["deadline_scale"] >= 1.0 and grading["pace"]["probe_ms"] > 0
     assert {"build", "checks"} <= set(grading["tasks"]["t1"]["phases"])
+    rows = grading["tasks"]["t1"]["timeline"]
+    assert rows, "grading.json's timeline lists the checks that ran"
+    for _check, checker, began, seconds in rows:
+        assert checker.startswith("checks ") and 0 <= began <= grading["phases"]["total_s"] and seconds >= 0, rows
 
 
 TIMED = """
@@ -151,6 +155,11 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.t1
+
+
+def prepare_timing():
+    time.sleep(1)
+    Path(os.environ["PLANTED_TIMED_FILE"] + ".prepared").write_text(str(time.time()))
 
 
 @pytest.mark.perf
@@ -174,7 +183,10 @@ def test_a_timing_checker_waits_for_its_turn(tmp_path, monkeypatch):
     phase = runner.TaskPhase(
         PreparedTask(task), tmp_path, replace(GradeConfig(), pace=False), 7, phase=TIMING, turn=turn.path
     )
-    time.sleep(4)  # long enough to start, collect and reach the timing check
+    assert phase.wait_ready(60), "the timing checker reports ready (its preparation done) before its turn"
+    prepared = tmp_path / "timed.prepared"
+    assert prepared.exists(), "the suite's prepare_timing ran before the checker reported ready"
+    time.sleep(1)
     assert not timed.exists(), "the timing check ran before its turn"
     given = time.time()
     turn.give()
@@ -190,7 +202,7 @@ import pytest
 pytestmark = pytest.mark.t1
 
 
-@pytest.mark.parametrize("i", range(5))
+@pytest.mark.parametrize("i", [0, 1, pytest.param(2, marks=pytest.mark.cost(30)), 3, 4])
 def test_check(i):
     assert i != 3
 """
@@ -207,3 +219,63 @@ def test_checks_dealt_to_shards_come_back_whole_and_in_order(tmp_path, monkeypat
     run = runner.merged_shards([shard.finish() for shard in shards])
     assert [t.nodeid.split("::")[-1] for t in run.tests] == [f"test_check[{i}]" for i in range(5)]
     assert [t.outcome for t in run.tests] == ["passed"] * 3 + ["failed", "passed"]
+    hands = {t.nodeid.split("::")[-1]: t.shard for t in run.tests}
+    assert [name for name, shard in hands.items() if shard == hands["test_check[2]"]] == ["test_check[2]"], (
+        f"the costly check is dealt a checker of its own, the others share the other: {hands}"
+    )
+
+
+EARLY = """
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.t2, pytest.mark.cpu]
+Path(os.environ["PLANTED_EARLY_FILE"] + ".collected").write_text(str(time.time()))
+
+
+@pytest.mark.parametrize("i", range(3))
+def test_check(i):
+    Path(os.environ["PLANTED_EARLY_FILE"] + f".{i}").write_text(str(time.time()))
+"""
+
+
+def test_checkers_start_before_the_build_and_wait_for_it(tmp_path, monkeypatch):
+    """A CUDA task's checkers start with the grading, pay for their start while the task builds, and run no check
+    before the build is done; a build that fails stops them (and the task reports the build's failure)."""
+    from grader.grade import phases
+
+    suite = tmp_path / "test_t2_early.py"
+    suite.write_text(EARLY)
+    planted = tmp_path / "early"
+    monkeypatch.setattr(runner, "hidden_suite", lambda task: [suite])
+    monkeypatch.setenv("PLANTED_EARLY_FILE", str(planted))
+    task = load_registry().task("t2")
+    config = replace(GradeConfig(), pace=False, gates=False, parallel=8)
+    built: dict[str, float] = {}
+
+    def prepare(task, fail=False):
+        deadline = time.time() + 60
+        while not Path(f"{planted}.collected").exists() and time.time() < deadline:
+            time.sleep(0.1)  # the checker is collecting while this "builds"
+        time.sleep(1)
+        built[task.id] = time.time()
+        expected = phases.expected_preparation(task, tmp_path)
+        return expected.fail("compile_error", "it did not build") if fail else expected
+
+    runs, _ = phases.run_tasks([task], prepare, tmp_path, config, {"t2": 7}, lambda item: None, has_gpu=True, scale=1.0)
+    assert runs[0].status == "ran" and [t.outcome for t in runs[0].tests] == ["passed"] * 3, runs[0]
+    collected = float(Path(f"{planted}.collected").read_text())
+    assert collected < built["t2"], "the checker had collected its checks before the build ended"
+    assert all(float(Path(f"{planted}.{i}").read_text()) >= built["t2"] for i in range(3)), "no check before the build"
+
+    for path in tmp_path.glob("early.*"):
+        path.unlink()
+    runs, _ = phases.run_tasks(
+        [task], lambda t: prepare(t, fail=True), tmp_path, config, {"t2": 7}, lambda item: None, has_gpu=True, scale=1.0
+    )
+    assert runs[0].status == "compile_error" and runs[0].reason == "it did not build"
+    time.sleep(1)
+    assert not any(Path(f"{planted}.{i}").exists() for i in range(3)), "a checker ran a check of a failed build"
