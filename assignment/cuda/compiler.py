@@ -33,37 +33,42 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from assignment.cuda import confine
 from assignment.cuda.reading import todo_lines
+from assignment.cuda.toolchain import (  # noqa: F401 - the toolchain's names, where the kit has always found them
+    CHECK_ARCHS,
+    INCLUDE_DIR,
+    KIT_HEADER,
+    NVCC_FLAGS,
+    TOOLKIT_MAJORS,
+    CudaToolkitError,
+    detect_arch,
+    include_headers,
+    include_text,
+    normalize_arch,
+    nvcc_path,
+    nvcc_real_path,
+    nvcc_version,
+    preprocess_arch,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_DIR = Path(__file__).resolve().parent
-INCLUDE_DIR = PACKAGE_DIR / "include"
-KIT_HEADER = INCLUDE_DIR / "kit.cuh"
 SOLUTIONS_DIR = REPO_ROOT / "solutions"
 BUNDLE_KIT_DIR = PACKAGE_DIR / "kit"  # a student bundle's copy of the kit's CUDA files (the starter as shipped)
 # Where the kit's own sources live: only these are ever built into a shared library.
 KIT_SOURCE_ROOTS = (SOLUTIONS_DIR, REPO_ROOT / "assignment")
-NVCC_FLAGS = ("-O3", "-std=c++17", "-lineinfo")  # every build of a task's file: optimised, with line numbers
 MODULE_FLAGS = ("-cubin",)  # the device module: device code only
 LIBRARY_FLAGS = ("-Xcompiler", "-fPIC", "-shared")  # the host library
-CHECK_ARCHS = ("sm_80", "sm_90")
 SOURCE_RULES_SETTING = "KIT_CUDA_SOURCE_RULES"  # 0: build without the region rules (the grader's own fixtures)
 # Device printf in student modules: "off" compiles the calls out (-DKIT_NO_DEVICE_PRINTF, kit.cuh), the grader's
 # setting: a debugging printf left in a kernel then costs nothing (in every thread of a large launch it takes
 # minutes, even with its output dropped). Anything else: printf as written.
 DEVICE_PRINTF_SETTING = "KIT_DEVICE_PRINTF"
-# The CUDA toolkits (major versions) the kit is built and tested with; the handout quotes them.
-TOOLKIT_MAJORS = (12, 13)
 # Lazy module loading keeps context creation cheap when a library holds many kernels.
 os.environ.setdefault("CUDA_MODULE_LOADING", "LAZY")
-
-
-class CudaToolkitError(RuntimeError):
-    """nvcc is missing, or no architecture can be determined."""
 
 
 class CudaCompileError(RuntimeError):
@@ -90,64 +95,6 @@ class BuildResult:
     cached: bool
 
 
-# --------------------------------------------------------------------------- toolchain
-
-
-def nvcc_path() -> str | None:
-    return shutil.which("nvcc")
-
-
-@lru_cache(maxsize=1)
-def nvcc_version() -> str:
-    nvcc = nvcc_path()
-    if nvcc is None:
-        versions = " or ".join(f"{major}.x" for major in TOOLKIT_MAJORS)
-        raise CudaToolkitError(f"nvcc not found on PATH: install the CUDA toolkit ({versions}) or add its bin/ to PATH")
-    return subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout.strip()
-
-
-@lru_cache(maxsize=1)
-def nvcc_real_path() -> str:
-    """nvcc itself (a wrapper script on PATH resolved to the toolkit's binary): what the sandbox runs, and whose
-    toolkit it mounts."""
-    nvcc_version()
-    dry = subprocess.run(
-        [nvcc_path(), "--dryrun", "-cubin", "-arch=sm_80", "-x", "cu", os.devnull, "-o", os.devnull],
-        capture_output=True,
-        text=True,
-    )
-    for line in (dry.stdout + dry.stderr).splitlines():  # "#$ _HERE_=/usr/local/cuda-13.0/bin"
-        if line.startswith("#$ _HERE_="):
-            candidate = Path(line.split("=", 1)[1].strip()) / "nvcc"
-            if candidate.is_file():
-                return str(candidate.resolve())
-    return os.path.realpath(nvcc_path())
-
-
-def normalize_arch(arch: str) -> str:
-    """'sm_90', '90', '9.0' or 'compute_90' -> 'sm_90'."""
-    text = arch.strip().lower()
-    match = re.fullmatch(r"(?:sm_|compute_)?(\d+)\.?(\d)?([a-z]?)", text)
-    if not match:
-        raise CudaToolkitError(f"KIT_CUDA_ARCH={arch!r} is not an architecture (expected e.g. sm_80 or sm_90)")
-    major, minor, suffix = match.groups()
-    return f"sm_{major}{minor or ''}{suffix}"
-
-
-def detect_arch() -> str:
-    """The architecture to build for: $KIT_CUDA_ARCH, else the current GPU's."""
-    if os.environ.get("KIT_CUDA_ARCH"):
-        return normalize_arch(os.environ["KIT_CUDA_ARCH"])
-    import torch
-
-    if not torch.cuda.is_available():
-        raise CudaToolkitError(
-            "no CUDA GPU visible to PyTorch; set KIT_CUDA_ARCH=sm_90 (for example) to compile without one"
-        )
-    major, minor = torch.cuda.get_device_capability()
-    return f"sm_{major}{minor}"
-
-
 def module_flags(device_printf: bool | None = None) -> tuple[str, ...]:
     """The flags of a device module: MODULE_FLAGS, and printf compiled out unless ``device_printf`` (None:
     ``$KIT_DEVICE_PRINTF`` is not "off")."""
@@ -160,15 +107,6 @@ def module_command(source: str, output: str, arch: str, include: str, flags: tup
     """nvcc for a device module (``flags``: module_flags()): ``source`` to a cubin for ``arch``, nothing for the
     host."""
     return [nvcc_real_path(), *NVCC_FLAGS, *flags, f"-arch={normalize_arch(arch)}", "-I", include, "-o", output, source]
-
-
-def preprocess_arch() -> str:
-    """The architecture the region rules preprocess for: the build's (``KIT_CUDA_ARCH`` or the GPU's), else the
-    first one ``make check-cuda`` checks (a host without a GPU)."""
-    try:
-        return detect_arch()
-    except CudaToolkitError:
-        return CHECK_ARCHS[0]
 
 
 def library_command(source: Path, output: Path, arch: str) -> list[str]:
@@ -214,16 +152,6 @@ def cache_dir(source: Path | None = None) -> Path:
     if source is not None and Path(source).resolve().is_relative_to(SOLUTIONS_DIR.resolve()):
         return Path(os.environ.get("KIT_REFERENCE_CACHE_DIR") or base / "reference")
     return base / "cuda"
-
-
-def include_headers() -> list[Path]:
-    """The kit's headers (kit.cuh and its companions): what nvcc sees besides the file."""
-    return sorted(p for p in INCLUDE_DIR.iterdir() if p.is_file())
-
-
-def include_text() -> str:
-    """Every kit header, named and in order: a build depends on all of them."""
-    return "".join(f"{p.name}\0{p.read_text(encoding='utf-8')}\0" for p in include_headers())
 
 
 def cache_key(

@@ -35,6 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from assignment.cuda import confine
+from assignment.cuda.toolchain import (
+    INCLUDE_DIR,
+    NVCC_FLAGS,
+    include_headers,
+    normalize_arch,
+    nvcc_path,
+    nvcc_real_path,
+)
 
 HOST_COMPILER = "g++"  # what nvcc runs as its preprocessor and host compiler unless told otherwise (-ccbin)
 _STANDARD = "-std=c++17"  # the kit's (compiler.NVCC_FLAGS); trigraphs are not read in C++17
@@ -258,20 +266,16 @@ def _remembered(what: tuple, read) -> Reading:
 
 
 def _header_stamp() -> tuple[tuple[str, int], ...]:
-    from assignment.cuda.compiler import include_headers
-
     return tuple((p.name, p.stat().st_mtime_ns) for p in include_headers())
 
 
 def _expand(text: str, filename: str, arch: str, limits: confine.CompileLimits | None) -> Reading:
-    from assignment.cuda import compiler as nvcc
-
     return _run(
         lambda src, out: [
-            nvcc.nvcc_real_path(),
-            *nvcc.NVCC_FLAGS,
+            nvcc_real_path(),
+            *NVCC_FLAGS,
             "-E",
-            f"-arch={nvcc.normalize_arch(arch)}",
+            f"-arch={normalize_arch(arch)}",
             "-I",
             confine.INCLUDE_MOUNT,
             "-o",
@@ -289,8 +293,6 @@ _ERROR = re.compile(r"^[^:\s]*:(\d+):(?:\d+:)? (?:fatal )?error: (.*)$", re.MULT
 
 
 def _run(command, text: str, filename: str, limits: confine.CompileLimits, what: str) -> Reading:
-    from assignment.cuda.compiler import INCLUDE_DIR, nvcc_path
-
     with tempfile.TemporaryDirectory(prefix="kit-read-") as work:
         workdir = Path(work)
         (workdir / filename).write_text(text, encoding="utf-8")

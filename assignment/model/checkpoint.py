@@ -20,9 +20,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from . import DEFAULT_CHECKPOINT
 from . import attention as attention_seam
-from .config import CheckpointError, ModelConfig, read_json
+from .config import DEFAULT_CHECKPOINT, CheckpointError, ModelConfig, read_json
 from .llama import Transformer, empty_model
 from .tokenizer import Tokenizer
 

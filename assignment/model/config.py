@@ -11,6 +11,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+# The kit's own small checkpoint (trained by grader/authoring/train.py): what generation and the t7 checks load.
+DEFAULT_CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "kit-tiny"
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM")
 MODEL_TYPES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral"}
 ROPE_TYPES = ("default", "linear", "llama3")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from . import DEFAULT_CHECKPOINT
+from .config import DEFAULT_CHECKPOINT
 
 # On a CPU, one thread per this many parameters: decoding a token multiplies every weight matrix by one vector, so a
 # model of P parameters is 2P flops a token, and a thread needs about 50 MFLOP (some milliseconds) before splitting

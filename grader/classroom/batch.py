@@ -66,78 +66,15 @@ from grader.classroom.batch_queue import (
     lane_time_limit,
     last_line,
 )
+from grader.classroom.contract import batch_file as _batch_file
+from grader.classroom.contract import collect, discover, pending
 from grader.classroom.roster import RosterError, Submission, parse_due, scan
-from grader.classroom.roster import discover as _discover
 from grader.grade import seeds
 from grader.grade.config import ISOLATION_CHOICES, REPO_ROOT, THEORY, GradeConfig
 
-# What grader/classroom/slurm.py takes from here (its elements' time limit and resources): re-exported.
+# The contract with a driver of the batch (grader/classroom/contract.py: which submissions are pending, the class
+# outputs), and its lanes' time limits and resources: re-exported, where they have always been found.
 __all__ = ["LANE_OVERHEAD_S", "Lane", "collect", "default_jobs", "discover", "lane_time_limit", "main", "pending"]
-
-# --------------------------------------------------------------------------- the contract's Python side
-
-
-def discover(submissions: Path) -> list[Submission]:
-    """The class's submissions (each with .id, .path and, where known, .name, .email, .late)."""
-    return _discover(Path(submissions))
-
-
-def _as_submissions(submissions) -> list[Submission]:
-    return list(submissions) if isinstance(submissions, (list, tuple)) else discover(Path(submissions))
-
-
-def pending(submissions, out: Path, settings: dict | None = None) -> list[str]:
-    """Ids not yet graded with their current contents and this grader's version (and, given ``settings``,
-    those settings): new, changed, failed or never finished. ``submissions``: the folder, or discover()'s list."""
-    version = ledger.grader_version()
-    todo = []
-    for sub in _as_submissions(submissions):
-        marker = ledger.read_marker(Path(out), sub.id)
-        if (
-            not marker
-            or marker.get("grader_version") != version
-            or marker.get("submission_hash") != ledger.submission_hash(sub.path)
-            or (settings is not None and marker.get("settings") != settings)
-        ):
-            todo.append(sub.id)
-    return todo
-
-
-def collect(submissions, out: Path, **kwargs):
-    """Write the class outputs (OUT/class/) from whatever is graded; returns the summary (a dict)."""
-    from grader.classroom.class_outputs import write_class_outputs
-
-    out = Path(out)
-    if isinstance(submissions, (list, tuple)):
-        subs, problems = list(submissions), []
-    else:
-        roster = scan(Path(submissions), **_saved_roster_options(out))
-        subs, problems = roster.submissions, roster.problems
-    return write_class_outputs(subs, out, problems=problems, **kwargs)
-
-
-# --------------------------------------------------------------------------- saved options
-
-
-def _batch_file(out: Path) -> Path:
-    return Path(out) / "batch.json"
-
-
-def _saved_roster_options(out: Path | None) -> dict:
-    """--due and --roster as the last run saved them, so that a later --collect-only reads the class the same."""
-    if out is None:
-        return {}
-    try:
-        saved = json.loads(_batch_file(out).read_text())
-    except (OSError, ValueError):
-        return {}
-    options = {}
-    if saved.get("due"):
-        options["due"] = parse_due(saved["due"])
-    if saved.get("roster"):
-        options["roster_csv"] = Path(saved["roster"])
-    return options
-
 
 # --------------------------------------------------------------------------- host preflight
 

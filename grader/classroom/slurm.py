@@ -4,7 +4,7 @@ collect job.
     python -m grader.classroom.batch SUBMISSIONS --out OUT --slurm [--chunk-size 8] [--partition gpu] [--account X]
     make grade-all SUBMISSIONS=dir OUT=dir SLURM=1
 
-``submit`` asks the batch which submissions still need grading (``grader.classroom.batch.pending``: new, changed,
+``submit`` asks the batch which submissions still need grading (``grader.classroom.contract.pending``: new, changed,
 or graded by another grader version), splits them into chunks, and writes one folder per submission
 round under ``OUT/slurm/``: the array's script ``grade.sbatch`` (every ``#SBATCH`` line in plain sight),
 one file of ids per chunk (``chunks/<n>.txt``, read by the element whose ``SLURM_ARRAY_TASK_ID`` is n),
@@ -40,6 +40,8 @@ from pathlib import Path
 
 from assignment.atomic import write_atomic
 from assignment.registry import Registry, Task, load_registry
+from grader.classroom import contract
+from grader.classroom.batch_queue import Lane, lane_time_limit
 from grader.grade.config import REPO_ROOT, THEORY, GradeConfig
 
 BATCH_MODULE = "grader.classroom.batch"
@@ -114,9 +116,8 @@ def seconds_per_submission(tasks: list[Task], timeout_scale: float = 1.0) -> flo
     """The longest one submission may take: the batch's own limit for a lane holding every graded task (each at its
     registry limit, one after the other, the CUDA builds, the lane's overhead). The batch runs the GPU and the CPU
     lanes side by side, so this is an upper bound."""
-    batch = _batch()
     config = GradeConfig(timeout_scale=timeout_scale)
-    return batch.lane_time_limit(batch.Lane("all", list(tasks)), config)
+    return lane_time_limit(Lane("all", list(tasks)), config)
 
 
 def time_limit_s(tasks: list[Task], chunk_size: int, timeout_scale: float = 1.0) -> int:
@@ -334,14 +335,6 @@ def wait_for(job_ids: list[str], log=print, poll_s: float = 2.0, slow_after_s: f
 # --------------------------------------------------------------------------------------------------
 
 
-def _batch():
-    from grader.classroom import (
-        batch,  # imported when used: grader.classroom.batch imports this module for its --slurm options
-    )
-
-    return batch
-
-
 def last_round(out: Path) -> dict | None:
     try:
         return json.loads((Path(out) / "slurm" / "last.json").read_text())
@@ -367,8 +360,7 @@ def submit(
     task_ids = tuple(tasks)
     graded = graded_tasks(registry, task_ids)
     _require("sbatch")
-    batch = _batch()
-    found = batch.discover(submissions)
+    found = contract.discover(submissions)
     if only:  # named students are graded again even when done (as the batch's --only)
         known = {s.id for s in found}
         unknown = [i for i in only if i not in known]
@@ -376,7 +368,7 @@ def submit(
             raise SlurmError(f"--only names no submission in {submissions}: {', '.join(unknown)}")
         todo = [s.id for s in found if s.id in set(only)]
     else:
-        todo = list(batch.pending(found, out))
+        todo = list(contract.pending(found, out))
     previous = last_round(out)
     if previous and not options.force:
         still = queued([previous.get("array_job"), previous.get("collect_job")])
@@ -403,7 +395,7 @@ def submit(
     if not todo:
         log(f"slurm: every submission of {submissions} is graded with this grader ({len(found)}): nothing to submit")
         if options.collect:
-            batch.collect(submissions, out)
+            contract.collect(submissions, out)
             result.collected_here = True
             log(f"slurm: collected the class outputs here, in {out}")
         return result
@@ -582,7 +574,7 @@ def status(out: Path, log=print) -> int:
     )
     still = queued([previous.get("array_job"), previous.get("collect_job")])
     log(f"still queued or running: {', '.join(still)}" if still else "none of its jobs is queued or running")
-    left = _batch().pending(Path(previous["submissions"]), out)
+    left = contract.pending(Path(previous["submissions"]), out)
     shown = f" ({', '.join(left[:10])}{' ...' if len(left) > 10 else ''})" if left else ""
     log(f"not graded with this grader yet: {len(left)}{shown}")
     return 0
@@ -603,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "status":
         return status(args.out)
-    _batch().collect(args.submissions, args.out)
+    contract.collect(args.submissions, args.out)
     print(f"collected the class outputs in {args.out}")
     return 0
 

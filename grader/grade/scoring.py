@@ -29,8 +29,9 @@ from assignment.checks import CHECK_KINDS
 from assignment.registry import Registry, Task
 from grader.grade.checker_plugin import scrub
 from grader.grade.runner import TaskRun, TestOutcome
+from grader.grade.scored import ScoredTest  # noqa: F401 - where report.py and the tests find it
 
-if TYPE_CHECKING:  # grader.grade.theory builds on ScoredTest here
+if TYPE_CHECKING:  # a submission's theory part (grader/grade/theory.py, which builds on ScoredTest too)
     from grader.grade.theory import TheoryScore
 
 OUTPUT_CHARS = 1500
@@ -46,17 +47,6 @@ KIND_TEXT = CHECK_KINDS | {
 
 NOT_RUN_TAG = "not run"  # a check's tag, and the words every output uses for it
 RULE_ID = re.compile(r"\[(?:[^\]]*-)?rule(\d+)(?:-[^\]]*)?\]$")
-
-
-@dataclass
-class ScoredTest:
-    name: str
-    score: float
-    max_score: float
-    passed: bool
-    output: str
-    tags: list[str]
-    ran: bool = True  # False: not run on this host; max_score is its worth, neither earned nor lost
 
 
 @dataclass

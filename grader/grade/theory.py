@@ -42,7 +42,7 @@ from assignment.theory.questions import (
     theory_points_text,
     tolerance_text,
 )
-from grader.grade.scoring import ScoredTest
+from grader.grade.scored import ScoredTest
 
 TAG = "theory"
 MANUAL_TAG = "manual"

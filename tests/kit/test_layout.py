@@ -113,3 +113,72 @@ def test_the_layer_check_sees_every_kind_of_import():
     assert _imports("from . import seeds\n", "grader.grade", is_package=True) == [(1, "grader.grade.seeds")]
     assert _package_of("grader.grade.seeds") == (LAYERS.index(("grader.grade",)), "grader.grade")
     assert _package_of("grader.seeds") is None and _package_of("torch.nn") is None
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """The kit's modules, each with the kit's modules it imports (any import, function-level and TYPE_CHECKING ones
+    included; ``from X import a`` counts as importing X.a when that is a module, else X)."""
+    files = {_module_name(p): p for top in SCANNED for p in (REPO / top).rglob("*.py") if "__pycache__" not in p.parts}
+    graph: dict[str, set[str]] = {name: set() for name in files}
+    for name, path in files.items():
+        for _, target in _imports(path.read_text(encoding="utf-8"), name, path.name == "__init__.py"):
+            while target and target not in files:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                graph[name].add(target)
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or round a circle (Tarjan's strongly connected
+    components of more than one module)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, targets = work[-1]
+            advanced = False
+            for target in targets:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                    advanced = True
+                    break
+                if target in stack:
+                    low[node] = min(low[node], index[target])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    circles.append(sorted(group))
+    return circles
+
+
+def test_no_import_circles():
+    circles = import_circles(_module_graph())
+    assert not circles, "modules that import each other round a circle (move what both need below them):\n" + "\n".join(
+        " <-> ".join(group) for group in circles
+    )
+
+
+def test_the_circle_check_finds_a_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert import_circles(graph) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []
