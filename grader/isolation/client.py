@@ -75,6 +75,7 @@ CUDA_WRAPPER_FILES = (
     "cuda/compiler.py",
     "cuda/confine.py",
     "cuda/reading.py",
+    "cuda/toolchain.py",
     "cuda/kernels.py",
     "checks.py",
     "testing.py",

@@ -215,3 +215,33 @@ def test_student_module_runs_the_reference(monkeypatch):
     q = torch.randn(1, 2, 20, 8)
     out = student.naive_attention(q, q, q, causal=True)
     assert type(out) is torch.Tensor and out.shape == q.shape
+
+
+def test_the_wrappers_a_t6_worker_gets_import_only_what_it_gets():
+    """The CUDA wrapper files a t6 worker is given (client.CUDA_WRAPPER_FILES) import, at module level, only kit
+    modules it is given too: a module moved out of one of them (cuda/toolchain.py out of compiler.py) must travel."""
+    import ast
+
+    from grader.isolation import client
+
+    shipped = {f"assignment.{name.removesuffix('.py').replace('/', '.')}" for name in client.CUDA_WRAPPER_FILES}
+    shipped = {name.removesuffix(".__init__") for name in shipped} | {"assignment", "assignment.cuda"}
+    missing = []
+    for name in client.CUDA_WRAPPER_FILES:
+        tree = ast.parse((client.ASSIGNMENT / name).read_text(encoding="utf-8"))
+        for node in tree.body:  # module level: what importing the file runs
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("assignment"):
+                module = node.module
+                for alias in node.names:
+                    target = f"{module}.{alias.name}"
+                    if module.startswith("assignment.model") or module.startswith("assignment.tasks"):
+                        continue  # the model package and every task's code are copied whole
+                    if target not in shipped and module not in shipped:
+                        missing.append(f"{name} imports {target}")
+            elif isinstance(node, ast.Import):
+                missing += [
+                    f"{name} imports {a.name}"
+                    for a in node.names
+                    if a.name.startswith("assignment.") and a.name not in shipped
+                ]
+    assert not missing, f"a t6 worker would fail to import these (add them to client.CUDA_WRAPPER_FILES): {missing}"
