@@ -56,7 +56,7 @@ sanitize: $(SETUP)
 	$(PY) -m assignment.cuda.sanitize $(if $(T),--task $(T),)
 
 check-cuda: $(SETUP)
-	$(PY) -m assignment.cuda.compiler --check-all
+	$(PY) -m assignment.cuda.check_all
 
 # Stream text with your t7 sampling loop (IMPL picks it), on the shipped model unless CKPT names another.
 PROMPT ?=

@@ -42,7 +42,7 @@ stage() { [ "$STAGE" = "$1" ] || [ "$STAGE" = all ] || { [ "$STAGE" = verify ] &
 if stage tests; then
   if [ -z "${SKIP_COMPILE:-}" ]; then
     say "compile every .cu (sm_80, sm_90)"
-    $PY -m assignment.cuda.compiler --check-all --jobs 8
+    $PY -m assignment.cuda.check_all --jobs 8
   fi
   if [ -z "${SKIP_TESTS:-}" ]; then
     say "public and hidden tests of the solutions, and the kit's GPU tests"

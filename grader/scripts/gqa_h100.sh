@@ -64,7 +64,7 @@ step gpu 60 bash -c 'nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.
   python3 -c "import torch, sys; print(\"python\", sys.version.split()[0], \"torch\", torch.__version__, \"cuda\", torch.version.cuda, torch.cuda.get_device_name())";
   nvcc --version | tail -2; command -v compute-sanitizer'
 
-step compile 150 python3 -m assignment.cuda.compiler --check-all --jobs 12
+step compile 150 python3 -m assignment.cuda.check_all --jobs 12
 
 step public 150 env IMPL=solutions "${PYTEST[@]}" tests/test_t4_flash_attention.py tests/test_t5_causal.py \
   --durations=5 $(json public)

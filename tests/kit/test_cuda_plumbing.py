@@ -18,6 +18,7 @@ import torch
 
 from assignment import tasks
 
+from assignment.cuda import check_all
 from assignment.cuda import compiler as cuda
 from assignment.cuda import kernels
 from assignment.perf import timing
@@ -495,7 +496,7 @@ def test_the_sanitizer_driver_finds_each_scenario_in_its_host_library(task, tmp_
     assert ran.returncode == 2 and f"does not export {code.sanitize.symbol}_misnamed" in ran.stderr, ran.stderr
 
 
-# --------------------------------------------------------------------------- --check-all
+# --------------------------------------------------------------------------- make check-cuda (check_all)
 
 
 @pytest.mark.kit
@@ -505,14 +506,14 @@ def test_check_all_compiles_every_file_for_both_archs_and_fails_on_one_error(tmp
     (sources / "nested").mkdir(parents=True)
     (sources / "good.cu").write_text(TINY_KERNEL)
     (sources / "nested" / "broken.cu").write_text(BROKEN_KERNEL)
-    assert cuda.main(["--check-all", str(sources)]) == 1
+    assert check_all.main([str(sources)]) == 1
     out, err = capsys.readouterr()
     table = [line.split() for line in out.splitlines()]
     assert sorted(row[1] for row in table if row[0].endswith("good.cu") and row[-1] == "ok") == ["sm_80", "sm_90"]
     assert sorted(row[1] for row in table if row[0].endswith("broken.cu") and row[-1] == "FAILED") == ["sm_80", "sm_90"]
     assert "broken.cu:3: error:" in err
     (sources / "nested" / "broken.cu").unlink()
-    assert cuda.main(["--check-all", str(sources)]) == 0  # the good file now comes from the cache
+    assert check_all.main([str(sources)]) == 0  # the good file now comes from the cache
     assert "ok (cached)" in capsys.readouterr().out
 
 

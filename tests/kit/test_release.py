@@ -247,9 +247,7 @@ def test_the_bundles_check_cuda_compiles_an_untouched_starter_file(built, tmp_pa
     bundle = copy_of(built[0], tmp_path)
     (bundle / "only").mkdir()
     shutil.copy2(bundle / "starter" / "t2_softmax.cu", bundle / "only" / "t2_softmax.cu")
-    done = _bundle_run(
-        bundle, [sys.executable, "-m", "assignment.cuda.compiler", "--check-all", "only", "--arch", "sm_80"]
-    )
+    done = _bundle_run(bundle, [sys.executable, "-m", "assignment.cuda.check_all", "only", "--arch", "sm_80"])
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1/1 builds succeeded" in done.stdout
 
