@@ -19,7 +19,7 @@ from assignment.registry import Registry
 import tomllib
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-COMPILER_SOURCE = REPO_ROOT / "assignment" / "cuda" / "compiler.py"
+TOOLCHAIN_SOURCE = REPO_ROOT / "assignment" / "cuda" / "toolchain.py"
 PYPROJECT = REPO_ROOT / "pyproject.toml"
 BOOTSTRAP = REPO_ROOT / "assignment" / "bootstrap.sh"
 
@@ -43,9 +43,9 @@ def literal_constants(path: Path, names: tuple[str, ...]) -> dict:
 
 @dataclass(frozen=True)
 class KitFacts:
-    check_archs: tuple[str, ...]  # assignment/cuda/compiler.py CHECK_ARCHS: what make check-cuda compiles for
-    nvcc_flags: tuple[str, ...]  # compiler.py NVCC_FLAGS: every build of a task's file
-    toolkit_majors: tuple[int, ...]  # compiler.py TOOLKIT_MAJORS
+    check_archs: tuple[str, ...]  # assignment/cuda/toolchain.py CHECK_ARCHS: what make check-cuda compiles for
+    nvcc_flags: tuple[str, ...]  # toolchain.py NVCC_FLAGS: every build of a task's file
+    toolkit_majors: tuple[int, ...]  # toolchain.py TOOLKIT_MAJORS
     python: str  # pyproject.toml requires-python, as "3.10"
     torch_floor: str  # pyproject.toml's torch>=X
     torch_bootstrap: str  # the torch version assignment/bootstrap.sh installs where none is importable
@@ -72,20 +72,20 @@ def _version_after(text: str, pattern: str, where: Path) -> str:
 
 def kit_facts(
     registry: Registry,
-    compiler_source: Path = COMPILER_SOURCE,
+    toolchain_source: Path = TOOLCHAIN_SOURCE,
     pyproject: Path = PYPROJECT,
     bootstrap: Path = BOOTSTRAP,
 ) -> KitFacts:
     from grader.grade.config import GradeConfig  # a plain dataclass: its defaults are stated there, once
 
-    compiler = literal_constants(compiler_source, ("CHECK_ARCHS", "NVCC_FLAGS", "TOOLKIT_MAJORS"))
+    toolchain = literal_constants(toolchain_source, ("CHECK_ARCHS", "NVCC_FLAGS", "TOOLKIT_MAJORS"))
     project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
     torch_dep = next((d for d in project["dependencies"] if re.match(r"torch\s*>=", d)), "")
     gpus = sorted({rule.student.gpu for task in registry.available for rule in task.timing if rule.student})
     return KitFacts(
-        check_archs=tuple(compiler["CHECK_ARCHS"]),
-        nvcc_flags=tuple(compiler["NVCC_FLAGS"]),
-        toolkit_majors=tuple(compiler["TOOLKIT_MAJORS"]),
+        check_archs=tuple(toolchain["CHECK_ARCHS"]),
+        nvcc_flags=tuple(toolchain["NVCC_FLAGS"]),
+        toolkit_majors=tuple(toolchain["TOOLKIT_MAJORS"]),
         python=_version_after(project["requires-python"], r">=\s*([\d.]+)", pyproject),
         torch_floor=_version_after(torch_dep, r">=\s*([\d.]+)", pyproject),
         torch_bootstrap=_version_after(bootstrap.read_text(encoding="utf-8"), r"torch==([\d.]+)", bootstrap),
