@@ -3,10 +3,9 @@
 The GPU fixtures run in grader/scripts/device_check.sh; here every fixture is at least built, so a change to a
 solution that a fixture's patch no longer matches fails in CI, not on the device.
 
-A grading is mostly two processes importing torch, waiting on each other as much as computing, so the CPU
-fixtures are graded side by side, two per core (on 2 cores, 4 at once: 269 s against 290 s for 2), where that
-cannot change a verdict: in bubblewrap (no fixture reaches another's files) and without a GPU (no timed check
-shares one). The fixtures whose judge looks at every process on the host (nothing left
+A grading is mostly two processes importing torch, so the CPU fixtures are graded side by side, one per
+core, where that cannot change a verdict: in bubblewrap (no fixture reaches another's files) and without a
+GPU (no timed check shares one). The fixtures whose judge looks at every process on the host (nothing left
 running) are graded alone afterwards, where another fixture's worker would look like a leftover.
 
 Without bubblewrap the fixtures that skip the static rules (hostile code that only the sandbox holds) are
@@ -32,7 +31,7 @@ from grader.grade.runner import gpu_available
 pytestmark = [pytest.mark.kit, pytest.mark.slow]  # end to end: make test-slow
 FIXTURES = load_fixtures()
 CPU = [pytest.param(f, id=f.name) for f in FIXTURES if not f.gpu]
-# One thread for each checker and worker: the gradings run side by side, two per core, and torch's parallel regions
+# One thread for each checker and worker: the gradings run side by side, one per core, and torch's parallel regions
 # with more threads than cores wait for threads that are not running (three times the CPU time).
 CONFIG = replace(GradeConfig(), preflight=False, seed=20261122, allow_weak_isolation=True, threads=1)
 
@@ -58,7 +57,7 @@ def verdicts(request, host, tmp_path_factory):
     wanted = [f for f in wanted if not needs_the_sandbox(f, host)]
     work = tmp_path_factory.mktemp("adversarial")
     side_by_side = host.isolation == sandbox.FULL and not gpu_available()
-    jobs = max(1, min(4, 2 * (os.cpu_count() or 1))) if side_by_side else 1
+    jobs = max(1, min(4, os.cpu_count() or 1)) if side_by_side else 1
     together = [f for f in wanted if not f.judged_on_the_whole_host]
     alone = [f for f in wanted if f.judged_on_the_whole_host]
 
