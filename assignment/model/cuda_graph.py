@@ -18,9 +18,31 @@ device), so t7's ``generate`` runs on it unchanged.
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from . import attention
+
+
+class SetupClock:
+    """Where a decoder's setup went: the seconds of each named step, the GPU's work included (each step ends with a
+    synchronize), and the total so far. The grader records both sides of t6's model rule with it."""
+
+    def __init__(self, device=None):
+        self.device = device
+        self.steps: dict[str, float] = {}
+        self._start = self._last = time.perf_counter()
+
+    def step(self, name: str) -> None:
+        torch.cuda.synchronize(self.device)
+        now = time.perf_counter()
+        self.steps[name] = round(now - self._last, 2)
+        self._last = now
+
+    @property
+    def total_s(self) -> float:
+        return round(time.perf_counter() - self._start, 2)
 
 
 class GraphCaptureError(RuntimeError):

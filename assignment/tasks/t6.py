@@ -478,38 +478,32 @@ def _decode_step_workload(rule, student_model, base: int):
     kernels, one captured step). Each call's token comes from its seed."""
     import torch
 
-    from assignment.model.cuda_graph import GraphDecoder
+    from assignment.model.cuda_graph import GraphDecoder, SetupClock
     from assignment.model.presets import random_model, sharing_weights
     from assignment.perf.model_bench import decode_bytes
     from assignment.perf.workload import Workload, generator
     from assignment.registry import load_registry
     from assignment.testing import assert_close
 
-    began = time.perf_counter()
+    clock = SetupClock()
     s = rule.shape
     preset, context = s["model"], s["context"]
     max_seq_len = context + 8
     model_seed = (base + 11) % 2**62
     logits_tol = load_registry().task(CODE.id).tol("logits")
-    steps: dict[str, float] = {}
-
-    def step(name: str) -> None:  # where the checker's setup went (the grading record shows it)
-        torch.cuda.synchronize()
-        steps[name] = round(time.perf_counter() - began - sum(steps.values()), 2)
-
     model = random_model(preset, seed=model_seed, device="cuda")
     vocab = model.vocab_size
     prompt = torch.randint(0, vocab, (1, context), device="cuda", generator=generator(base + 7))
     position = torch.tensor([context], device="cuda")
-    step("model")
+    clock.step("model")
     with torch.no_grad():
         kit = sharing_weights(model, CODE.id)
         kit.setup_caches(1, max_seq_len, cache_cls=kv_cache_class("solutions"))
-        step("caches")
+        clock.step("caches")
         kit_runner = GraphDecoder(kit)
-        step("capture")
+        clock.step("capture")
         kit_runner.prefill(prompt, torch.arange(context, device="cuda"))
-        step("prefill")
+        clock.step("prefill")
 
     def make(i):
         return torch.randint(0, vocab, (1, 1), device="cuda", generator=generator(base + i))
@@ -522,12 +516,12 @@ def _decode_step_workload(rule, student_model, base: int):
         with torch.no_grad():
             return model(torch.cat([prompt, token], dim=1))[:, -1]
 
-    notes: dict = {"checker_setup_s": round(time.perf_counter() - began, 2), "checker_setup_steps_s": steps}
+    notes: dict = {"checker_setup_s": clock.total_s, "checker_setup_steps_s": clock.steps}
 
     def start_student() -> None:
         """The student's path set up in the worker: only once the timing has the GPU (grader/grade/phases.py), so
         nothing of the student's runs while another task is timed."""
-        began = time.perf_counter()
+        began = time.perf_counter()  # the worker's start, its setup and its call overhead measured: one number
         info = student_model.setup(preset, model_seed, prompt, max_seq_len)
         notes["student_setup_s"] = round(time.perf_counter() - began, 2)
         notes["student_setup_steps_s"] = info.get("steps_s")

@@ -189,11 +189,16 @@ def pytest_runtestloop(session: pytest.Session):
     if gate:
         if os.environ.get("KIT_USES_GPU") == "1":
             _warm_up_cuda()
-        handle = os.open(gate, os.O_RDWR | os.O_CLOEXEC)
-        fcntl.flock(handle, fcntl.LOCK_SH)  # the grader holds it exclusively until the build is done
-        os.close(handle)
+        os.close(_locked(gate, fcntl.LOCK_SH))  # the grader holds it exclusively until the build is done
         event("built", at=time.time())
     yield
+
+
+def _locked(path: str, mode: int) -> int:
+    """A descriptor of the grader's file at ``path``, locked in ``mode`` (waits while the grader holds it)."""
+    handle = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    fcntl.flock(handle, mode)
+    return handle
 
 
 def _take_timing_turn(item: pytest.Item) -> None:
@@ -214,9 +219,7 @@ def _take_timing_turn(item: pytest.Item) -> None:
     event("timing_ready", at=time.time())
     turn = os.environ.get("KIT_TIMING_TURN")
     if turn:
-        handle = os.open(turn, os.O_RDWR | os.O_CLOEXEC)
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        _gates["turn"] = handle
+        _gates["turn"] = _locked(turn, fcntl.LOCK_EX)
         event("timing_turn", at=time.time())
     if os.environ.get("KIT_GATES") == "1":
         _gates["gpu"] = Gate(gpu_gate_name()).hold_exclusive()

@@ -13,7 +13,7 @@ tasks side by side; then the timing checks, one task at a time, each with the GP
 * **Timing.** Then each task's timing checks, one task after another. Each task's timing checker is started with its
   checkers and, once its build is done, builds its side of the workloads (its suite's ``prepare_timing``: t6's 1B
   model), says it is ready and waits in its first timing check for its turn, a file this process keeps locked
-  (``TimingTurn``). The first turn waits until every timing checker is ready. A turn is given only after
+  (``HeldFile``). The first turn waits until every timing checker is ready. A turn is given only after
   every checker of the checks has ended and every sandboxed worker they started has been killed and waited for
   (grader/grade/checker_process.py): nothing of the student's can keep work queued on the GPU while the checker
   times. The timing checker also takes the host's GPU gate exclusively (grader/grade/host_gate.py), so no other
@@ -43,7 +43,7 @@ from grader.isolation.client import WorkerConfig
 READY_S = 120.0  # how long the timing waits for a checker still building its workloads (times the host's pace)
 
 
-class TimingTurn:
+class HeldFile:
     """A file locked by the grader from now until ``give``: a task's turn to time (its timing checker locks it in its
     first timing check) or its build gate (its checkers, started before its build, lock it before their first check)."""
 
@@ -99,9 +99,10 @@ class _TaskLine:
         self.task = task
         self.run: TaskRun | None = None
         self.prepared: PreparedTask | None = None
-        self.turn: TimingTurn | None = None
-        self.gate: TimingTurn | None = None  # held while the task builds, by the checkers started before it ended
+        self.turn: HeldFile | None = None
+        self.gate: HeldFile | None = None  # held while the task builds, by the checkers started before it ended
         self.early: list[TaskPhase] = []  # those checkers
+        self.expected: PreparedTask | None = None  # the preparation they were started for
         self.timing: TaskPhase | None = None
         self.build_s = 0.0
 
@@ -144,7 +145,7 @@ def run_tasks(
     early = has_gpu and width >= wanted
     log(f"building and checking {' '.join(t.id for t in tasks)}: {width} checkers at a time")
 
-    def phase(line: _TaskLine, item: PreparedTask, name: str, **options) -> TaskPhase:
+    def phase(item: PreparedTask, name: str, **options) -> TaskPhase:
         return TaskPhase(
             item,
             workdir,
@@ -162,18 +163,17 @@ def run_tasks(
         return min(task.grading.shards, width)
 
     def start_early(line: _TaskLine) -> None:
+        """A CUDA task's checkers, started now behind its build gate (a task without a build checks at once)."""
         task = line.task
-        if not early or line.prepared is not None:
+        if not early or not any(name.endswith(".cu") for name in task.files):
             return
-        expected = expected_preparation(task, workdir)
-        line.gate = TimingTurn(workdir / f"built-{task.id}")
+        line.expected = expected = expected_preparation(task, workdir)
+        line.gate = HeldFile(workdir / f"built-{task.id}")
         gate = line.gate.path
-        line.early = [
-            phase(line, expected, CHECKS, shard=(i, shards_of(task)), gate=gate) for i in range(shards_of(task))
-        ]
+        line.early = [phase(expected, CHECKS, shard=(i, shards_of(task)), gate=gate) for i in range(shards_of(task))]
         if task.timing:
-            line.turn = TimingTurn(workdir / f"turn-{task.id}")
-            line.timing = phase(line, expected, TIMING, turn=line.turn.path, gate=gate)
+            line.turn = HeldFile(workdir / f"turn-{task.id}")
+            line.timing = phase(expected, TIMING, turn=line.turn.path, gate=gate)
 
     def build(line: _TaskLine) -> _TaskLine:
         with builds:
@@ -185,8 +185,7 @@ def run_tasks(
     def check(line: _TaskLine, checkers: ThreadPoolExecutor) -> list:
         """Give ``line``'s checkers their build (or start them now) and submit its checks; called from this thread,
         which outlives every process it starts (a checker dies with the thread that started it: PR_SET_PDEATHSIG)."""
-        task, item = line.task, line.prepared
-        expected = expected_preparation(task, workdir)
+        task, item, expected = line.task, line.prepared, line.expected
         if line.early and (
             item.status != "ready" or (item.impl_dir, item.python_files) != (expected.impl_dir, expected.python_files)
         ):
@@ -205,19 +204,16 @@ def run_tasks(
             shards, line.early = line.early, []
             return [checkers.submit(shard.finish) for shard in shards]
         if has_gpu and task.timing:
-            line.turn = TimingTurn(workdir / f"turn-{task.id}")
-            line.timing = phase(line, item, TIMING, turn=line.turn.path)
+            line.turn = HeldFile(workdir / f"turn-{task.id}")
+            line.timing = phase(item, TIMING, turn=line.turn.path)
         count = shards_of(task)
-        return [
-            checkers.submit(lambda i: phase(line, item, CHECKS, shard=(i, count)).finish(), i) for i in range(count)
-        ]
+        return [checkers.submit(lambda i: phase(item, CHECKS, shard=(i, count)).finish(), i) for i in range(count)]
 
     phases: dict[str, float] = {}
     try:
         with ThreadPoolExecutor(max_workers=width) as checkers, ThreadPoolExecutor(max_workers=len(lines)) as builders:
             for line in lines:
-                if any(name.endswith(".cu") for name in line.task.files):
-                    start_early(line)  # a task without a build checks at once: nothing to start early
+                start_early(line)
             checking = {}
             for done in as_completed([builders.submit(build, line) for line in lines]):
                 line = done.result()

@@ -27,8 +27,6 @@ from __future__ import annotations
 import json
 import os
 
-import time
-
 import torch
 
 LIBRARIES = "libraries"  # beside this file: <stem>.cubin, <stem>.so, manifest.json (client.py writes them)
@@ -399,35 +397,28 @@ def checkpoint_scenario(module, tokens, prompt_chunks: list, max_seq_len: int, g
 def timing_setup(module, preset: str, seed: int, prompt, max_seq_len: int) -> dict:
     """The random model of the timing rule on the student's cache and kernels, its prompt prefilled once, and one
     decode step captured in a CUDA graph (or, when it cannot be captured, the eager step: said so)."""
-    from assignment.model.cuda_graph import GraphCaptureError, GraphDecoder
+    from assignment.model.cuda_graph import GraphCaptureError, GraphDecoder, SetupClock
     from assignment.model.presets import random_model
 
     _state.pop("timing", None)
-    steps, began = {}, time.perf_counter()
-
-    def step(name: str) -> None:  # where the setup's time went (the grading record shows it)
-        nonlocal began
-        torch.cuda.synchronize(device)
-        steps[name] = round(time.perf_counter() - began, 2)
-        began = time.perf_counter()
-
     device = str(prompt.device)
+    clock = SetupClock(device)  # where the setup's time went (the grading record shows it)
     _use_prebuilt(module)
     model = random_model(preset, seed=seed, device=device, attention_impl="t6")
-    step("model")
+    clock.step("model")
     model.setup_caches(1, max_seq_len, cache_cls=module.KVCache)
-    step("caches")
+    clock.step("caches")
     captured, reason = True, ""
     with torch.no_grad():
         try:
             runner = GraphDecoder(model)
         except GraphCaptureError as exc:
             captured, reason, runner = False, str(exc)[:600], model
-        step("capture")
+        clock.step("capture")
         runner.prefill(prompt, torch.arange(prompt.shape[1], device=device))
-        step("prefill")
+        clock.step("prefill")
     _state["timing"] = {"runner": runner, "position": torch.tensor([prompt.shape[1]], device=device)}
-    return {"captured": captured, "reason": reason, "steps_s": steps}
+    return {"captured": captured, "reason": reason, "steps_s": clock.steps}
 
 
 def timing_step(module, token) -> torch.Tensor:

@@ -170,7 +170,7 @@ def test_timing():
 
 def test_a_timing_checker_waits_for_its_turn(tmp_path, monkeypatch):
     from grader.grade.checker_plugin import TIMING
-    from grader.grade.phases import TimingTurn
+    from grader.grade.phases import HeldFile
 
     suite = tmp_path / "test_t1_timed.py"
     suite.write_text(TIMED)
@@ -178,7 +178,7 @@ def test_a_timing_checker_waits_for_its_turn(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "hidden_suite", lambda task: [suite])
     monkeypatch.setenv("PLANTED_TIMED_FILE", str(timed))
     monkeypatch.setenv("KIT_GRADING_LOCKS", str(tmp_path / "locks"))
-    turn = TimingTurn(tmp_path / "turn")
+    turn = HeldFile(tmp_path / "turn")
     task = load_registry().task("t1")
     phase = runner.TaskPhase(
         PreparedTask(task), tmp_path, replace(GradeConfig(), pace=False), 7, phase=TIMING, turn=turn.path
