@@ -4,7 +4,6 @@ memory-bound, in KV bytes read per second against the device copy; then the mode
 from __future__ import annotations
 
 import math
-import time
 from ctypes import c_float, c_int, c_int64, c_void_p
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING
 from assignment.cuda import kernels as kern
 from assignment.tasks import BenchVariant, Leaderboard, ModelAttention, Profile, Sanitize, TaskCode
 from assignment.tasks.t4 import causal_model_attention
+from assignment.tasks.t6_timing import kv_cache_class, timing_workload
 
 if TYPE_CHECKING:  # torch is imported inside the functions: the module loads without it
     import torch
@@ -46,7 +46,6 @@ DECODE_WORKSPACE = kern.Export(
 )
 DECODE_MAX_SPLITS = kern.Export(CUDA_FILE, "t6_decode_max_splits", (), module=False)
 DECODE_LENGTH_DTYPES = ("torch.int32", "torch.int64")  # the dtypes of lengths, as str(dtype) writes them
-LAYOUTS = ("batch, head, dim", "batch, head")  # of O and of the LSE
 
 
 class Kernels:
@@ -423,152 +422,6 @@ def quick_check(student, reference) -> None:
         what = f" (B {B} H {H} H_kv {H_kv} L_max {L_max} lengths {lengths} d {d})"
         assert_close(out, expected, **task.timed_tolerance(), name="O" + what)
         assert_close(lse, expected_lse, **task.timed_tolerance(), name="LSE" + what)
-
-
-def timing_workload(rule, student, reference, tolerance, base: int, student_model=None):
-    """The decode kernel over a full cache, or (a rule on ``model``) one decode step of the model, timed from the
-    grader's process with the student's path in the sandboxed worker (``student_model``)."""
-    if "model" in rule.shape:
-        return _decode_step_workload(rule, student_model, base)
-    return _decode_kernel_workload(rule, student, reference, tolerance, base)
-
-
-def _decode_kernel_workload(rule, student, ref, tolerance, base: int):
-    """The t6 kernel over a full cache (lengths = L = L_max), each candidate with its own preallocated workspace."""
-    import torch
-
-    from assignment.perf.workload import Workload, generator
-    from assignment.testing import assert_close
-
-    s = rule.shape
-    B, H, H_kv, L, d = s["B"], s["H"], s.get("H_kv", s["H"]), s["L"], s["d"]
-
-    def make(i):
-        gen = generator(base + i)
-        return (
-            torch.randn(B, H, d, device="cuda", generator=gen),
-            *(torch.randn(B, H_kv, L, d, device="cuda", generator=gen) for _ in range(2)),
-            torch.full((1,), L, dtype=torch.int32, device="cuda"),
-        )
-
-    q_shape, cache_shape = torch.empty(B, H, d, device="cuda"), torch.empty(B, H_kv, L, d, device="cuda")
-    ref_workspace = ref.decode_workspace(q_shape, cache_shape)
-    workspaces: list = []  # the student's, made at its first call (a TODO left fails that call, not the workload)
-
-    def student_call(x):
-        if not workspaces:
-            workspaces.append(student.decode_workspace(q_shape, cache_shape))
-        return student.decode_attention(*x, workspace=workspaces[0])
-
-    def reference_call(x):
-        return ref.decode_attention(*x, workspace=ref_workspace)
-
-    def check(name, x, output):  # O and LSE (the workspace is scratch), within the values checks' bound
-        if name == "student":
-            for what, got, want, layout in zip(("O", "LSE"), output, reference_call(x), LAYOUTS):
-                assert_close(got, want, **tolerance, name=f"timed {what}", layout=layout)
-
-    return Workload(make, student_call, reference_call, None, check, bytes_moved=2.0 * B * H_kv * L * d * 4)
-
-
-def _decode_step_workload(rule, student_model, base: int):
-    """One decode step of a random model of the rule's preset at position ``context`` after a prompt of that many
-    tokens (the same slot every call: the context stays fixed), against the naive path (a forward pass over all
-    context + 1 tokens with the reference attention, the last logits) and the reference (the kit's cache and
-    kernels, one captured step). Each call's token comes from its seed."""
-    import torch
-
-    from assignment.model.cuda_graph import GraphDecoder, SetupClock
-    from assignment.model.presets import random_model, sharing_weights
-    from assignment.perf.model_bench import decode_bytes
-    from assignment.perf.workload import Workload, generator
-    from assignment.registry import load_registry
-    from assignment.testing import assert_close
-
-    clock = SetupClock()
-    s = rule.shape
-    preset, context = s["model"], s["context"]
-    max_seq_len = context + 8
-    model_seed = (base + 11) % 2**62
-    logits_tol = load_registry().task(CODE.id).tol("logits")
-    model = random_model(preset, seed=model_seed, device="cuda")
-    vocab = model.vocab_size
-    prompt = torch.randint(0, vocab, (1, context), device="cuda", generator=generator(base + 7))
-    position = torch.tensor([context], device="cuda")
-    clock.step("model")
-    with torch.no_grad():
-        kit = sharing_weights(model, CODE.id)
-        kit.setup_caches(1, max_seq_len, cache_cls=kv_cache_class("solutions"))
-        clock.step("caches")
-        kit_runner = GraphDecoder(kit)
-        clock.step("capture")
-        kit_runner.prefill(prompt, torch.arange(context, device="cuda"))
-        clock.step("prefill")
-
-    def make(i):
-        return torch.randint(0, vocab, (1, 1), device="cuda", generator=generator(base + i))
-
-    def reference(token):
-        with torch.no_grad():
-            return kit_runner.decode_one_token(token, position)
-
-    def naive(token):
-        with torch.no_grad():
-            return model(torch.cat([prompt, token], dim=1))[:, -1]
-
-    notes: dict = {"checker_setup_s": clock.total_s, "checker_setup_steps_s": clock.steps}
-
-    def start_student() -> None:
-        """The student's path set up in the worker: only once the timing has the GPU (grader/grade/phases.py), so
-        nothing of the student's runs while another task is timed."""
-        began = time.perf_counter()  # the worker's start, its setup and its call overhead measured: one number
-        info = student_model.setup(preset, model_seed, prompt, max_seq_len)
-        notes["student_setup_s"] = round(time.perf_counter() - began, 2)
-        notes["student_setup_steps_s"] = info.get("steps_s")
-        notes["student_path"] = (
-            "one decode step captured in a CUDA graph, replayed"
-            if info.get("captured")
-            else "the eager decode step: it could not be captured in a CUDA graph ("
-            + str(info.get("reason", ""))[:300]
-            + ")"
-        )
-        notes["student_runs_in"] = "the sandboxed worker; timed from the checker, the call's overhead included"
-        if info.get("overhead_ms") is not None:
-            notes["worker_call_overhead_ms"] = info["overhead_ms"]
-
-    if student_model is not None:
-        student = student_model.step
-    else:
-
-        def student(token):
-            raise RuntimeError(f"{CODE.id}'s model rule needs the student's decoder (the hidden suite passes one)")
-
-    def check(name, token, logits):
-        if name == "student":
-            assert_close(logits, reference(token), **logits_tol, name="timed logits", layout="row, vocabulary id")
-
-    return Workload(
-        make,
-        student,
-        reference,
-        naive,
-        check,
-        bytes_moved=float(decode_bytes(model.config, context + 1)),
-        notes=notes,
-        start_student=start_student if student_model is not None else None,
-        end_student=student_model.close if student_model is not None else None,
-    )
-
-
-def kv_cache_class(impl: str | None = None) -> type:
-    """The ``KVCache`` class of t6_kv_cache.py in implementation ``impl`` (None: ``IMPL``), running that same
-    implementation's kernels (the module's ``kernels`` is pointed at its directory)."""
-    from assignment.impl import load_python, student_dir
-
-    module = load_python("t6_kv_cache.py", impl)
-    if getattr(module, "kernels", None) is kern:  # the module-level API (IMPL's kernels): bind it, once
-        module.kernels = kern.Kernels(student_dir(impl))
-    return module.KVCache
 
 
 CODE = TaskCode(

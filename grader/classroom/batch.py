@@ -53,19 +53,18 @@ from pathlib import Path
 
 from assignment.registry import Task, load_registry
 from grader.classroom import ledger
-from grader.classroom.batch_queue import (
+from grader.classroom.batch_queue import Batch
+from grader.classroom.lanes import (
     LANE_OVERHEAD_S,
-    Batch,
     Interrupted,
     Lane,
-    Progress,
     core_ranges,
     default_jobs,
-    duration_text,
     grading_args,
     lane_time_limit,
     last_line,
 )
+from grader.classroom.progress import Progress, duration_text
 from grader.classroom.contract import batch_file as _batch_file
 from grader.classroom.contract import collect, discover, pending
 from grader.classroom.roster import RosterError, Submission, parse_due, scan
