@@ -41,134 +41,35 @@ from __future__ import annotations
 
 import atexit
 import json
-import math
 import os
 import select
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from functools import cache
 from pathlib import Path
 
 import torch
 
-import assignment.model as model_package
-from assignment.model import DEFAULT_CHECKPOINT
-from grader.isolation import feedback, sandbox, served
-from grader.isolation.worker import MAX_DRAINED_ITEMS, SERVED_ERRORS, ProtocolError, read_frame, write_frame
-
-WORKER_SOURCE = Path(__file__).resolve().parent / "worker.py"
-# The kit's drivers (<name>_driver.py): a task whose student file is driven by kit code ships its scenarios in one.
-DRIVER_SOURCES = tuple(sorted(Path(__file__).resolve().parent.glob("*_driver.py")))
-MODEL_PACKAGE = Path(model_package.__file__).resolve().parent
-ASSIGNMENT = MODEL_PACKAGE.parent
-# What `from assignment.cuda import kernels` needs (all shipped to students): the wrappers and their imports.
-CUDA_WRAPPER_FILES = (
-    "impl.py",
-    "registry.py",
-    "cuda/__init__.py",
-    "cuda/compiler.py",
-    "cuda/confine.py",
-    "cuda/reading.py",
-    "cuda/toolchain.py",
-    "cuda/kernels.py",
-    "checks.py",
-    "testing.py",
+from grader.isolation import feedback, sandbox
+from grader.isolation.kit_folder import CHECKPOINT_IN_KIT, worker_kit_dir
+from grader.isolation.wire import (  # noqa: F401 - the types a call takes and raises, where callers find them
+    CallResult,
+    KitObject,
+    SeededGenerator,
+    WorkerFailure,
+    CallInFlight,
+    canonical_device,
+    decode_value,
+    device_of,
+    encode_value,
+    error_text,
 )
-CHECKPOINT_IN_KIT = DEFAULT_CHECKPOINT.relative_to(MODEL_PACKAGE.parents[1])  # the same place under /kit
-MODEL_FILES_KEPT_OUT = ("scripted.py",)  # t7's test model: its logits live in the checker only (served.py)
+from grader.isolation.worker import MAX_DRAINED_ITEMS, ProtocolError, read_frame, write_frame
+
 LOG_KEEP_BYTES = 32 * 1024  # of the worker's stderr: the first and the last this many bytes
-# Tensors one served call may send (a decode step's cache in the t6 scenarios is well under 1 MiB; the kit's
-# objects compute in this process, so what the student's code sends is work and memory here).
-SERVED_PAYLOAD_BYTES = 64 * 2**20
-
-
-@cache
-def _kit_dir(kernels: tuple[str, ...] = (), gpu: bool = False) -> Path:
-    """A private folder with what the sandbox mounts at /kit: worker.py. t7's models and tokenizers are served by
-    the checker (served.py), so a plain worker gets nothing else: no model code, no weights, no scripted model.
-    With ``kernels`` (t6, whose student file subclasses the kit's cache and whose scenarios run the kit's model
-    around it): the kit's model package but the scripted test model, the shipped checkpoint, the kit's drivers,
-    its CUDA wrappers and, for a GPU worker, the libraries built from those files of ``IMPL`` (all shipped to
-    students; not the grader's package)."""
-    folder = Path(tempfile.mkdtemp(prefix="kit-worker-"))
-    shutil.copyfile(WORKER_SOURCE, folder / "worker.py")
-    (folder / "worker.py").chmod(0o644)
-    package = folder / "assignment"
-    if kernels:
-        (package / "model").mkdir(parents=True)
-        (package / "__init__.py").write_text("")
-        for source in MODEL_PACKAGE.glob("*.py"):
-            if source.name not in MODEL_FILES_KEPT_OUT:
-                shutil.copyfile(source, package / "model" / source.name)
-        if DEFAULT_CHECKPOINT.is_dir():
-            shutil.copytree(DEFAULT_CHECKPOINT, folder / CHECKPOINT_IN_KIT)
-        for source in DRIVER_SOURCES:
-            shutil.copyfile(source, folder / source.name)
-        (package / "cuda").mkdir()
-        for name in CUDA_WRAPPER_FILES:
-            shutil.copyfile(ASSIGNMENT / name, package / name)
-        (package / "tasks").mkdir()  # every task's code: the wrappers are composed from them
-        for source in (ASSIGNMENT / "tasks").glob("*.py"):
-            shutil.copyfile(source, package / "tasks" / source.name)
-        if gpu:
-            _copy_libraries(folder / "libraries", kernels)
-    for path in (folder, *folder.rglob("*")):
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    return folder
-
-
-def _copy_libraries(folder: Path, files: tuple[str, ...]) -> None:
-    """Build (cache hits when the grader's prepare step built them) the CUDA files of ``IMPL`` the worker's kit
-    wrappers run, and copy each one's device module (the cubin: device code only) and the kit's host library
-    that launches it (built from the kit's own copy of the file) with a manifest: the two files and the TODO
-    lines by task. The worker gets no source and no compiler."""
-    from assignment.cuda import compiler, confine, reading, regions
-    from assignment.impl import ImplError, student_file
-
-    folder.mkdir()
-    manifest: dict[str, dict] = {}
-    for name in files:
-        try:
-            source = student_file(name)
-            built = compiler.build_module(source, quiet=True)
-            host = compiler.build_library(built.kit, built.arch, quiet=True)
-        except (
-            ImplError,
-            compiler.CudaCompileError,
-            compiler.CudaToolkitError,
-            regions.RegionError,
-            reading.ReadingError,
-            confine.IsolationUnavailable,
-        ) as exc:
-            manifest[name] = {"error": str(exc).splitlines()[0][:300]}
-            continue
-        shutil.copyfile(built.path, folder / f"{source.stem}.cubin")
-        shutil.copyfile(host.path, folder / f"{source.stem}.so")
-        todo = compiler.todo_lines(compiler.read_student_text(source))
-        manifest[name] = {
-            "module": f"{source.stem}.cubin",
-            "host": f"{source.stem}.so",
-            "todo": {task: list(lines) for task, lines in todo.items()},
-        }
-    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
-
-
-class WorkerFailure(RuntimeError):
-    """A call did not produce a usable result. ``kind`` says how (the checker reports it); ``str()`` and ``detail``
-    hold everything known (for the checks and the instructor), ``feedback`` what a student may be told (see the
-    module docstring; the message itself when the checker wrote it)."""
-
-    def __init__(self, kind: str, message: str, detail: str = "", feedback: str | None = None):
-        super().__init__(message)
-        self.kind, self.detail = kind, detail
-        self.feedback = message if feedback is None else feedback
 
 
 @dataclass(frozen=True)
@@ -182,7 +83,7 @@ class WorkerConfig:
     max_result_bytes: int = 4 * 2**30
     forbidden: tuple[str, ...] = ()  # the task's forbidden names: tripwires in the worker
     deny: tuple[str, ...] = ()
-    kernels: tuple[str, ...] = ()  # CUDA files whose kit wrappers the worker runs (t6), see _kit_dir
+    kernels: tuple[str, ...] = ()  # CUDA files whose kit wrappers the worker runs (t6), see kit_dir
     limits: sandbox.Limits = field(default_factory=sandbox.Limits)
 
     @property
@@ -293,7 +194,7 @@ class Worker:
         from assignment.impl import REPO_ROOT
 
         deny = tuple(Path(p) for p in self.config.deny) or (REPO_ROOT,)
-        kit_dir = _kit_dir(tuple(self.config.kernels), self.gpu and bool(self.config.kernels))
+        kit_dir = worker_kit_dir(tuple(self.config.kernels), self.gpu and bool(self.config.kernels))
         return sandbox.SandboxSpec(
             student_dir=self.config.student_dir,
             kit_dir=kit_dir,
@@ -420,13 +321,13 @@ class Worker:
 
     # ------------------------------------------------------------------ requests
     def _request(
-        self, header: dict, payload: bytes, timeout: float, call: _CallInFlight | None = None
+        self, header: dict, payload: bytes, timeout: float, call: CallInFlight | None = None
     ) -> tuple[dict, bytes]:
         """Send a request and wait for its reply, serving the call's kit objects and taking its streamed pieces as
         their frames come; one deadline for all of it."""
         if not self.alive():
             raise WorkerFailure("crash", "the worker is not running")
-        call = call or _CallInFlight("cpu")
+        call = call or CallInFlight("cpu")
         self.next_id += 1
         header = dict(header, id=self.next_id)
         try:
@@ -532,8 +433,8 @@ class Worker:
                 self._handshake()
             self._import(filename)
             tensors: dict[str, torch.Tensor] = {}
-            device = _canonical_device(device or _device_of(args, kwargs))
-            in_flight = _CallInFlight(device)
+            device = canonical_device(device or device_of(args, kwargs))
+            in_flight = CallInFlight(device)
             request = {
                 "op": "call",
                 "file": filename,
@@ -542,8 +443,8 @@ class Worker:
                 "track": track,
                 "drain": drain,
                 "driver": driver,
-                "args": _encode(list(args), tensors, in_flight),
-                "kwargs": _encode(dict(kwargs), tensors, in_flight),
+                "args": encode_value(list(args), tensors, in_flight),
+                "kwargs": encode_value(dict(kwargs), tensors, in_flight),
             }
             from safetensors.torch import save
 
@@ -564,20 +465,20 @@ class Worker:
             from safetensors.torch import load
 
             received = load(data) if data else {}
-            value = in_flight.pieces if drain else _decode(reply.get("result"), received, device)
+            value = in_flight.pieces if drain else decode_value(reply.get("result"), received, device)
             return CallResult(
                 value, peak, reply.get("largest"), seconds, in_flight.arrivals if drain else None, in_flight.record()
             )
 
     def _failure(
-        self, error: dict, filename: str, function: str = "", in_flight: _CallInFlight | None = None
+        self, error: dict, filename: str, function: str = "", in_flight: CallInFlight | None = None
     ) -> WorkerFailure:
         """The failure a worker's error reply stands for, with what a student may be told about it."""
         kind = str(error.get("kind", "exception"))
         refusal = in_flight.refusal(str(error.get("type"))) if in_flight is not None and kind == "exception" else None
         return WorkerFailure(
             kind,
-            _error_text(error),
+            error_text(error),
             str(error.get("traceback", ""))[-4000:],
             feedback.told(
                 kind,
@@ -599,225 +500,6 @@ class Worker:
         except OSError:
             return None
         return _status_kib(self.pid, "VmRSS")
-
-
-@dataclass
-class CallResult:
-    value: object
-    peak_bytes: int | None  # resident memory the call added (None: not measured)
-    largest: dict | None  # the worker's own report of its largest tensor (informative only)
-    seconds: float
-    steps: list | None = None  # drain: how many model steps the checker had served as each piece arrived
-    calls: list | None = None  # the checker's record of the call's first served model or kernels (served.py)
-
-
-@dataclass(frozen=True)
-class KitObject:
-    """An argument that is a kit object (a model, a tokenizer, stand-in kernels: a key of served.BUILDERS), built
-    in the checker for the call and served to the worker (it cannot cross the channel as data)."""
-
-    name: str
-    kwargs: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class SeededGenerator:
-    """An argument the worker turns into a ``torch.Generator`` on the call's device, seeded with ``seed``."""
-
-    seed: int
-
-
-class _CallInFlight:
-    """The checker's side of one call while it runs: the kit objects it serves to the worker (by handle), and the
-    pieces a drained stream sent, each with how many model steps had been served when it arrived."""
-
-    def __init__(self, device: str):
-        self.device = device
-        self.served: dict[str, served.Served] = {}
-        self.pieces: list[str | None] = []  # None: an item that was not a string
-        self.arrivals: list[int] = []
-
-    def add(self, kit_object: KitObject, tensors: dict) -> dict:
-        """Build ``kit_object`` for this call; what the worker gets to stand for it."""
-        built = served.build(kit_object.name, dict(kit_object.kwargs), self.device)
-        handle = f"k{len(self.served)}"
-        self.served[handle] = built
-        return {
-            "$served": handle,
-            "what": built.what,
-            "methods": sorted(built.methods),
-            "attributes": _encode(built.attributes(), tensors),
-        }
-
-    def model_steps(self) -> int:
-        return sum(s.steps for s in self.served.values() if isinstance(s, served.ServedModel))
-
-    def take_piece(self, frame: dict) -> bool:
-        """Keep a streamed piece, stamped with the model steps served so far; False past MAX_DRAINED_ITEMS."""
-        text = frame.get("text")
-        self.pieces.append(text if isinstance(text, str) else None)
-        self.arrivals.append(self.model_steps())
-        return len(self.pieces) <= MAX_DRAINED_ITEMS
-
-    def answer(self, frame: dict, data: bytes) -> tuple[dict, bytes]:
-        """Serve one method call the worker asked for: the kit object's answer, or its error (type and message)."""
-        from safetensors.torch import load, save
-
-        try:
-            target = self.served.get(str(frame.get("object")))
-            if target is None:
-                raise RuntimeError("this call has no such kit object")
-            if len(data) > SERVED_PAYLOAD_BYTES:  # the work is this process's: the student's code picks its size
-                raise ValueError(
-                    f"the kit's {target.what} takes at most {SERVED_PAYLOAD_BYTES >> 20} MiB of tensors per call"
-                )
-            tensors = load(data) if data else {}
-            args = _decode_served(frame.get("args", []), tensors, self.device)
-            kwargs = _decode_served(frame.get("kwargs", {}), tensors, self.device)
-            if not isinstance(args, list) or not isinstance(kwargs, dict):
-                raise TypeError("the arguments did not arrive as a list and a dict")
-            result = target.serve(str(frame.get("method")), args, kwargs)
-            out: dict = {}
-            encoded = _encode(result, out)
-            return {"op": "served", "ok": True, "result": encoded}, save(out) if out else b""
-        except Exception as exc:  # noqa: BLE001 - whatever the kit's object raised goes back to the student's code
-            name = type(exc).__name__ if type(exc).__name__ in SERVED_ERRORS else "RuntimeError"
-            return {"op": "served", "ok": False, "error": {"type": name, "message": str(exc)[:2000]}}, b""
-
-    def record(self) -> list | None:
-        """The record of the first served object that keeps one (a model's steps, stand-in kernels' calls)."""
-        return next((list(s.calls) for s in self.served.values() if s.calls is not None), None)
-
-    def offers(self) -> str:
-        """What the call's served kit objects offer the student's code (this process's own words)."""
-        return "; ".join(
-            f"the kit's {s.what} offers {', '.join((*sorted(s.methods), *s.attributes()))}"
-            for s in self.served.values()
-        )
-
-    def refusal(self, type_name: str) -> served.Refusal | None:
-        """The last call a served object refused with this type of error (what made the student's code fail)."""
-        refused = [r for s in self.served.values() for r in s.refusals if r.type == type_name]
-        return refused[-1] if refused else None
-
-
-def _decode_served(value, tensors: dict, device: str):
-    """A served call's arguments as the worker encoded them (worker.Worker._encode): plain data only. Each tensor is
-    placed where the student's code had it (the call's device or the CPU), so the kit's object can refuse a tensor
-    on the wrong device as it would in the student's own process."""
-    if isinstance(value, list):
-        return [_decode_served(v, tensors, device) for v in value]
-    if not isinstance(value, dict):
-        return value
-    if "$t" in value:
-        if str(value.get("type")) != "torch.Tensor" or value["$t"] not in tensors:
-            raise TypeError("a tensor argument must be a plain torch.Tensor")
-        where = str(value.get("device", "cpu"))
-        if where not in ("cpu", device):
-            raise ValueError(f"a tensor argument is on {where}, but this call runs on {device}")
-        return tensors[value["$t"]].to(where)
-    if "$tuple" in value or "$list" in value:
-        items = [_decode_served(v, tensors, device) for v in value.get("$tuple", value.get("$list", []))]
-        return tuple(items) if "$tuple" in value else items
-    if "$dict" in value:
-        return {str(k): _decode_served(v, tensors, device) for k, v in dict(value["$dict"]).items()}
-    if "$float" in value:
-        return float(value["$float"])
-    raise TypeError("the kit's objects take data: tensors, numbers, strings, and lists, tuples and dicts of them")
-
-
-def _error_text(error: dict) -> str:
-    kind, name, message = error.get("kind", ""), error.get("type", "Error"), str(error.get("message", ""))
-    if kind == "forbidden":
-        return f"called {message}, which this task forbids"
-    return f"{name}: {message}"[:4000]
-
-
-def _device_of(args, kwargs) -> str:
-    """The device of the first tensor among the arguments, nested lists, tuples and dicts included; else the CPU."""
-    pending = [*args, *kwargs.values()]
-    while pending:
-        value = pending.pop(0)
-        if isinstance(value, torch.Tensor):
-            return str(value.device)
-        if isinstance(value, (list, tuple)):
-            pending[:0] = value
-        elif isinstance(value, dict):
-            pending[:0] = value.values()
-    return "cpu"
-
-
-def _canonical_device(device: str) -> str:
-    """ "cuda" as "cuda:N" (the current device), the way a tensor there names its device."""
-    parsed = torch.device(device)
-    if parsed.type == "cuda" and parsed.index is None:
-        parsed = torch.device("cuda", torch.cuda.current_device())
-    return str(parsed)
-
-
-def _encode(value, tensors: dict, in_flight: _CallInFlight | None = None):
-    """Plain data for the worker (tensors go into ``tensors``); a KitObject is built for ``in_flight``."""
-    if isinstance(value, KitObject):
-        if in_flight is None:
-            raise TypeError("a kit object can only be an argument of a call")
-        return in_flight.add(value, tensors)
-    if isinstance(value, SeededGenerator):
-        return {"$generator": int(value.seed)}
-    if isinstance(value, torch.Tensor):
-        name = f"a{len(tensors)}"
-        tensors[name] = value.detach().to("cpu").contiguous().clone()
-        return {"$t": name}
-    if isinstance(value, float) and not math.isfinite(value):
-        return {"$float": repr(value)}
-    if isinstance(value, (list, tuple)):
-        return [_encode(v, tensors, in_flight) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _encode(v, tensors, in_flight) for k, v in value.items()}
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    raise TypeError(f"cannot send a {type(value).__name__} to the worker")
-
-
-class ResultTypeError(WorkerFailure):
-    pass
-
-
-def _decode(value, tensors: dict, device: str):
-    if isinstance(value, dict):
-        if "$t" in value:
-            name = value["$t"]
-            if name not in tensors:
-                raise WorkerFailure("result", "the reply refers to a tensor it does not carry")
-            declared = str(value.get("type", "torch.Tensor"))
-            if declared != "torch.Tensor":
-                raise ResultTypeError("result", f"returned {feedback.type_said(declared)}, not a plain torch.Tensor")
-            where = str(value.get("device", device))
-            if where != device:
-                said = "the CPU" if where == "cpu" else "a GPU" if where.startswith("cuda") else "another device"
-                raise ResultTypeError("result", f"returned a tensor on {said}, but the inputs were on {device}")
-            return tensors[name].to(device)
-        if "$tuple" in value or "$list" in value:
-            items = [_decode(v, tensors, device) for v in value.get("$tuple", value.get("$list", []))]
-            return tuple(items) if "$tuple" in value else items
-        if "$dict" in value and isinstance(value["$dict"], dict):
-            return {str(k): _decode(v, tensors, device) for k, v in value["$dict"].items()}
-        if "$float" in value:
-            return float(value["$float"])
-        if "$other" in value:
-            what = feedback.type_said(str(value["$other"]))
-            if value.get("iterator"):
-                raise ResultTypeError(
-                    "result",
-                    f"returned {what} (an iterator) where a value was expected: return "
-                    "the values themselves (a list, say), not a generator",
-                )
-            raise ResultTypeError(
-                "result",
-                f"returned {what}, not a plain torch.Tensor"
-                if value.get("subclass")
-                else f"returned {what}, not a tensor",
-            )
-    return value
 
 
 class StudentModule:

@@ -218,17 +218,17 @@ def test_student_module_runs_the_reference(monkeypatch):
 
 
 def test_the_wrappers_a_t6_worker_gets_import_only_what_it_gets():
-    """The CUDA wrapper files a t6 worker is given (client.CUDA_WRAPPER_FILES) import, at module level, only kit
+    """The CUDA wrapper files a t6 worker is given (kit_folder.CUDA_WRAPPER_FILES) import, at module level, only kit
     modules it is given too: a module moved out of one of them (cuda/toolchain.py out of compiler.py) must travel."""
     import ast
 
-    from grader.isolation import client
+    from grader.isolation import kit_folder
 
-    shipped = {f"assignment.{name.removesuffix('.py').replace('/', '.')}" for name in client.CUDA_WRAPPER_FILES}
+    shipped = {f"assignment.{name.removesuffix('.py').replace('/', '.')}" for name in kit_folder.CUDA_WRAPPER_FILES}
     shipped = {name.removesuffix(".__init__") for name in shipped} | {"assignment", "assignment.cuda"}
     missing = []
-    for name in client.CUDA_WRAPPER_FILES:
-        tree = ast.parse((client.ASSIGNMENT / name).read_text(encoding="utf-8"))
+    for name in kit_folder.CUDA_WRAPPER_FILES:
+        tree = ast.parse((kit_folder.ASSIGNMENT / name).read_text(encoding="utf-8"))
         for node in tree.body:  # module level: what importing the file runs
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("assignment"):
                 module = node.module
@@ -244,4 +244,4 @@ def test_the_wrappers_a_t6_worker_gets_import_only_what_it_gets():
                     for a in node.names
                     if a.name.startswith("assignment.") and a.name not in shipped
                 ]
-    assert not missing, f"a t6 worker would fail to import these (add them to client.CUDA_WRAPPER_FILES): {missing}"
+    assert not missing, f"a t6 worker would fail to import these (add them to kit_folder.CUDA_WRAPPER_FILES): {missing}"
