@@ -24,6 +24,9 @@ ASSIGNMENT = MODEL_PACKAGE.parent
 CUDA_WRAPPER_FILES = (
     "impl.py",
     "registry.py",
+    "registry_schema.py",
+    "registry_tasks.py",
+    "registry_course.py",
     "cuda/__init__.py",
     "cuda/compiler.py",
     "cuda/confine.py",
