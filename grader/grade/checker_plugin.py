@@ -18,7 +18,9 @@ its deadline, alone). This plugin makes what it reports complete, precise and in
 * who runs when (grader/grade/host_gate.py): each check holds the host's ``checks`` gate shared (not when the runner
   reruns it alone: ``KIT_RUN_ALONE``); the checks phase holds the GPU gate shared; the timing phase waits for its
   turn (``KIT_TIMING_TURN``, a file the runner keeps locked until every check of the grading is done and every
-  sandboxed worker has ended), then holds the GPU gate exclusively: a timed check has the GPU to itself;
+  sandboxed worker has ended), then holds the GPU gate exclusively: a timed check has the GPU to itself; once every
+  timed check is over, it ends its workers, drains its GPU work, lets both go and says ``timing_done``, and the runner
+  gives the next task its turn while this process exits;
 * each failure's kind and a summary that tells its size but not the inputs (``check``), with the public test or make
   target that reproduces it (``reproduce`` marker), and the full text as ``detail`` (grading.json only: exception
   text from the student's code may carry hidden inputs);
@@ -35,6 +37,7 @@ import fcntl
 import json
 import os
 import re
+import sys
 import threading
 import time
 from pathlib import Path
@@ -44,6 +47,7 @@ import pytest
 from assignment.checks import CheckFailure
 from assignment.pytest_plugin import CHECK_RECORD
 from grader.grade.host_gate import Gate, gpu_gate_name
+from grader.isolation.client import stop_all
 from grader.isolation.feedback import CUDA_FAULT
 
 HANG_EXIT_CODE = 86
@@ -224,6 +228,26 @@ def _take_timing_turn(item: pytest.Item) -> None:
     if os.environ.get("KIT_GATES") == "1":
         _gates["gpu"] = Gate(gpu_gate_name()).hold_exclusive()
     _gates.setdefault("turn", None)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
+    """A timing checker whose turn came hands the GPU on as soon as its timed checks are over, not when its process
+    has ended (an exit with torch and a CUDA context takes a second or two, per task): every sandboxed worker it
+    started is ended and waited for, its own GPU work drained, the GPU gate and its turn let go, then the
+    ``timing_done`` event, on which the grader gives the next task its turn. What is left of this process runs no
+    kernel and nothing of the student's."""
+    if _phase() != TIMING or "turn" not in _gates:
+        return
+    stop_all()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    for name in ("gpu", "turn"):
+        handle = _gates.pop(name, None)
+        if handle is not None:
+            os.close(handle)
+    event("timing_done", at=time.time())
 
 
 def _warm_up_cuda() -> None:

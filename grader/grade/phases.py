@@ -16,7 +16,8 @@ tasks side by side; then the timing checks, one task at a time, each with the GP
   (``HeldFile``). The first turn waits until every timing checker is ready. A turn is given only after
   every checker of the checks has ended and every sandboxed worker they started has been killed and waited for
   (grader/grade/checker_process.py): nothing of the student's can keep work queued on the GPU while the checker
-  times. The timing checker also takes the host's GPU gate exclusively (grader/grade/host_gate.py), so no other
+  times. The next turn comes when the timing checker says it is done (its workers ended, its GPU work drained, its
+  gates let go: the plugin's ``timing_done``), while its process still exits. The timing checker also takes the host's GPU gate exclusively (grader/grade/host_gate.py), so no other
   grading on this host uses that GPU then.
 
 What each phase took goes into ``grading.json`` (``phases``, and each task's).
@@ -29,7 +30,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from assignment.registry import Task
@@ -231,16 +232,26 @@ def run_tasks(
             if line.timing is not None and not line.timing.wait_ready(wait):
                 log(f"the timing checker of {line.task.id} was not ready after {READY_S * scale:.0f} s")
         phases["ready_s"] = time.monotonic() - began
-        for line in lines:
-            if line.timing is None:
-                continue
-            timing, line.timing = line.timing, None
-            if line.run.status != "ran":
-                timing.cancel()
-                continue
-            log(f"timing {line.task.id}, the GPU to itself")
-            line.turn.give()
-            line.run = merged(line.run, timing.finish())
+        # The next turn as soon as a checker says it has timed everything and handed the GPU on; the rest of its
+        # process (its exit, its results read) runs beside the next task's timing. A checker that hangs, crashes or
+        # runs out of time is run to its end first.
+        ending: list[tuple[_TaskLine, Future]] = []
+        with ThreadPoolExecutor(max_workers=max(1, len(lines))) as enders:
+            for line in lines:
+                if line.timing is None:
+                    continue
+                timing, line.timing = line.timing, None
+                if line.run.status != "ran":
+                    timing.cancel()
+                    continue
+                log(f"timing {line.task.id}, the GPU to itself")
+                line.turn.give()
+                if timing.wait_timed(line.task.grading.timeout_s * scale):
+                    ending.append((line, enders.submit(timing.finish)))
+                else:
+                    line.run = merged(line.run, timing.finish())
+            for line, future in ending:
+                line.run = merged(line.run, future.result())
         phases["timing_s"] = time.monotonic() - began
     finally:
         for line in lines:

@@ -150,6 +150,7 @@ def total_line(result: SubmissionScore, registry: Registry) -> str:
 
 
 PHASE_WORDS = {  # the builds overlap the checks: "checks" runs from the start of the first build
+    "host_s": "host checks",
     "build_s": "longest build",
     "checks_s": "builds and checks",
     "timing_s": "timing",

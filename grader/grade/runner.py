@@ -33,7 +33,7 @@ from assignment.cuda.confine import ISOLATION_SETTING
 from assignment.registry import Task
 from grader.grade import pace
 from grader.grade.checker_plugin import CHECKS, HANG_EXIT_CODE
-from grader.grade.checker_process import CheckerProcess, Ended
+from grader.grade.checker_process import CheckerProcess, Ended, end_sandboxes
 from grader.grade.config import HIDDEN_DIR, REPO_ROOT, GradeConfig
 from grader.grade.host_gate import Gate, gpu_gate_name
 from grader.grade.prepare import GRADING_DEVICE_PRINTF, PreparedTask, compile_isolation
@@ -214,6 +214,7 @@ class TaskPhase:
         self.uses_gpu = uses_gpu
         self.env["KIT_SHARD"] = f"{shard[0]}/{shard[1]}"
         self.segments = 0
+        self.turn_at: float | None = None
         self.first = self._start() if self.suite else None
 
     def _start(self, *, only: list[str] | None = None, skip=(), alone: bool = False) -> CheckerProcess:
@@ -244,12 +245,29 @@ class TaskPhase:
             time.sleep(0.05)
         return True
 
+    def wait_timed(self, seconds: float) -> bool:
+        """A timing phase given its turn: wait at most ``seconds`` until its checker has timed every rule and handed
+        the GPU on (the ``timing_done`` event: its sandboxed workers ended, its GPU work drained, its gates let go),
+        then end what it recorded of its sandboxes here too; whether it got there. False when the checker ended, hung
+        or ran out of time first: ``finish`` then runs the phase to its end before the next task's turn."""
+        self.turn_at = time.monotonic()
+        until = self.turn_at + seconds
+        while self.first is not None and self.first.process.poll() is None:
+            events = self.first.events()
+            if any(e.get("event") == "timing_done" for e in events):
+                end_sandboxes(events)
+                return True
+            if time.monotonic() >= until:
+                return False
+            time.sleep(0.02)
+        return False
+
     def finish(self) -> TaskRun:
         task = self.task
         base = dict(seed=self.seed, notes=self.notes)
         if self.first is None:
             return TaskRun(task.id, "crashed", f"no hidden tests found for {task.id} (instructor error)", **base)
-        started = time.monotonic()
+        started = self.turn_at or time.monotonic()  # a timing phase's time and budget count from its turn
         budget = task.grading.timeout_s * self.scale
         results: dict[str, TestOutcome] = {}
         overdue: dict[str, float] = {}  # checks past their deadline, still to be settled: nodeid -> seconds allowed

@@ -138,7 +138,7 @@ def test_the_grading_record_says_what_each_phase_took(tmp_path):
     )
     grade_submission(Path(__file__).resolve().parents[2] / "solutions", tmp_path, config, log=lambda *a, **k: None)
     grading = json.loads((tmp_path / "grading.json").read_text())
-    assert set(grading["phases"]) >= {"build_s", "checks_s", "theory_s", "total_s"}
+    assert set(grading["phases"]) >= {"host_s", "build_s", "checks_s", "theory_s", "total_s"}
     assert grading["pace"]["deadline_scale"] >= 1.0 and grading["pace"]["probe_ms"] > 0
     assert {"build", "checks"} <= set(grading["tasks"]["t1"]["phases"])
     rows = grading["tasks"]["t1"]["timeline"]
@@ -194,6 +194,45 @@ def test_a_timing_checker_waits_for_its_turn(tmp_path, monkeypatch):
     assert [t.outcome for t in run.tests] == ["passed"] and run.tests[0].is_perf
     assert float(timed.read_text()) >= given
     assert "timing" in run.phases
+
+
+SLOW_EXIT = TIMED + """
+
+import atexit
+
+atexit.register(time.sleep, 4)  # an exit that takes long, as one with torch and a CUDA context does
+"""
+
+
+def test_a_timing_checker_hands_the_gpu_on_before_its_process_exits(tmp_path, monkeypatch):
+    import fcntl
+    import os
+
+    from grader.grade.checker_plugin import TIMING
+    from grader.grade.phases import HeldFile
+
+    suite = tmp_path / "test_t1_timed.py"
+    suite.write_text(SLOW_EXIT)
+    monkeypatch.setattr(runner, "hidden_suite", lambda task: [suite])
+    monkeypatch.setenv("PLANTED_TIMED_FILE", str(tmp_path / "timed"))
+    monkeypatch.setenv("KIT_GRADING_LOCKS", str(tmp_path / "locks"))
+    turn = HeldFile(tmp_path / "turn")
+    task = load_registry().task("t1")
+    phase = runner.TaskPhase(
+        PreparedTask(task), tmp_path, replace(GradeConfig(), pace=False), 7, phase=TIMING, turn=turn.path
+    )
+    assert phase.wait_ready(60)
+    turn.give()
+    assert phase.wait_timed(60), "the checker says its timing is done (timing_done) before it exits"
+    assert phase.first.process.poll() is None, "the hand-over came before the process's slow exit, not after it"
+    handle = os.open(turn.path, os.O_RDWR)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises while the checker still holds its turn
+    finally:
+        os.close(handle)
+    run = phase.finish()
+    assert [t.outcome for t in run.tests] == ["passed"], "the results still come back whole after the hand-over"
+    assert run.phases["timing"] >= 3, "the phase's time counts from its turn, its exit included"
 
 
 SHARDED = """
