@@ -196,12 +196,15 @@ def test_a_timing_checker_waits_for_its_turn(tmp_path, monkeypatch):
     assert "timing" in run.phases
 
 
-SLOW_EXIT = TIMED + """
+SLOW_EXIT = (
+    TIMED
+    + """
 
 import atexit
 
 atexit.register(time.sleep, 4)  # an exit that takes long, as one with torch and a CUDA context does
 """
+)
 
 
 def test_a_timing_checker_hands_the_gpu_on_before_its_process_exits(tmp_path, monkeypatch):
