@@ -153,12 +153,22 @@ def _ints(value) -> list[int]:
 
 class ServedMethods(Served):
     """An object's listed methods, served as they are (``record``: the object's own list of calls, if it keeps
-    one; the object lives in the checker, so the list is the checker's)."""
+    one; the object lives in the checker, so the list is the checker's; ``kit_files``: files beyond KIT_SOURCES
+    whose errors are the kit's own)."""
 
-    def __init__(self, target, what: str, methods, attributes: dict | None = None, record: list | None = None):
+    def __init__(
+        self,
+        target,
+        what: str,
+        methods,
+        attributes: dict | None = None,
+        record: list | None = None,
+        kit_files: tuple[Path, ...] = (),
+    ):
         super().__init__()
         self.target, self.what, self.methods = target, what, frozenset(methods)
         self._attributes, self.calls = dict(attributes or {}), record
+        self.kit_sources = (*KIT_SOURCES, *kit_files)
 
     def attributes(self) -> dict:
         return self._attributes
@@ -209,9 +219,10 @@ def brought(target, what: str) -> ServedMethods:
     """An object a task's checks bring (built by the checker, from the checks' own code), served as it is: the
     methods its class lists in ``METHODS``, its ``calls`` list (when it keeps one) the record. An error raised in
     the file of its class is the kit's own, as one raised in ``assignment`` is."""
-    served = ServedMethods(target, what, type(target).METHODS, record=getattr(target, "calls", None))
-    served.kit_sources = (*KIT_SOURCES, Path(inspect.getfile(type(target))).resolve())
-    return served
+    own_file = Path(inspect.getfile(type(target))).resolve()
+    return ServedMethods(
+        target, what, type(target).METHODS, record=getattr(target, "calls", None), kit_files=(own_file,)
+    )
 
 
 BUILDERS = {
