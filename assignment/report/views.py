@@ -1,16 +1,17 @@
 """What the report shows: each view turns the steps' results into a dataclass that a template section reads.
 
-The report has seed 000's shape: the t4/t5 attention speedups at batch 4 x length 128 and batch 64 x length
-4096, t6's time to first token (TTFT) and time between tokens (TBT) against the naive path, the text t7's
-sampling loop generates from the registry's ``report_prompt``, where the student stands on the timing rubric,
-the bench tables, the plots, the profiler's counters (when ``ncu`` is on PATH) and the feedback answers. A
-header names the GPU, the implementation, the date and every part that was skipped, and why.
+The report has seed 000's shape: the attention speedups at batch 4 x length 128 and batch 64 x length 4096 (of each
+task whose kernel the scaling sweeps), the time to first token (TTFT) and time between tokens (TBT) against the
+naive path of the task whose bench times the model (``decode_view.py``), the text the sampling loop generates from
+the registry's ``report_prompt``, where the student stands on the timing rubric, the bench tables, the plots, the
+profiler's counters (when ``ncu`` is on PATH) and the feedback answers. A header names the GPU, the implementation,
+the date and every part that was skipped, and why. Each section is chosen by what a task's code declares, never by
+its id; what the views share is ``sections.py``.
 """
 
 from __future__ import annotations
 
 import base64
-import math
 import platform
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,13 +20,22 @@ from typing import Any
 
 from assignment import tasks as task_code
 from assignment.registry import Registry, Task
-from assignment.report.records import BenchCase, BenchRun, read_bench
+from assignment.report.decode_view import DecodeView, decode_view
+from assignment.report.records import read_bench
+from assignment.report.sections import (
+    NOT_RUN,
+    Bench,
+    TaskSection,
+    shown,
+    shown_ms,
+    shown_times,
+    student_note,
+    why_missing,
+)
 from assignment.report.steps import DEFAULT_PROMPT, Settings, StepResult, no_gpu_reason, shown_path
 
 # Seed 000's shapes (B, H, L, d): rows of assignment.perf.cases.ATTENTION_SHAPES.
 SEED000_SHAPES = ((4, 1, 128, 64), (64, 1, 4096, 64))
-T6_PROMPTS = (128, 1024)  # model_bench.FULL.prompts
-T6_PATHS = ("naive", "student", "reference", "transformers")
 PLOT_CAPTIONS = {
     "_time.png": "time against sequence length",
     "_tflops.png": "TFLOP/s against sequence length",
@@ -36,45 +46,10 @@ PLOT_CAPTIONS = {
 }
 
 
-def _num(value: float | None, spec: str, suffix: str = "") -> str:
-    if value is None or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return "–"
-    return format(value, spec) + suffix
-
-
-def _ms(value: float | None) -> str:
-    if value is None:
-        return "–"
-    return _num(value, ".1f" if value >= 100 else ".3f" if value >= 1 else ".4f")
-
-
-def _x(value: float | None) -> str:
-    return _num(value, ".2f", "×")
-
-
-def _why_missing(result: StepResult | None) -> str:
-    if result is None:
-        return "not run"
-    if result.status == "skipped":
-        return result.reason or "skipped"
-    return f"{result.step} {result.reason}" if result.data is None else ""
-
-
-@dataclass(frozen=True)
-class Bench:
-    """A task's bench step as the views see it: why it has nothing to show ("" when it has), and its JSON."""
-
-    missing: str
-    run: BenchRun | None = None  # set whenever ``missing`` is empty
-
-
-NOT_RUN = Bench(_why_missing(None))
-
-
 def read_benches(results: list[StepResult]) -> dict[str, Bench]:
     """Each task's bench step, its JSON read once (by task id; a task without a bench step is left out)."""
     return {
-        r.task: Bench(_why_missing(r), None if r.data is None else read_bench(r.data))
+        r.task: Bench(why_missing(r), None if r.data is None else read_bench(r.data))
         for r in results
         if r.kind == "bench"
     }
@@ -83,20 +58,6 @@ def read_benches(results: list[StepResult]) -> dict[str, Bench]:
 def attention_label(B: int, H: int, L: int, d: int, causal: bool) -> str:
     """The bench's label of a row of assignment.perf.cases.cases_attention."""
     return f"{'causal ' if causal else ''}attention B{B} H{H} L{L} d{d}"
-
-
-def _student_note(case: BenchCase) -> str:
-    note = next((n for n in case.notes if n.startswith("student")), None)
-    return note or case.error or "your kernel has no result"
-
-
-@dataclass(frozen=True)
-class TaskSection:
-    """What a task's section of the report starts with."""
-
-    id: str
-    title: str
-    reason: str  # why the section has nothing to show ("" when it has)
 
 
 @dataclass(frozen=True)
@@ -137,7 +98,7 @@ def attention_view(task: Task, bench: Bench, causal: bool) -> AttentionView:
                 AttentionRow(shape, B, L, missing=f"no {attention_label(B, H, L, d, causal)} row in the bench results")
             )
         elif students is None:
-            rows.append(AttentionRow(shape, B, L, missing=_student_note(case)))
+            rows.append(AttentionRow(shape, B, L, missing=student_note(case)))
         else:
             mine, results = students.median_ms, case.results
             over = {
@@ -150,154 +111,14 @@ def attention_view(task: Task, bench: Bench, causal: bool) -> AttentionView:
                     B,
                     L,
                     error=case.error,
-                    ms=_ms(mine),
-                    tflops=_num(students.tflops, ".2f"),
-                    naive=_x(over["naive pytorch"]),
-                    sdpa=_x(over["SDPA"]),
-                    naive_cuda=_x(over["naive cuda"]),
+                    ms=shown_ms(mine),
+                    tflops=shown(students.tflops, ".2f"),
+                    naive=shown_times(over["naive pytorch"]),
+                    sdpa=shown_times(over["SDPA"]),
+                    naive_cuda=shown_times(over["naive cuda"]),
                 )
             )
     return AttentionView(task.id, task.title, "", causal, rows)
-
-
-@dataclass(frozen=True)
-class HeadlineRow:
-    """Your path's TTFT and TBT at one of the prompt lengths seed 000 reports, or why they are missing."""
-
-    prompt: int
-    missing: str | None = None
-    ttft: str = ""
-    tbt: str = ""
-    ttft_x: str = ""  # × the naive path
-    tbt_x: str = ""
-
-
-@dataclass(frozen=True)
-class PathRow:
-    """One path of the model table at one prompt length."""
-
-    path: str  # as the bench labels it
-    skipped: str | None
-    ttft: str = ""
-    ttft_x: str = ""
-    tbt: str = ""
-    tbt_x: str = ""
-    roofline: str = ""  # % of the roofline TBT
-    agrees: str = ""  # its logits against the naive path's
-
-
-@dataclass(frozen=True)
-class PromptTable:
-    prompt: int | None
-    context: int | None
-    roofline: str  # the roofline TBT (ms) at that context
-    rows: list[PathRow]
-
-
-@dataclass(frozen=True)
-class DecodeKernelRow:
-    """A decode-kernel row of the bench: the K/V bytes read per second against the device copy."""
-
-    label: str
-    missing: str | None = None
-    ms: str = ""
-    gbps: str = ""
-    copy_percent: str = ""
-    naive_x: str = ""  # × naive PyTorch
-
-
-@dataclass(frozen=True)
-class DecodeView(TaskSection):
-    """The prefill and decode section: the headline, the model table per prompt and the decode kernel."""
-
-    model_reason: str | None = None  # why the model table is missing
-    headline: list[HeadlineRow] = field(default_factory=list)
-    prompts: list[PromptTable] = field(default_factory=list)
-    decode: list[DecodeKernelRow] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    copy_gbps: str = ""
-
-
-def decode_view(task: Task, bench: Bench) -> DecodeView:
-    if bench.missing:
-        return DecodeView(task.id, task.title, bench.missing)
-    run, model = bench.run, bench.run.model
-    model_reason = None
-    if not model.present or model.error:
-        model_reason = model.error or "the bench ran without the model table"
-    entries = {entry.prompt: entry for entry in model.prompts}
-    headline = []
-    for prompt in T6_PROMPTS:
-        entry = entries.get(prompt)
-        mine = entry.rows.get("student") if entry else None
-        if entry is None:
-            headline.append(HeadlineRow(prompt, model_reason or f"no prompt of {prompt} tokens in the model table"))
-        elif mine is None or mine.skipped is not None:
-            headline.append(HeadlineRow(prompt, f"your path did not run: {mine.skipped if mine else 'no result'}"))
-        else:
-            headline.append(
-                HeadlineRow(
-                    prompt,
-                    ttft=_ms(mine.ttft_ms),
-                    tbt=_ms(mine.tbt_ms),
-                    ttft_x=_x(mine.ttft_speedup_naive),
-                    tbt_x=_x(mine.tbt_speedup_naive),
-                )
-            )
-    prompts = []
-    for prompt, entry in sorted(entries.items(), key=lambda item: item[0] or 0):
-        rows = []
-        for name in T6_PATHS:
-            row = entry.rows.get(name)
-            if row is None:
-                continue
-            label = model.labels.get(name, name)
-            if row.skipped:
-                rows.append(PathRow(label, row.skipped))
-                continue
-            rows.append(
-                PathRow(
-                    label,
-                    row.skipped,
-                    ttft=_ms(row.ttft_ms),
-                    ttft_x=_x(row.ttft_speedup_naive),
-                    tbt=_ms(row.tbt_ms),
-                    tbt_x=_x(row.tbt_speedup_naive),
-                    roofline=_num(row.percent_roofline, ".0f", "%"),
-                    agrees="baseline"
-                    if name == "naive"
-                    else "–"
-                    if row.agrees is None
-                    else "yes"
-                    if row.agrees
-                    else "DIFFERS",
-                )
-            )
-        prompts.append(PromptTable(prompt, entry.context, _ms(entry.roofline_tbt_ms), rows))
-    copy = run.copy_gbps
-    kernels = []
-    for case in run.cases:
-        if not (case.label or "").startswith("decode"):
-            continue
-        mine = case.results.get("student")
-        label = case.label.replace(" (KV bytes/s)", "")
-        if mine is None:
-            kernels.append(DecodeKernelRow(label, _student_note(case)))
-            continue
-        gbps = mine.gbps
-        naive = case.results["naive pytorch"].median_ms if "naive pytorch" in case.results else None
-        kernels.append(
-            DecodeKernelRow(
-                label,
-                ms=_ms(mine.median_ms),
-                gbps=_num(gbps, ".0f"),
-                copy_percent=_num(100 * gbps / copy if gbps and copy else None, ".0f", "%"),
-                naive_x=_x(naive / mine.median_ms if naive else None),
-            )
-        )
-    return DecodeView(
-        task.id, task.title, "", model_reason, headline, prompts, kernels, list(model.notes), _num(copy, ".0f")
-    )
 
 
 @dataclass(frozen=True)
@@ -311,7 +132,7 @@ class GenerationView(TaskSection):
 
 
 def generation_view(task: Task, result: StepResult | None, prompt: str) -> GenerationView:
-    reason = _why_missing(result)
+    reason = why_missing(result)
     if reason:
         return GenerationView(task.id, task.title, reason, prompt)
     data = result.data
@@ -433,14 +254,14 @@ def bench_tables_view(registry: Registry, benches: dict[str, Bench]) -> list[Ben
             rows = [
                 CandidateRow(
                     name,
-                    _ms(r.median_ms),
-                    _num(r.gbps if metric == "GB/s" else r.tflops, ".1f" if metric == "GB/s" else ".2f"),
-                    _x(r.median_ms / mine if mine and r.median_ms else None),
+                    shown_ms(r.median_ms),
+                    shown(r.gbps if metric == "GB/s" else r.tflops, ".1f" if metric == "GB/s" else ".2f"),
+                    shown_times(r.median_ms / mine if mine and r.median_ms else None),
                 )
                 for name, r in case.results.items()
             ]
             cases.append(CaseTable("?" if case.label is None else case.label, rows, case.notes, case.error))
-        tables.append(BenchTable(task.id, task.title, "", cases, _num(bench.run.copy_gbps, ".0f"), metric))
+        tables.append(BenchTable(task.id, task.title, "", cases, shown(bench.run.copy_gbps, ".0f"), metric))
     return tables
 
 

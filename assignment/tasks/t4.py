@@ -4,6 +4,7 @@ attention with O and LSE out, in TFLOP/s against PyTorch's SDPA."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from ctypes import c_float, c_int, c_void_p
 from functools import partial
 from typing import TYPE_CHECKING
@@ -57,46 +58,11 @@ class Kernels:
         from k and v (H_kv == H: multi-head attention; H_kv == 1: multi-query attention).
         causal: query i sees keys j <= i + Lk - Lq (bottom-right alignment, t5).
         """
-        import torch
-
         kernel = "t4_flash_attention_forward"
-        tasks = CAUSAL_REGIONS if causal else ("t4",)
-        state = self.require(FLASH, tasks, kernel)
-        B, H, H_kv, Lq, Lk, d = kern.attention_shapes(kernel, q, k, v)
-        if d not in kern.ATTENTION_HEAD_DIMS:
-            raise ValueError(f"{kernel}: head dimension d must be one of {kern.ATTENTION_HEAD_DIMS}, got {d}")
-        o = torch.empty_like(q) if out is None else kern.check_tensor(kernel, "out", out)
-        kern.check_shape(kernel, "out", o, (B, H, Lq, d), "like q")
-        lse = (
-            torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)
-            if lse is None
-            else kern.check_tensor(kernel, "lse", lse)
+        state = self.require(FLASH, CAUSAL_REGIONS if causal else ("t4",), kernel)
+        return attention_forward(
+            self, FLASH, state, kernel, q, k, v, causal, scale, out, lse, head_dims=kern.ATTENTION_HEAD_DIMS
         )
-        kern.check_shape(kernel, "lse", lse, (B, H, Lq), "(B, H, Lq)")
-        device = kern.check_layout_and_device(kernel, q=q, k=k, v=v, out=o, lse=lse)
-        kern.check_int32(kernel, B=B, H=H, Lq=Lq, Lk=Lk, **{"B*H": B * H})
-        scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-        if o.numel() == 0 or Lk == 0:  # no query rows, or rows that see no key: zeros and LSE -inf
-            return o.zero_(), lse.fill_(float("-inf"))
-        kern.launch(
-            self.function(FLASH, state),
-            device,
-            kernel,
-            q.data_ptr(),
-            k.data_ptr(),
-            v.data_ptr(),
-            o.data_ptr(),
-            lse.data_ptr(),
-            B,
-            H,
-            H_kv,
-            Lq,
-            Lk,
-            d,
-            scale,
-            int(bool(causal)),
-        )
-        return o, lse
 
     def naive_cuda_attention(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, scale: float | None = None
@@ -124,6 +90,71 @@ class Kernels:
             scores.masked_fill_(hidden, float("-inf"))
         probs = self.softmax(scores)  # not in place: kernels may declare x and y __restrict__
         return self.gemm(probs, v.view(B * H, Lk, d)).view(B, H, Lq, d)
+
+
+def attention_forward(
+    kernels,
+    export: kern.Export,
+    state: kern.FileState,
+    kernel: str,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    scale: float | None,
+    out: torch.Tensor | None,
+    lse: torch.Tensor | None,
+    *,
+    head_dims: tuple[int, ...],
+    dtypes: tuple[str, ...] | None = None,
+    last_args: Callable[[torch.Tensor], tuple[int, ...]] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A FlashAttention forward's wrapper once ``kernels.require`` has passed: q, k, v, out and lse checked (q, k and
+    v of one of ``dtypes``, as torch names them, None: fp32; O in q's dtype, the LSE in fp32), O zeroed and the LSE
+    -inf when no row sees a key, else one launch of ``export`` with (q, k, v, O, LSE, B, H, H_kv, Lq, Lk, d, scale,
+    causal, *last_args(q)). t4/t5's ``flash_attention`` and t8's ``flash_attention_tc`` take the same arguments."""
+    import torch
+
+    torch_dtypes = None if dtypes is None else tuple(getattr(torch, name) for name in dtypes)
+    B, H, H_kv, Lq, Lk, d = kern.attention_shapes(kernel, q, k, v, torch_dtypes)
+    if d not in head_dims:
+        raise ValueError(f"{kernel}: head dimension d must be one of {head_dims}, got {d}")
+    if out is None:
+        o = torch.empty_like(q)
+    else:  # in q's dtype (an fp32 kernel's message says so in its own words)
+        o = kern.check_tensor(kernel, "out", out, dtypes=None if dtypes is None else (q.dtype,))
+    kern.check_shape(kernel, "out", o, (B, H, Lq, d), "like q")
+    lse = (
+        torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)
+        if lse is None
+        else kern.check_tensor(kernel, "lse", lse)
+    )
+    kern.check_shape(kernel, "lse", lse, (B, H, Lq), "(B, H, Lq)")
+    device = kern.check_layout_and_device(kernel, q=q, k=k, v=v, out=o, lse=lse)
+    kern.check_int32(kernel, B=B, H=H, Lq=Lq, Lk=Lk, **{"B*H": B * H})
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    if o.numel() == 0 or Lk == 0:  # no query rows, or rows that see no key: zeros and LSE -inf
+        return o.zero_(), lse.fill_(float("-inf"))
+    kern.launch(
+        kernels.function(export, state),
+        device,
+        kernel,
+        q.data_ptr(),
+        k.data_ptr(),
+        v.data_ptr(),
+        o.data_ptr(),
+        lse.data_ptr(),
+        B,
+        H,
+        H_kv,
+        Lq,
+        Lk,
+        d,
+        scale,
+        int(bool(causal)),
+        *(last_args(q) if last_args is not None else ()),
+    )
+    return o, lse
 
 
 def causal_model_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:

@@ -4,14 +4,13 @@ FlashAttention-2 (SDPA's FLASH_ATTENTION backend, named explicitly) with cuDNN's
 
 from __future__ import annotations
 
-import math
 from ctypes import c_float, c_int, c_void_p
 from functools import partial
 from typing import TYPE_CHECKING
 
 from assignment.cuda import kernels as kern
 from assignment.tasks import BenchVariant, Leaderboard, ModelAttention, Profile, Sanitize, TaskCode
-from assignment.tasks.t4 import check_timed_attention
+from assignment.tasks.t4 import attention_forward, check_timed_attention
 
 if TYPE_CHECKING:  # torch is imported inside the functions: the module loads without it
     import torch
@@ -48,49 +47,31 @@ class Kernels:
         As t4/t5's ``flash_attention``: query head h reads KV head h // (H // H_kv); causal: query i sees keys
         j <= i + Lk - Lq (bottom-right alignment); a row that sees no key gives O = 0 and LSE = -inf.
         """
-        import torch
-
         kernel = "t8_flash_attention_forward"
         state = self.require(FLASH_TC, ("t8",), kernel)
-        B, H, H_kv, Lq, Lk, d = kern.attention_shapes(kernel, q, k, v, tuple(getattr(torch, t) for t in DTYPES))
-        if d not in HEAD_DIMS:
-            raise ValueError(f"{kernel}: head dimension d must be one of {HEAD_DIMS}, got {d}")
-        if out is None:
-            o = torch.empty_like(q)
-        else:
-            o = kern.check_tensor(kernel, "out", out, dtypes=(q.dtype,))
-        kern.check_shape(kernel, "out", o, (B, H, Lq, d), "like q")
-        lse = (
-            torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)
-            if lse is None
-            else kern.check_tensor(kernel, "lse", lse)
-        )
-        kern.check_shape(kernel, "lse", lse, (B, H, Lq), "(B, H, Lq)")
-        device = kern.check_layout_and_device(kernel, q=q, k=k, v=v, out=o, lse=lse)
-        kern.check_int32(kernel, B=B, H=H, Lq=Lq, Lk=Lk, **{"B*H": B * H})
-        scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-        if o.numel() == 0 or Lk == 0:  # no query rows, or rows that see no key: zeros and LSE -inf
-            return o.zero_(), lse.fill_(float("-inf"))
-        kern.launch(
-            self.function(FLASH_TC, state),
-            device,
+        return attention_forward(
+            self,
+            FLASH_TC,
+            state,
             kernel,
-            q.data_ptr(),
-            k.data_ptr(),
-            v.data_ptr(),
-            o.data_ptr(),
-            lse.data_ptr(),
-            B,
-            H,
-            H_kv,
-            Lq,
-            Lk,
-            d,
+            q,
+            k,
+            v,
+            causal,
             scale,
-            int(bool(causal)),
-            int(q.dtype == torch.bfloat16),
+            out,
+            lse,
+            head_dims=HEAD_DIMS,
+            dtypes=DTYPES,
+            last_args=_is_bfloat16,
         )
-        return o, lse
+
+
+def _is_bfloat16(q: torch.Tensor) -> tuple[int]:
+    """The launch's last argument: which of the kernel's two element types q holds (0: fp16, 1: bf16)."""
+    import torch
+
+    return (int(q.dtype == torch.bfloat16),)
 
 
 # --------------------------------------------------------------------------- the baselines: PyTorch's own kernels

@@ -2,12 +2,13 @@
 
 Two files, two trust paths. The decode kernel (t6_decode_attention.cu) is device code spliced into the kit's
 host code, so it runs here, through the kit's wrappers, like t4's (decode_checks.py). The cache
-(t6_kv_cache.py) is Python: it runs only in the sandboxed worker, inside kit scenarios (grader/isolation/
-t6_driver.py) that build the cache, the shipped checkpoint or a random model around it and send back plain
-tensors; every expected value is computed here. The stand-in kernels the cache's dispatch calls are served by
-this process (``KitObject("stand_in_kernels")``), so the record of those calls is this process's. The GPU
-scenarios run the graded kernels in the worker too (libraries this process built, see grader/isolation/client.py), the kit's t4/t5 kernel for the
-prefill (the grader puts it beside the spliced t6 file), so t6 is graded on its own.
+(t6_kv_cache.py) is Python: it runs only in the sandboxed worker, inside kit scenarios (grader/hidden/t6_driver.py,
+which this suite hands the worker as its driver) that build the cache, the shipped checkpoint or a random model
+around it and send back plain tensors; every expected value is computed here. The stand-in kernels the cache's
+dispatch calls are served by this process (``stand_in_kernels``: the driver's ``RecordingKernels``), so the record
+of those calls is this process's. The GPU scenarios run the graded kernels in the worker too (libraries this
+process built, see grader/isolation/client.py), the kit's t4/t5 kernel for the prefill (the grader puts it beside
+the spliced t6 file), so t6 is graded on its own.
 
 Checks marked ``cpu`` run without a GPU (the cache's writes and dispatch, a small model on the kit's reference
 attention); on a GPU host they run on the CPU and on the GPU. Seeds, drawn shapes, positions and tokens change
@@ -33,7 +34,8 @@ from grader.hidden import decode_checks as checks
 from grader.hidden import common
 from grader.hidden.common import cases, check_local_memory, check_sanitizer, sanitizer_tools, time_rule
 from grader.isolation.client import KitObject, WorkerFailure, student_module
-from grader.isolation.t6_driver import output_shift
+from grader.hidden.t6_driver import SOURCE as DRIVER_FILE
+from grader.hidden.t6_driver import RecordingKernels, output_shift
 
 # Under a full grading's load a t6 check without a cost of its own took 1-2 s (grader/records/issue35_speed_h200.txt):
 # the default for dealing its checks to checkers (its slow ones carry their own).
@@ -64,7 +66,13 @@ KERNEL_OUTPUT_HINT = (
 
 
 def student():
-    return student_module(CACHE_FILE, forbidden=TASK.rules.forbidden, driver="t6", kernels=WORKER_KERNELS)
+    return student_module(CACHE_FILE, forbidden=TASK.rules.forbidden, driver=DRIVER_FILE, kernels=WORKER_KERNELS)
+
+
+def stand_in_kernels(shift_seed: int) -> KitObject:
+    """Kernels served by this process to the student's cache (the worker's stand-in calls them): each call recorded
+    here, its answer shifted by a vector of ``shift_seed``, which never leaves this process."""
+    return KitObject("kernels", {"shift_seed": shift_seed}, make=RecordingKernels)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -422,7 +430,7 @@ def run_dispatch(seed: int, device: str, label: str):
         chunk = [x[:, :, first:last].contiguous().to(device) for x in (q, k, v)]  # fresh tensors, as the model's are
         result = student().call(
             "dispatch_step",
-            KitObject("stand_in_kernels", {"shift_seed": shape["shift_seed"]}),
+            stand_in_kernels(shape["shift_seed"]),
             *chunk,
             torch.arange(first, last, device=device),
             shape["scale"],
@@ -614,7 +622,7 @@ def test_model_logits_follow_what_the_kernels_return(seed):
     ).cuda()
     result = student().call(
         "stand_in_model_scenario",
-        KitObject("stand_in_kernels", {"shift_seed": shift_seed}),
+        stand_in_kernels(shift_seed),
         "llama-tiny",
         model_seed,
         tokens,

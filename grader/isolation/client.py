@@ -1,12 +1,12 @@
 """The checker's side of the worker: student Python runs only in a sandboxed process it talks to.
 
-Hidden tests use ``student_module("t1_attention.py")`` where public tests import the file. The object
+Hidden tests use ``student_module("attention.py")`` where public tests import the file. The object
 it returns looks like the module: ``student.naive_attention(q, k, v, causal=True)`` sends the tensors
 to the worker as plain data, waits (with a timeout), checks the reply and returns plain tensors on
 the inputs' device. Nothing the student wrote runs in this process.
 
-Arguments that are not data are named. ``KitObject("scripted_model", {...})`` (t7's models and tokenizers,
-t6's stand-in kernels: grader/isolation/served.py) is built HERE, in the checker, for the call, and served to
+Arguments that are not data are named. ``KitObject("scripted_model", {...})`` (the kit's models and tokenizers,
+or an object of the checks' own such as a cache's stand-in kernels: grader/isolation/served.py) is built HERE, in the checker, for the call, and served to
 the worker: the student's code gets a stand-in whose methods ask this process over the channel, which answers
 them while it waits for the call's reply (within the call's time limit). So the evidence the checks judge is
 recorded here as it happens: ``CallResult.calls`` is the record of the call's first served model (or kernels),
@@ -21,9 +21,10 @@ type the checker knows by name, the kit's own messages (stub texts, tripwire nam
 refused, with numbers masked), and a failed import's text while no call has yet sent the worker any data. The
 full text stays in ``str(failure)`` and ``detail``, for the checks and the instructor's grading.json.
 
-``student_module("t6_kv_cache.py", driver="t6", kernels=(...))`` stands for a kit driver instead: its
-functions are scenarios of grader/isolation/t6_driver.py run around the student's module (a class with state that the
-kit's model drives). ``kernels`` names the CUDA files the worker's copy of the kit wrappers runs: the worker
+``student_module("x_cache.py", driver=Path(".../x_driver.py"), kernels=(...))`` stands for a kit driver instead:
+its functions are the scenarios of that file (the task's own, kept with its hidden suite), run around the student's
+module (a class with state that the kit's model drives). The file is copied into the worker's /kit, read-only, and
+each call names it by its module name (the file's stem); this layer never imports it. ``kernels`` names the CUDA files the worker's copy of the kit wrappers runs: the worker
 gets the kit's ``assignment.cuda`` package (the student's file imports it) and, on a GPU, the libraries this
 process built from ``IMPL``'s files (no sources, no nvcc in the sandbox).
 
@@ -54,7 +55,7 @@ from pathlib import Path
 import torch
 
 from grader.isolation import feedback, sandbox
-from grader.isolation.kit_folder import CHECKPOINT_IN_KIT, worker_kit_dir
+from grader.isolation.kit_folder import CHECKPOINT_IN_KIT, driver_name, worker_kit_dir
 from grader.isolation.wire import (  # noqa: F401 - the types a call takes and raises, where callers find them
     CallResult,
     KitObject,
@@ -83,7 +84,8 @@ class WorkerConfig:
     max_result_bytes: int = 4 * 2**30
     forbidden: tuple[str, ...] = ()  # the task's forbidden names: tripwires in the worker
     deny: tuple[str, ...] = ()
-    kernels: tuple[str, ...] = ()  # CUDA files whose kit wrappers the worker runs (t6), see kit_dir
+    kernels: tuple[str, ...] = ()  # CUDA files whose kit wrappers the worker runs, see kit_folder.worker_kit_dir
+    drivers: tuple[str, ...] = ()  # kit driver files (paths) copied into the worker's /kit, see student_module
     limits: sandbox.Limits = field(default_factory=sandbox.Limits)
 
     @property
@@ -104,6 +106,7 @@ class WorkerConfig:
                 forbidden=tuple(raw.pop("forbidden", ())),
                 deny=tuple(raw.pop("deny", ())),
                 kernels=tuple(raw.pop("kernels", ())),
+                drivers=tuple(raw.pop("drivers", ())),
                 **raw,
             )
         from assignment.impl import REPO_ROOT, student_dir
@@ -124,6 +127,7 @@ class WorkerConfig:
                 "forbidden": list(self.forbidden),
                 "deny": list(self.deny),
                 "kernels": list(self.kernels),
+                "drivers": list(self.drivers),
                 "limits": self.limits.__dict__,
             },
             indent=1,
@@ -194,7 +198,9 @@ class Worker:
         from assignment.impl import REPO_ROOT
 
         deny = tuple(Path(p) for p in self.config.deny) or (REPO_ROOT,)
-        kit_dir = worker_kit_dir(tuple(self.config.kernels), self.gpu and bool(self.config.kernels))
+        kit_dir = worker_kit_dir(
+            tuple(self.config.kernels), self.gpu and bool(self.config.kernels), tuple(self.config.drivers)
+        )
         return sandbox.SandboxSpec(
             student_dir=self.config.student_dir,
             kit_dir=kit_dir,
@@ -220,6 +226,7 @@ class Worker:
             "forbidden": list(self.config.forbidden),
             "max_payload": self.config.max_result_bytes,
             "checkpoint": str(CHECKPOINT_IN_KIT),
+            "drivers": [driver_name(path) for path in self.config.drivers],
         }
         argv = sandbox.command(spec, worker_config)
         info_r = info_w = None
@@ -424,8 +431,8 @@ class Worker:
         """One call of the student's function. ``device``: where the worker puts the call's tensors and the checker
         the call's kit objects (default: the device of the first tensor argument, else the CPU); ``drain``: the
         result is an iterator whose items the worker streams here as they come (see the module docstring);
-        ``driver``: call that kit driver's scenario ``function`` with the student's module instead
-        (``<driver>_driver.py`` beside the worker)."""
+        ``driver``: call that kit driver's scenario ``function`` with the student's module instead (the module name
+        of one of the config's ``drivers``, which the worker's /kit holds)."""
         with self._lock:
             if not self.alive():
                 self._launch()
@@ -556,21 +563,23 @@ def student_module(
     *,
     gpu: bool | None = None,
     forbidden: tuple[str, ...] | None = None,
-    driver: str | None = None,
+    driver: Path | None = None,
     kernels: tuple[str, ...] = (),
 ) -> StudentModule:
     """The student's ``filename`` behind a sandboxed worker (one worker per GPU/CPU kind, reused); with ``driver``
-    and ``kernels``, see the module docstring."""
+    (a kit driver's file, which its task keeps) and ``kernels``, see the module docstring."""
     config = WorkerConfig.from_environment()
     if forbidden is not None:
         config = replace(config, forbidden=tuple(forbidden))
     if kernels:
         config = replace(config, kernels=tuple(kernels))
+    if driver is not None:
+        config = replace(config, drivers=(str(Path(driver).resolve()),))
     use_gpu = torch.cuda.is_available() if gpu is None else gpu and torch.cuda.is_available()
     key = (config.to_json(), use_gpu)
     if key not in _workers:
         _workers[key] = Worker(config, use_gpu)
-    return StudentModule(filename, _workers[key], driver)
+    return StudentModule(filename, _workers[key], None if driver is None else driver_name(driver))
 
 
 @atexit.register

@@ -1,6 +1,7 @@
 """What the sandbox mounts at /kit for a sandboxed worker (grader/isolation/client.py starts it): worker.py, and for a
-worker whose student file is driven by kit code (t6) the kit's model package, drivers, CUDA wrappers, every task's
-code, the shipped checkpoint and, on a GPU, the libraries built from ``IMPL``'s CUDA files. Nothing of the grader's.
+worker whose student file is driven by kit code (a KV cache the kit's model drives) the kit's model package, the
+driver files its task hands over, CUDA wrappers, every task's code, the shipped checkpoint and, on a GPU, the
+libraries built from ``IMPL``'s CUDA files. Nothing else of the grader's.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ import assignment.model as model_package
 from assignment.model import DEFAULT_CHECKPOINT
 
 WORKER_SOURCE = Path(__file__).resolve().parent / "worker.py"
-# The kit's drivers (<name>_driver.py): a task whose student file is driven by kit code ships its scenarios in one.
-DRIVER_SOURCES = tuple(sorted(Path(__file__).resolve().parent.glob("*_driver.py")))
 MODEL_PACKAGE = Path(model_package.__file__).resolve().parent
 ASSIGNMENT = MODEL_PACKAGE.parent
 # What `from assignment.cuda import kernels` needs (all shipped to students): the wrappers and their imports.
@@ -37,22 +36,34 @@ CUDA_WRAPPER_FILES = (
     "testing.py",
 )
 CHECKPOINT_IN_KIT = DEFAULT_CHECKPOINT.relative_to(MODEL_PACKAGE.parents[1])  # the same place under /kit
-MODEL_FILES_KEPT_OUT = ("scripted.py",)  # t7's test model: its logits live in the checker only (served.py)
+MODEL_FILES_KEPT_OUT = ("scripted.py",)  # the scripted test model: its logits live in the checker only (served.py)
+
+
+def driver_name(path: str | Path) -> str:
+    """The module name a request gives the driver file ``path``: its stem (the worker loads ``<name>.py`` beside
+    itself, and only a name its config lists)."""
+    name = Path(path).stem
+    if not name.isidentifier() or Path(path).name == WORKER_SOURCE.name or Path(path).suffix != ".py":
+        raise ValueError(f"a kit driver is a Python file named as a module, not worker.py: {path}")
+    return name
 
 
 @cache
-def worker_kit_dir(kernels: tuple[str, ...] = (), gpu: bool = False) -> Path:
-    """A private folder with what the sandbox mounts at /kit: worker.py. t7's models and tokenizers are served by
-    the checker (served.py), so a plain worker gets nothing else: no model code, no weights, no scripted model.
-    With ``kernels`` (t6, whose student file subclasses the kit's cache and whose scenarios run the kit's model
-    around it): the kit's model package but the scripted test model, the shipped checkpoint, the kit's drivers,
-    its CUDA wrappers and, for a GPU worker, the libraries built from those files of ``IMPL`` (all shipped to
-    students; not the grader's package)."""
+def worker_kit_dir(kernels: tuple[str, ...] = (), gpu: bool = False, drivers: tuple[str, ...] = ()) -> Path:
+    """A private folder with what the sandbox mounts at /kit: worker.py. The kit's models and tokenizers are served
+    by the checker (served.py), so a plain worker gets nothing else: no model code, no weights, no scripted model.
+    With ``drivers`` (kit files of scenarios that run the kit's model around a student's class, each copied beside
+    worker.py, where its scenarios find the checkpoint and the libraries) or ``kernels`` (CUDA files): the kit's
+    model package but the scripted test model, the shipped checkpoint, its CUDA wrappers and, for a GPU worker, the
+    libraries built from those files of ``IMPL`` (all shipped to students but the drivers; not the grader's
+    package)."""
     folder = Path(tempfile.mkdtemp(prefix="kit-worker-"))
     shutil.copyfile(WORKER_SOURCE, folder / "worker.py")
     (folder / "worker.py").chmod(0o644)
     package = folder / "assignment"
-    if kernels:
+    for source in map(Path, drivers):
+        shutil.copyfile(source, folder / f"{driver_name(source)}.py")
+    if kernels or drivers:
         (package / "model").mkdir(parents=True)
         (package / "__init__.py").write_text("")
         for source in MODEL_PACKAGE.glob("*.py"):
@@ -60,8 +71,6 @@ def worker_kit_dir(kernels: tuple[str, ...] = (), gpu: bool = False) -> Path:
                 shutil.copyfile(source, package / "model" / source.name)
         if DEFAULT_CHECKPOINT.is_dir():
             shutil.copytree(DEFAULT_CHECKPOINT, folder / CHECKPOINT_IN_KIT)
-        for source in DRIVER_SOURCES:
-            shutil.copyfile(source, folder / source.name)
         (package / "cuda").mkdir()
         for name in CUDA_WRAPPER_FILES:
             shutil.copyfile(ASSIGNMENT / name, package / name)

@@ -1,7 +1,7 @@
-"""Kit objects that live in the checker and are served to the sandboxed worker: t7's models and tokenizers,
-t6's stand-in kernels.
+"""Kit objects that live in the checker and are served to the sandboxed worker: the kit's models and tokenizers, and
+whatever object a task's checks bring (a KV cache's stand-in kernels).
 
-A generation loop needs a model and a tokenizer, and t6's cache needs kernels to call; none of them crosses the
+A generation loop needs a model and a tokenizer, and a KV cache needs kernels to call; none of them crosses the
 channel as data. So they are built here, in the checker's process, from the kit's own code on the call's device,
 and the worker gets a thin stand-in (``worker.ServedObject``) whose methods send each call over the channel and
 block for the answer. What the checker then judges about how the student's code used them (each model step's
@@ -16,8 +16,9 @@ worker as its type and message, where the stand-in raises it, and is kept in ``r
 feedback may say about it is the kit's own message, with the numbers in it masked (they come from the hidden
 inputs).
 
-``KitObject("scripted_model", {...})`` names what to build (``build`` below); the client builds one per argument
-of each call, so each record holds that call only.
+``KitObject("scripted_model", {...})`` names what to build (``build`` below): one of the kit's ``BUILDERS``, or,
+with ``make``, an object of the checks' own (``brought``: its class says which methods it answers and keeps its
+record). The client builds one per argument of each call, so each record holds that call only.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import inspect
 import re
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -71,6 +73,7 @@ class Served:
         self.refusals: list[Refusal] = []
         self.calls: list[dict] | None = None  # the record, for objects that keep one
         self.started = time.monotonic()
+        self.kit_sources: tuple[Path, ...] = KIT_SOURCES  # where an error is the kit's own (its message shown)
 
     def attributes(self) -> dict:
         return {}
@@ -84,7 +87,9 @@ class Served:
         try:
             result = self._run(method, args, kwargs)
         except Exception as exc:
-            self.refusals.append(Refusal(self.what, method, type(exc).__name__, str(exc)[:2000], raised_by_kit(exc)))
+            self.refusals.append(
+                Refusal(self.what, method, type(exc).__name__, str(exc)[:2000], raised_by_kit(exc, self.kit_sources))
+            )
             raise
         if self.calls is not None:
             at = round(time.monotonic() - self.started, 6)
@@ -96,11 +101,12 @@ class Served:
         raise NotImplementedError
 
 
-def raised_by_kit(exc: BaseException) -> bool:
-    """Whether the innermost frame that raised ``exc`` is the kit's own code (``assignment`` or this folder: its
-    checks of arguments, with its own messages) rather than PyTorch's internals or Python's argument binding."""
+def raised_by_kit(exc: BaseException, sources: tuple[Path, ...] = KIT_SOURCES) -> bool:
+    """Whether the innermost frame that raised ``exc`` is the kit's own code (in ``sources``: ``assignment``, this
+    folder and the file of a brought object's class; its checks of arguments, with its own messages) rather than
+    PyTorch's internals or Python's argument binding."""
     frames = traceback.extract_tb(exc.__traceback__)
-    return bool(frames) and any(Path(frames[-1].filename).resolve().is_relative_to(s) for s in KIT_SOURCES)
+    return bool(frames) and any(Path(frames[-1].filename).resolve().is_relative_to(s) for s in sources)
 
 
 class ServedModel(Served):
@@ -147,12 +153,22 @@ def _ints(value) -> list[int]:
 
 class ServedMethods(Served):
     """An object's listed methods, served as they are (``record``: the object's own list of calls, if it keeps
-    one; the object lives in the checker, so the list is the checker's)."""
+    one; the object lives in the checker, so the list is the checker's; ``kit_files``: files beyond KIT_SOURCES
+    whose errors are the kit's own)."""
 
-    def __init__(self, target, what: str, methods, attributes: dict | None = None, record: list | None = None):
+    def __init__(
+        self,
+        target,
+        what: str,
+        methods,
+        attributes: dict | None = None,
+        record: list | None = None,
+        kit_files: tuple[Path, ...] = (),
+    ):
         super().__init__()
         self.target, self.what, self.methods = target, what, frozenset(methods)
         self._attributes, self.calls = dict(attributes or {}), record
+        self.kit_sources = (*KIT_SOURCES, *kit_files)
 
     def attributes(self) -> dict:
         return self._attributes
@@ -199,11 +215,14 @@ def _byte_tokenizer(device: str) -> ServedMethods:
     return _tokenizer(ByteTokenizer())
 
 
-def _stand_in_kernels(device: str, shift_seed: int | None = None) -> ServedMethods:
-    from grader.isolation.t6_driver import RecordingKernels
-
-    kernels = RecordingKernels(shift_seed)
-    return ServedMethods(kernels, "kernels", kernels.METHODS, record=kernels.calls)
+def brought(target, what: str) -> ServedMethods:
+    """An object a task's checks bring (built by the checker, from the checks' own code), served as it is: the
+    methods its class lists in ``METHODS``, its ``calls`` list (when it keeps one) the record. An error raised in
+    the file of its class is the kit's own, as one raised in ``assignment`` is."""
+    own_file = Path(inspect.getfile(type(target))).resolve()
+    return ServedMethods(
+        target, what, type(target).METHODS, record=getattr(target, "calls", None), kit_files=(own_file,)
+    )
 
 
 BUILDERS = {
@@ -211,12 +230,14 @@ BUILDERS = {
     "checkpoint_model": _checkpoint_model,
     "byte_tokenizer": _byte_tokenizer,
     "checkpoint_tokenizer": lambda device: _tokenizer(_checkpoint(device).tokenizer),
-    "stand_in_kernels": _stand_in_kernels,
 }
 
 
-def build(name: str, kwargs: dict, device: str) -> Served:
-    """The kit object ``name`` (a key of BUILDERS) on ``device``, for one call."""
+def build(name: str, kwargs: dict, device: str, make: Callable[..., object] | None = None) -> Served:
+    """The kit object ``name`` (a key of BUILDERS) on ``device``, for one call; with ``make``, the checks' own
+    object ``make(**kwargs)``, served as ``name`` (``brought``)."""
+    if make is not None:
+        return brought(make(**kwargs), name)
     if name not in BUILDERS:
         raise ValueError(f"unknown kit object {name!r} (choose from {', '.join(BUILDERS)})")
     return BUILDERS[name](device, **kwargs)

@@ -5,6 +5,7 @@ and the failure a call raises."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -12,7 +13,7 @@ import torch
 from grader.isolation import feedback, served
 from grader.isolation.worker import MAX_DRAINED_ITEMS, SERVED_ERRORS
 
-# Tensors one served call may send (a decode step's cache in the t6 scenarios is well under 1 MiB; the kit's
+# Tensors one served call may send (a decode step's KV cache in a driver's scenarios is well under 1 MiB; the kit's
 # objects compute in this process, so what the student's code sends is work and memory here).
 SERVED_PAYLOAD_BYTES = 64 * 2**20
 
@@ -40,11 +41,14 @@ class CallResult:
 
 @dataclass(frozen=True)
 class KitObject:
-    """An argument that is a kit object (a model, a tokenizer, stand-in kernels: a key of served.BUILDERS), built
-    in the checker for the call and served to the worker (it cannot cross the channel as data)."""
+    """An argument that is a kit object, built in the checker for the call and served to the worker (it cannot cross
+    the channel as data): ``name`` a key of served.BUILDERS (a model, a tokenizer), or, with ``make``, what the
+    messages call the checks' own object ``make(**kwargs)`` (a class with ``METHODS``: served.brought). Neither
+    ``kwargs`` nor ``make`` ever crosses."""
 
     name: str
     kwargs: dict = field(default_factory=dict)
+    make: Callable[..., object] | None = None
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,7 @@ class CallInFlight:
 
     def add(self, kit_object: KitObject, tensors: dict) -> dict:
         """Build ``kit_object`` for this call; what the worker gets to stand for it."""
-        built = served.build(kit_object.name, dict(kit_object.kwargs), self.device)
+        built = served.build(kit_object.name, dict(kit_object.kwargs), self.device, kit_object.make)
         handle = f"k{len(self.served)}"
         self.served[handle] = built
         return {

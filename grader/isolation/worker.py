@@ -16,7 +16,7 @@ before any call sends it data) and {"op": "call", "file", "function", "args", "k
 "track", "drain"}; every reply carries the request's "id". The grader trusts nothing a reply says
 except the data it checks itself.
 
-Kit objects live in the checker (grader/isolation/served.py): a model, a tokenizer, t6's stand-in
+Kit objects live in the checker (grader/isolation/served.py): a model, a tokenizer, a cache's stand-in
 kernels. An argument {"$served": handle, "what", "attributes", "methods"} becomes a ``ServedObject``
 here: its attributes are plain values, and each method call is a frame {"op": "serve", "object",
 "method", "args", "kwargs"} to the checker, which runs the kit's object, records the call and answers
@@ -28,10 +28,11 @@ would answer. {"$generator": seed} becomes a ``torch.Generator`` on the call's d
 {"op": "piece", "text"} per item, before asking the iterator for the next: the checker notes, at each
 arrival, how many model steps it has served (streaming happens during generation, not after it).
 
-A request with "driver" (``name``, for the kit module ``name_driver.py``) calls a function of that kit module beside this file,
-with the student's module first: t6's cache is a class the kit's model drives, not a function of data,
-so its scenarios are kit code (t6_driver.py) run here around it. Results may then hold dicts with
-string keys, sent as {"$dict": {...}}.
+A request with "driver" (``name``: the kit module ``name.py`` the client copied beside this file, one
+of the config's "drivers") calls one of that module's ENTRY_POINTS with the student's module first: a
+KV cache is a class the kit's model drives, not a function of data, so its task's scenarios are kit
+code (the task keeps the file; the checker hands it over) run here around it. Results may then hold
+dicts with string keys, sent as {"$dict": {...}}.
 """
 
 from __future__ import annotations
@@ -60,7 +61,6 @@ TRIPWIRE_HOMES = (
     "torch.linalg",
     "torch.special",
 )
-DRIVER_SUFFIX = "_driver.py"  # a kit driver is <name>_driver.py beside this file (its ENTRY_POINTS may be called)
 MAX_DRAINED_ITEMS = 100_000  # items of a drained iterator (a stream of a few hundred pieces is far below)
 MAX_PIECE_CHARS = 1 << 16  # a longer streamed piece crosses as "not text" (a frame's JSON is at most 1 MiB)
 # Errors a served call may raise here (the checker sends the type's name); any other becomes a RuntimeError.
@@ -244,7 +244,7 @@ class Worker:
         self.kit_root = os.path.dirname(os.path.abspath(__file__))  # the client's copy of the kit (drivers)
         self.drivers: dict[str, object] = {}
         if os.path.isdir(os.path.join(self.kit_root, "assignment")) and self.kit_root not in sys.path:
-            # The kit's package beside this file (a driver's task: t6's file subclasses the kit's cache) is
+            # The kit's package beside this file (a driver's task: the student's cache subclasses the kit's) is
             # importable by the student's file, as in the student's own checkout.
             sys.path.insert(0, self.kit_root)
 
@@ -261,9 +261,9 @@ class Worker:
         return self.modules[filename]
 
     def _driver(self, name: str):
-        """A kit driver module (``<name>_driver.py`` the client put beside this file), imported once."""
-        path = os.path.join(self.kit_root, name + DRIVER_SUFFIX)
-        if not name.isidentifier() or not os.path.isfile(path):
+        """A kit driver module (``<name>.py`` the client put beside this file, named in the config), imported once."""
+        path = os.path.join(self.kit_root, f"{name}.py")
+        if name not in self.config.get("drivers", ()) or not name.isidentifier() or not os.path.isfile(path):
             raise ProtocolError(f"unknown driver {name!r}")
         if name not in self.drivers:
             spec = importlib.util.spec_from_file_location("kit_driver_" + name, path)

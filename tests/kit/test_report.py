@@ -27,7 +27,7 @@ from typing import ClassVar
 import pytest
 import torch
 
-from assignment.report import cli, render, steps, views
+from assignment.report import cli, decode_view, render, sections, steps, views
 from assignment.feedback import load_form
 from assignment.model.presets import preset_config
 from assignment.perf import cases, model_bench, targets
@@ -373,10 +373,10 @@ def test_task_option_runs_that_tasks_steps_and_takes_the_rest_from_the_cache(tmp
 
 def test_model_and_rule_constants_match_what_the_bench_runs():
     assert set(views.SEED000_SHAPES) <= set(cases.ATTENTION_SHAPES)
-    assert views.T6_PROMPTS == model_bench.FULL.prompts
-    assert set(views.T6_PATHS) == set(model_bench.PATHS)
+    assert decode_view.HEADLINE_PROMPTS == model_bench.FULL.prompts, "the headline's prompts are the model bench's"
+    assert set(decode_view.PATHS) == set(model_bench.PATHS), "the model table's paths are the model bench's"
     assert render.MD_TEMPLATE.is_file() and render.HTML_TEMPLATE.is_file()
-    for module in (steps, views, render, cli):
+    for module in (steps, sections, views, decode_view, render, cli):
         assert "grader" not in module.__dict__ and "import grader" not in Path(module.__file__).read_text()
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from assignment.model import DEFAULT_CHECKPOINT, load_checkpoint
-from grader.isolation import sandbox
+from grader.isolation import kit_folder, sandbox, served
 from grader.isolation.client import KitObject, SeededGenerator, Worker, WorkerConfig, WorkerFailure, student_module
 
 pytestmark = pytest.mark.kit
@@ -200,6 +200,82 @@ def test_a_drained_stream_is_stamped_by_the_checker_which_keeps_the_call_log(pro
         kit_call(probe_worker, "listed", model, 3, drain=True)
 
 
+DRIVER = """
+import os
+
+ENTRY_POINTS = ("around",)
+
+
+def configure(checkpoint):
+    pass
+
+
+def around(module, kernels, x):
+    return [module.NAME, kernels.double(x), __file__, os.access(__file__, os.W_OK)]
+
+
+def not_an_entry_point(module):
+    return "ran"
+"""
+
+
+class Doubling:
+    """An object of a task's checks, served to the worker: its class lists what it answers and keeps the record."""
+
+    METHODS = ("double",)
+
+    def __init__(self, offset: float):
+        self.offset, self.calls = offset, []
+
+    def double(self, x):
+        if not isinstance(x, torch.Tensor):
+            raise ValueError(f"double takes a tensor, got {type(x).__name__}")
+        self.calls.append({"op": "double", "x": x.tolist()})
+        return 2 * x + self.offset
+
+
+@needs_bwrap
+def test_a_driver_the_checks_hand_over_runs_read_only_in_the_kit_folder_and_only_its_entry_points(tmp_path):
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    (folder / "cache.py").write_text("NAME = 'the student cache'\n")
+    driver = tmp_path / "probe_driver.py"
+    driver.write_text(DRIVER)
+    config = WorkerConfig(student_dir=folder, deny=(str(REPO),), call_timeout_s=60, drivers=(str(driver),))
+    worker = Worker(config, gpu=False)
+    try:
+        kernels = KitObject("kernels", {"offset": 5.0}, make=Doubling)
+        result = worker.call("cache.py", "around", (kernels, torch.tensor([1.0, 2.0])), {}, driver="probe_driver")
+        name, doubled, where, writable = result.value
+        assert name == "the student cache" and torch.equal(doubled, torch.tensor([7.0, 9.0])), result.value
+        assert (where, writable) == ("/kit/probe_driver.py", False), (
+            "the driver must be the kit folder's read-only copy"
+        )
+        assert [(c["op"], c["x"]) for c in result.calls] == [("double", [1.0, 2.0])], "the record is the checker's"
+        for driver_name, function in (
+            ("worker", "around"),
+            ("cache", "around"),
+            ("probe_driver", "not_an_entry_point"),
+        ):
+            with pytest.raises(WorkerFailure) as info:
+                worker.call("cache.py", function, (), {}, driver=driver_name)
+            assert info.value.kind == "kit", f"{driver_name}.{function} ran: a request may call only a listed driver"
+    finally:
+        worker.stop()
+
+
+def test_a_brought_objects_own_checks_are_the_kits_to_show():
+    kernels = served.brought(Doubling(0.0), "kernels")
+    with pytest.raises(ValueError):
+        kernels.serve("double", ["not a tensor"], {})
+    with pytest.raises(AttributeError):
+        kernels.serve("offset", [], {})  # not in METHODS: never called
+    refusal = kernels.refusals[0]
+    assert refusal.kit_message and "takes a tensor" in refusal.feedback(), refusal
+    with pytest.raises(ValueError, match="not worker.py"):
+        kit_folder.driver_name("/somewhere/worker.py")
+
+
 def test_without_bubblewrap_the_fallback_is_stated(monkeypatch):
     sandbox.probe.cache_clear()
     monkeypatch.setenv("KIT_BWRAP", "/nonexistent/bwrap")
@@ -219,18 +295,26 @@ def test_student_module_runs_the_reference(monkeypatch):
 
 def test_the_wrappers_a_t6_worker_gets_import_only_what_it_gets():
     """The CUDA wrapper files a t6 worker is given (kit_folder.CUDA_WRAPPER_FILES) import, at module level, only kit
-    modules it is given too: a module moved out of one of them (cuda/toolchain.py out of compiler.py) must travel."""
+    modules it is given too: a module moved out of one of them (cuda/toolchain.py out of compiler.py) must travel. So
+    does every kit module t6's driver imports (grader/hidden/t6_driver.py, anywhere in it: its scenarios import
+    inside their functions), and it imports nothing of the grader's, which the worker's /kit does not hold."""
     import ast
 
+    from grader.hidden import t6_driver
     from grader.isolation import kit_folder
 
     shipped = {f"assignment.{name.removesuffix('.py').replace('/', '.')}" for name in kit_folder.CUDA_WRAPPER_FILES}
     shipped = {name.removesuffix(".__init__") for name in shipped} | {"assignment", "assignment.cuda"}
+    readings = [
+        (name, ast.parse((kit_folder.ASSIGNMENT / name).read_text(encoding="utf-8")).body)
+        for name in kit_folder.CUDA_WRAPPER_FILES
+    ]
+    driver = ast.parse(t6_driver.SOURCE.read_text(encoding="utf-8"))
+    readings.append((t6_driver.SOURCE.name, list(ast.walk(driver))))
     missing = []
-    for name in kit_folder.CUDA_WRAPPER_FILES:
-        tree = ast.parse((kit_folder.ASSIGNMENT / name).read_text(encoding="utf-8"))
-        for node in tree.body:  # module level: what importing the file runs
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("assignment"):
+    for name, nodes in readings:
+        for node in nodes:  # a wrapper's module level (what importing the file runs); all of the driver
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("assignment", "grader")):
                 module = node.module
                 for alias in node.names:
                     target = f"{module}.{alias.name}"
@@ -242,6 +326,6 @@ def test_the_wrappers_a_t6_worker_gets_import_only_what_it_gets():
                 missing += [
                     f"{name} imports {a.name}"
                     for a in node.names
-                    if a.name.startswith("assignment.") and a.name not in shipped
+                    if a.name.startswith(("assignment.", "grader")) and a.name not in shipped
                 ]
     assert not missing, f"a t6 worker would fail to import these (add them to kit_folder.CUDA_WRAPPER_FILES): {missing}"

@@ -1,34 +1,39 @@
 """t6's scenarios, run inside the sandboxed worker around the student's ``t6_kv_cache.py`` (kit code).
 
-The student's cache is a class with state, used by the kit's model: no single function of the file can be
-called with data and return data. So the worker runs these kit functions instead (``{"driver": "t6"}``
-requests): each takes the student's module first, builds what the scenario needs from the kit's own code
-(the cache, stand-in kernels, the shipped checkpoint, a random model, a CUDA graph) and returns plain
-tensors, numbers and strings. The checker computes every expected value itself, in its own process.
+The student's cache is a class with state, used by the kit's model: no single function of the file can be called
+with data and return data. So the worker runs these kit functions instead (the hidden suite's
+``student_module(..., driver=SOURCE)``; requests ``{"driver": "t6_driver"}``): each takes the student's module
+first, builds what the scenario needs from the kit's own code (the cache, stand-in kernels, the shipped checkpoint,
+a random model, a CUDA graph) and returns plain tensors, numbers and strings. The checker computes every expected
+value itself, in its own process.
 
-How the student's cache dispatches to the kernels is the checker's record, not the worker's: the stand-in
-kernels of ``dispatch_step`` (``StandInKernels``, here) send each call's tensors to the checker, where this
-file's ``RecordingKernels`` (served by grader/isolation/served.py) checks the arguments as the kit's wrappers
-do, records the call and computes the answer in float64. What the other scenarios report about the cache
-object itself (its ``lengths``, whether ``update`` returned views, the launches the checkpoint scenario
-counted) is still the worker's, read beside the outputs the checker checks, never instead of them.
+How the student's cache dispatches to the kernels is the checker's record, not the worker's: the stand-in kernels
+of ``dispatch_step`` (``StandInKernels``, here) send each call's tensors to the checker, where this file's
+``RecordingKernels`` (the hidden suite's ``KitObject("kernels", ..., make=RecordingKernels)``, served by
+grader/isolation/served.py) checks the arguments as the kit's wrappers do, records the call and computes the
+answer in float64. What the other scenarios report about the cache object itself (its ``lengths``, whether
+``update`` returned views, the launches the checkpoint scenario counted) is still the worker's, read beside the
+outputs the checker checks, never instead of them.
 
-The kernels: ``module.kernels`` is pointed at those stand-ins or at
-``PrebuiltKernels``, the kit's wrappers over what the checker built from the graded CUDA files and copied into
-/kit: each file's device module (a cubin) and the kit's host library that launches it (no nvcc in the sandbox;
-the sources are not there either).
+The kernels: ``module.kernels`` is pointed at those stand-ins or at ``PrebuiltKernels``, the kit's wrappers over
+what the checker built from the graded CUDA files and copied into /kit: each file's device module (a cubin) and
+the kit's host library that launches it (no nvcc in the sandbox; the sources are not there either).
 
-Copied by grader/isolation/client.py into the worker's /kit beside worker.py; imports only torch and the
-kit's own ``assignment`` copy there (the checker imports it too, for ``RecordingKernels``).
+It lives with t6's hidden suite (grader/hidden/test_t6_hidden.py), its only caller, which hands it to the worker:
+the generic sandbox layer (grader/isolation/) copies the file it is given into the worker's /kit beside worker.py
+(read-only, as the rest of /kit) and runs the scenarios a request names. Imports only torch and the kit's own
+``assignment`` copy there (the checker imports it too, for ``RecordingKernels`` and ``output_shift``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import torch
 
+SOURCE = Path(__file__).resolve()  # what the hidden suite hands the worker (client.student_module's ``driver``)
 LIBRARIES = "libraries"  # beside this file: <stem>.cubin, <stem>.so, manifest.json (client.py writes them)
 ENTRY_POINTS = (
     "update_scenario",
