@@ -114,3 +114,15 @@ def test_t8_shapes_reach_every_kernel_configuration():
     shapes = REGISTRY.task("t8").hidden.fixed
     reached = {config(s["B"], s["H"], s["Lq"], d, c, bf) for s in shapes for d in (64, 128) for c, bf in flags}
     assert reachable <= reached, f"configurations no hidden t8 shape reaches: {sorted(reachable - reached)}"
+
+
+def test_the_sanitizer_scenario_reaches_the_128_row_tiles():
+    # t4_sanitize's grid for the big tiles (solutions/t4_flash_attention.cu: run(2, 8, 2, 129, 200, 64)): small, so
+    # racecheck stays quick, and still on the 128-row tiles, causal (t5) and not (t4), on this GPU.
+    config = hook("t4_flash_attention.cu", "t4_flash_attention_config", (ctypes.c_int,) * 5)
+    source = (REPO / "solutions" / "t4_flash_attention.cu").read_text()
+    assert "run(2, 8, 2, 129, 200, 64)" in source, "the scenario's grid changed: change it here too"
+    for causal in (0, 1):
+        assert config(2, 8, 129, 64, causal) & 2, (
+            f"the sanitizer scenario's d = 64 grid does not reach the 128-row tiles on {torch.cuda.get_device_name()}"
+        )
