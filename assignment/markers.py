@@ -1,15 +1,14 @@
 """The marker syntax of the kit's files, in one place, and its two readings: what the starter generator
 (grader/authoring/starter.py) writes and the splice (assignment/cuda/regions.py) reads.
 
-In a solution file (``#`` comments in Python, ``//`` in CUDA):
+A solution file is the reference, read top to bottom; its markers (``#`` comments in Python, ``//`` in CUDA) are
+five words, three of them a begin/end pair, one pair per kind of block:
 
-    BEGIN SOLUTION t4: description   ...   END SOLUTION     a region the student writes
-    PLAN: ...                                                 kept in the starter (the plan)
-    STUB: code                                                kept in the starter as code, after the failure
-    BEGIN OPEN t3: description       ...   END OPEN         the open level's block
-    GOAL: ...                                                 kept in the open starter (the goal)
-    BEGIN GUIDED t3                  ...   END GUIDED       text for the guided level only
-    BEGIN UNGUIDED t3                ...   END UNGUIDED     text for the open level only
+    BEGIN SOLUTION t4: description ... END SOLUTION   a region: what the student writes at the guided level
+    BEGIN OPEN t3: description     ... END OPEN       what the student designs at the open level (regions inside)
+    BEGIN ONLY t8 guided           ... END ONLY       text of one level only (guided, open) or of no level (reference)
+    PLAN: ...                                         kept in the stub of the region or OPEN block it is in
+    STUB: code                                        kept in that stub as code, after the failure
 
 In a starter or a student's CUDA file, a region reads ``// TODO(t4): description`` ... ``// END TODO(t4)``: the
 lines between them are what the kit splices into its own file (assignment/cuda/regions.py). Reading a file's
@@ -22,26 +21,28 @@ Everything outside the regions (signatures, docstrings, launch configurations) i
 
 Scaffolding levels. The registry picks one per task (``scaffolding``): ``guided`` (the regions above, with their
 plans) or ``open``. For ``open`` a solution file marks, around the guided regions of a kernel body, what the
-student designs alone:
+student designs alone; the body is written once, and the open level's reference is the guided one, regions filled:
 
     // BEGIN OPEN t3: the GEMM kernel body: tiling, shared-memory layout, the k loop
-    // GOAL: a line of the goal or a constraint, kept in the open starter
-    ...the reference's code, guided regions of t3 inside...
+    // PLAN: a line of the goal or a constraint (the OPEN block's own plan: the open starter's text)
+    ...the reference's code, guided regions of t3 inside, each with its own PLAN lines...
     // END OPEN
 
-At the open level the whole block becomes one stub that keeps only the GOAL lines, and the task's regions outside
-every OPEN block are given (their code stays, their markers and plans go); text between ``BEGIN GUIDED t3`` and
-``END GUIDED`` (the reference's design notes) is dropped. At the guided level the OPEN, GOAL and GUIDED marker
-lines disappear, and text between ``BEGIN UNGUIDED t3`` and ``END UNGUIDED`` is dropped. ``apply_levels`` does
-this first, so everything that reads regions (the starter, the grader's splice, the handout, the release check)
-sees one level. An OPEN block holds regions of its own task only, and never another OPEN block.
+At the open level the whole block becomes one stub that keeps only the block's own PLAN (and STUB) lines, and the
+task's regions outside every OPEN block are given (their code stays, their markers and plans go). At the guided
+level the OPEN block's markers and own PLAN and STUB lines disappear. ``apply_levels`` does this first, so
+everything that reads regions (the starter, the grader's splice, the handout, the release check) sees one level.
+An OPEN block holds regions of its own task only, and never another OPEN block.
 
-GUIDED and UNGUIDED blocks go at the top level or directly inside an OPEN block of their task, never inside a
-region or each other, in a file that has an OPEN block. The pair lets the two levels differ where the guided
-level's design lives in functions of its own (t8: a region cannot define functions, so at the open level the
-student writes the kernel body inline): inside the OPEN block, a GUIDED block holds the guided body that calls
-those functions (themselves in a GUIDED block at the top level) and an UNGUIDED block the reference's own body at
-the open level, the same design written inline. An UNGUIDED block holds code and comments only (no other marker).
+An ONLY block is read at its task's level as if its two marker lines were not there, and dropped at the other:
+``guided`` (the reference's design notes, which the open level must not hand out), ``open`` (the open level's own
+note); ``reference`` text is at no level (in no starter and no spliced build): a note to whoever edits the file.
+ONLY blocks go at the top level or directly inside an OPEN block of their task, never inside a region or each other,
+in a file that has an OPEN block. Where the guided design lives in functions of its own (t8: a region cannot define
+functions, so at the open level the student writes the kernel body inline), the body is written twice: inside the
+OPEN block, a ``guided`` ONLY block holds the body that calls those functions (themselves in a ``guided`` block at
+the top level) and an ``open`` one the reference's body at the open level, the same design inline. An ``open`` or
+``reference`` block holds code and comments only (no BEGIN or END marker).
 """
 
 from __future__ import annotations
@@ -70,22 +71,13 @@ BEGIN_SOLUTION, END_SOLUTION = _begin("SOLUTION"), _end("SOLUTION")
 BEGIN_OPEN, END_OPEN = _begin("OPEN"), _end("OPEN")
 PLAN = re.compile(r"^\s*(?:#|//)\s*PLAN:")
 STUB = re.compile(r"^(?P<indent>\s*)(?:#|//)\s*STUB:\s?(?P<code>.*)$")
-BEGIN_GUIDED = re.compile(r"^\s*(?P<c>#|//)\s*BEGIN GUIDED\b\s*(?P<task>\S*?)\s*(?::.*)?$")
-END_GUIDED = _end("GUIDED")
-BEGIN_UNGUIDED = re.compile(r"^\s*(?P<c>#|//)\s*BEGIN UNGUIDED\b\s*(?P<task>\S*?)\s*(?::.*)?$")
-END_UNGUIDED = _end("UNGUIDED")
-GOAL = re.compile(r"^(?P<indent>\s*)(?P<c>#|//)\s*GOAL:(?P<text>.*)$")
+# ``BEGIN ONLY t8 guided: why`` (any words before the colon: the reader says what is wrong with them).
+BEGIN_ONLY = re.compile(r"^\s*(?P<c>#|//)\s*BEGIN ONLY\b(?P<words>[^:]*)(?::.*)?$")
+END_ONLY = _end("ONLY")
+ONLY_LEVELS = ("guided", "open", "reference")  # "reference": at no level (a note in the solution file alone)
 
-# What an UNGUIDED block may not hold (apply_levels).
-_MARKERS_OUTSIDE_UNGUIDED = (
-    BEGIN_SOLUTION,
-    END_SOLUTION,
-    BEGIN_OPEN,
-    END_OPEN,
-    BEGIN_GUIDED,
-    END_GUIDED,
-    BEGIN_UNGUIDED,
-)
+# What an ONLY block of the open level or of the reference may not hold (apply_levels).
+_BLOCK_MARKERS = (BEGIN_SOLUTION, END_SOLUTION, BEGIN_OPEN, END_OPEN, BEGIN_ONLY)
 
 # A CUDA region in a starter or student file.
 TODO_BEGIN = re.compile(r"^(?P<indent>\s*)//\s*TODO\((?P<task>t[0-9]+)\):\s*(?P<desc>.*?)\s*$")
@@ -140,65 +132,80 @@ def open_tasks(text: str) -> set[str]:
     return {m["task"] for m in map(BEGIN_OPEN.match, text.splitlines()) if m}
 
 
+def only_block(begin: re.Match) -> tuple[str, str]:
+    """The task and the level a ``BEGIN_ONLY`` match names ("" where missing; the rest when more words follow)."""
+    words = begin["words"].split()
+    return (words[0] if words else ""), " ".join(words[1:])
+
+
+def _level(levels: dict[str, str], task: str | None) -> str:
+    return "open" if levels.get(task or "") == "open" else "guided"
+
+
+def _only_marker(
+    line: str,
+    number: int,
+    filename: str,
+    only: tuple[int, str, str] | None,
+    block: tuple[int, str, str, str] | None,
+    in_region: str | None,
+) -> tuple[bool, tuple[int, str, str] | None]:
+    """(whether line ``number`` is an ONLY marker, the ONLY block open after it: line, task, level); MarkerError
+    where the marker, or a marker inside the block, is misplaced."""
+    where = f"{filename}:{number}"
+    begin, end = BEGIN_ONLY.match(line), END_ONLY.match(line)
+    if begin:
+        if only is not None or in_region is not None:
+            raise MarkerError(
+                f"{where}: BEGIN ONLY goes at the top level or directly inside an OPEN block, outside every region "
+                "and every other ONLY block"
+            )
+        task, level = only_block(begin)
+        if not TASK_ID.fullmatch(task):
+            raise MarkerError(f"{where}: BEGIN ONLY needs a task id such as t8, got {task!r}")
+        if level not in ONLY_LEVELS:
+            raise MarkerError(
+                f"{where}: BEGIN ONLY {task} needs one level after the task ({', '.join(ONLY_LEVELS)}), got {level!r}"
+            )
+        if block is not None and task != block[1]:
+            raise MarkerError(f"{where}: an ONLY block of {task} inside the OPEN block of {block[1]}")
+        return True, (number, task, level)
+    if end:
+        if only is None:
+            raise MarkerError(f"{where}: END ONLY without a matching BEGIN ONLY")
+        return True, None
+    if only is not None:
+        opened = f"the ONLY {only[2]} block opened at line {only[0]}"
+        if only[2] != "guided" and any(m.match(line) for m in _BLOCK_MARKERS):
+            raise MarkerError(f"{where}: a marker inside {opened} (it holds code and comments only)")
+        if BEGIN_OPEN.match(line) or END_OPEN.match(line):
+            raise MarkerError(f"{where}: an OPEN marker inside {opened}")
+    return False, only
+
+
 def apply_levels(text: str, filename: str, levels: dict[str, str] | None = None) -> str:
     """The solution text at each task's scaffolding level (``levels``: task id -> "guided" | "open"; the default
-    registry's when None): only BEGIN SOLUTION regions remain. A text without OPEN blocks comes back unchanged,
-    so the result is a fixed point (``render_starter`` refuses a task set to open whose files have no OPEN block).
-    """
+    registry's when None): only BEGIN SOLUTION regions, with their PLAN and STUB lines, remain. A text without
+    OPEN blocks comes back unchanged, so the result is a fixed point (``render_starter`` refuses a task set to open
+    whose files have no OPEN block)."""
     lines = text.splitlines(keepends=True)
     if not any(BEGIN_OPEN.match(line) for line in lines):
         return text
     levels = levels if levels is not None else task_levels()
     out: list[str] = []
     block: tuple[int, str, str, str] | None = None  # line, task, description, indent of the open OPEN block
-    goals: list[str] = []
-    stubs: list[str] = []
+    plans: list[str] = []  # the OPEN block's own PLAN lines (outside its regions)
+    stubs: list[str] = []  # and its own STUB lines
     body: list[str] = []
     in_region: str | None = None  # task of the BEGIN SOLUTION region being read, when inside one
-    guided: tuple[int, str] | None = None  # line and task of the open GUIDED block
-    unguided: tuple[int, str] | None = None  # line and task of the open UNGUIDED block
+    only: tuple[int, str, str] | None = None  # line, task and level of the open ONLY block
     for number, line in enumerate(lines, start=1):
         where = f"{filename}:{number}"
         if not line.endswith("\n"):
             line += "\n"
-        begin_unguided, end_unguided = BEGIN_UNGUIDED.match(line), END_UNGUIDED.match(line)
-        if unguided is not None and not end_unguided:
-            if any(m.match(line) for m in _MARKERS_OUTSIDE_UNGUIDED):
-                raise MarkerError(
-                    f"{where}: a marker inside the UNGUIDED block opened at {filename}:{unguided[0]} (it holds code "
-                    "and comments only)"
-                )
-            if levels.get(unguided[1]) != "open":
-                continue  # text for the open level only (the reference's own open-level code)
-        begin_guided, end_guided = BEGIN_GUIDED.match(line), END_GUIDED.match(line)
-        if begin_guided or begin_unguided:
-            word, found = ("GUIDED", begin_guided) if begin_guided else ("UNGUIDED", begin_unguided)
-            if guided is not None or unguided is not None or in_region is not None:
-                raise MarkerError(
-                    f"{where}: BEGIN {word} goes at the top level or directly inside an OPEN block, outside every "
-                    "region and every other GUIDED or UNGUIDED block"
-                )
-            if block is not None and found["task"] != block[1]:
-                raise MarkerError(
-                    f"{where}: a {word} block of {found['task'] or '?'} inside the OPEN block of {block[1]}"
-                )
-            if begin_guided:
-                guided = (number, found["task"])
-            else:
-                if not TASK_ID.fullmatch(found["task"] or ""):
-                    raise MarkerError(f"{where}: BEGIN UNGUIDED needs a task id such as t8, got {found['task']!r}")
-                unguided = (number, found["task"])
-            continue
-        if end_guided or end_unguided:
-            word, opened = ("GUIDED", guided) if end_guided else ("UNGUIDED", unguided)
-            if opened is None:
-                raise MarkerError(f"{where}: END {word} without a matching BEGIN {word}")
-            guided, unguided = (None, unguided) if end_guided else (guided, None)
-            continue
-        if guided is not None and (BEGIN_OPEN.match(line) or END_OPEN.match(line)):
-            raise MarkerError(f"{where}: an OPEN marker inside the GUIDED block opened at {filename}:{guided[0]}")
-        if guided is not None and levels.get(guided[1]) == "open":
-            continue  # text for the guided level only (e.g. the reference's design notes)
+        marker, only = _only_marker(line, number, filename, only, block, in_region)
+        if marker or (only is not None and only[2] != _level(levels, only[1])):
+            continue  # an ONLY marker, or text of another level (or of the reference alone)
         begin_open, end_open = BEGIN_OPEN.match(line), END_OPEN.match(line)
         begin, end = BEGIN_SOLUTION.match(line), END_SOLUTION.match(line)
         if begin_open:
@@ -212,7 +219,7 @@ def apply_levels(text: str, filename: str, levels: dict[str, str] | None = None)
             if not TASK_ID.fullmatch(task or ""):
                 raise MarkerError(f"{where}: BEGIN OPEN needs a task id such as t3, got {task!r}")
             desc = (begin_open["desc"] or "").strip() or f"the {task} kernel"
-            block, goals, stubs, body = (number, task, desc, begin_open["indent"]), [], [], []
+            block, plans, stubs, body = (number, task, desc, begin_open["indent"]), [], [], []
             continue
         if end_open:
             if block is None:
@@ -221,9 +228,9 @@ def apply_levels(text: str, filename: str, levels: dict[str, str] | None = None)
                 raise MarkerError(f"{where}: END OPEN inside a BEGIN SOLUTION region")
             _, task, desc, indent = block
             c = end_open["c"]
-            if levels.get(task) == "open":
+            if _level(levels, task) == "open":
                 out.append(f"{indent}{c} BEGIN SOLUTION {task}: {desc}\n")
-                out.extend(goals)
+                out.extend(plans)
                 out.extend(stubs)
                 out.extend(body)
                 out.append(f"{indent}{c} END SOLUTION\n")
@@ -240,37 +247,28 @@ def apply_levels(text: str, filename: str, levels: dict[str, str] | None = None)
                 )
         elif end:
             in_region, was = None, in_region
-            if block is None and levels.get(was) == "open":
+            if block is None and _level(levels, was) == "open":
                 continue  # a given region at the open level: its code stays, its markers go
         if block is not None:
-            goal = GOAL.match(line)
-            if goal:
-                goals.append(f"{goal['indent']}{goal['c']} PLAN:{goal['text']}\n")
-            elif levels.get(block[1]) == "open":
-                # the inner regions dissolve into the block; their plans and stubs go (STUB lines written directly
-                # in the OPEN block, outside any region, are the block's own)
-                if begin or end or PLAN.match(line):
-                    continue
-                if STUB.match(line):
-                    if in_region is None:
-                        stubs.append(line)
-                    continue
-                body.append(line)
+            if in_region is None and PLAN.match(line):
+                plans.append(line)  # the block's own plan: the open stub's text, nothing at the guided level
+            elif in_region is None and STUB.match(line):
+                stubs.append(line)  # the block's own stub code, likewise
+            elif _level(levels, block[1]) == "open":
+                # the inner regions dissolve into the block; their markers, plans and stubs go
+                if not (begin or end or PLAN.match(line) or STUB.match(line)):
+                    body.append(line)
             else:
                 body.append(line)
             continue
-        if in_region is not None and levels.get(in_region) == "open":
+        if in_region is not None and _level(levels, in_region) == "open":
             if begin or PLAN.match(line) or STUB.match(line):
                 continue  # a given region at the open level
         out.append(line)
     if block is not None:
         raise MarkerError(f"{filename}:{block[0]}: BEGIN OPEN {block[1]} is never closed (END OPEN missing)")
-    if guided is not None:
-        raise MarkerError(f"{filename}:{guided[0]}: BEGIN GUIDED {guided[1]} is never closed (END GUIDED missing)")
-    if unguided is not None:
-        raise MarkerError(
-            f"{filename}:{unguided[0]}: BEGIN UNGUIDED {unguided[1]} is never closed (END UNGUIDED missing)"
-        )
+    if only is not None:
+        raise MarkerError(f"{filename}:{only[0]}: BEGIN ONLY {only[1]} is never closed (END ONLY missing)")
     return "".join(out)
 
 
@@ -282,6 +280,9 @@ def strip_solutions(
     text = apply_levels(
         text, filename, levels if levels is not None else (task_levels(registry) if registry is not None else None)
     )
+    leftover = next((n for n, line in enumerate(text.splitlines(), 1) if BEGIN_ONLY.match(line)), None)
+    if leftover is not None:
+        raise MarkerError(f"{filename}:{leftover}: an ONLY block in a file without an OPEN block (it has one level)")
     suffix = Path(filename).suffix
     comment = COMMENT_FOR_SUFFIX.get(suffix)
     out: list[str] = []

@@ -84,11 +84,11 @@ def naive_attention(
     _check_inputs(q, k, v)
     scale = default_scale(q.shape[-1]) if scale is None else float(scale)
     # BEGIN OPEN t1: naive attention
-    # GOAL: O = softmax(Q Kᵀ · scale) V, row by row, for (B, H, Lq, d) queries and (B, H, Lk, d) keys and values:
-    # GOAL: the whole (B, H, Lq, Lk) score matrix is allowed here (this is the reference the tiled version matches).
-    # GOAL: Float32 arithmetic whatever q's dtype; O in q's dtype. Causal: query i sees key j only when
-    # GOAL: j <= i + Lk - Lq (causal_visible). No NaN or inf for scores of about +-400, and O = 0 for a row that
-    # GOAL: sees no key.
+    # PLAN: O = softmax(Q Kᵀ · scale) V, row by row, for (B, H, Lq, d) queries and (B, H, Lk, d) keys and values:
+    # PLAN: the whole (B, H, Lq, Lk) score matrix is allowed here (this is the reference the tiled version matches).
+    # PLAN: Float32 arithmetic whatever q's dtype; O in q's dtype. Causal: query i sees key j only when
+    # PLAN: j <= i + Lk - Lq (causal_visible). No NaN or inf for scores of about +-400, and O = 0 for a row that
+    # PLAN: sees no key.
     # BEGIN SOLUTION t1: naive attention
     # PLAN: 1. The scores S = Q Kᵀ · scale, shape (B, H, Lq, Lk), in float32: fp16/bf16 products summed in their own
     # PLAN:    precision lose the digits the tests measure, so upcast before multiplying, not after.
@@ -154,17 +154,17 @@ def flash_attention_forward(
     out = torch.empty(batch, heads, lq, d, dtype=q.dtype, device=q.device)
     lse = torch.empty(batch, heads, lq, dtype=torch.float32, device=q.device)
     # BEGIN OPEN t1: tiled FlashAttention-2 forward (online softmax)
-    # GOAL: The docstring's (O, LSE) for any block_q, block_k >= 1 and any Lq, Lk (not multiples of the blocks),
-    # GOAL: every element written into `out` and `lse` above, each query block's rows as soon as they are done.
-    # GOAL: Tiled: one (B, H, block_q, block_k) tile of scores at a time, and never an Lq x Lk tensor, nor a whole
-    # GOAL: row or column of one (scores, mask or probabilities). The grader measures the call's peak memory on 256K
-    # GOAL: keys, on 256K queries and on 8K x 8K causal against its inputs and outputs plus a few tiles' worth (a
-    # GOAL: list of the blocks' outputs concatenated at the end already goes past that on 256K queries).
-    # GOAL: Causal (bottom-right, causal_visible): a key block that no query of the current query block can see
-    # GOAL: is never read (the tests fill such blocks with NaN).
-    # GOAL: Float32 arithmetic for fp16/bf16 inputs; no NaN or inf for scores of about +-400 or -200, and a row
-    # GOAL: that sees no key gives O = 0 and LSE = -inf. Aim for one pass over K and V per query block (the
-    # GOAL: online softmax, which t4 builds on); the checks accept any exact tiled method.
+    # PLAN: The docstring's (O, LSE) for any block_q, block_k >= 1 and any Lq, Lk (not multiples of the blocks),
+    # PLAN: every element written into `out` and `lse` above, each query block's rows as soon as they are done.
+    # PLAN: Tiled: one (B, H, block_q, block_k) tile of scores at a time, and never an Lq x Lk tensor, nor a whole
+    # PLAN: row or column of one (scores, mask or probabilities). The grader measures the call's peak memory on 256K
+    # PLAN: keys, on 256K queries and on 8K x 8K causal against its inputs and outputs plus a few tiles' worth (a
+    # PLAN: list of the blocks' outputs concatenated at the end already goes past that on 256K queries).
+    # PLAN: Causal (bottom-right, causal_visible): a key block that no query of the current query block can see
+    # PLAN: is never read (the tests fill such blocks with NaN).
+    # PLAN: Float32 arithmetic for fp16/bf16 inputs; no NaN or inf for scores of about +-400 or -200, and a row
+    # PLAN: that sees no key gives O = 0 and LSE = -inf. Aim for one pass over K and V per query block (the
+    # PLAN: online softmax, which t4 builds on); the checks accept any exact tiled method.
     # BEGIN SOLUTION t1: tiled FlashAttention-2 forward (online softmax)
     # PLAN: Each query block keeps, per row and in float32, the state of the keys it has read so far:
     # PLAN:    m = their largest score, l = the sum of exp(s - m), acc = the sum of exp(s - m) v

@@ -1,6 +1,6 @@
 // t3_gemm.cu: batched fp32 GEMM, C[b] = alpha * op(A[b]) * op(B[b]), CUDA cores only.
 //
-// BEGIN GUIDED t3
+// BEGIN ONLY t3 guided
 // Design (read this first)
 // ------------------------
 // A naive GEMM reads 2 floats from memory per multiply-add. To become compute
@@ -50,7 +50,7 @@
 // pointer, the leading dimension and the batch stride keep every float4 16-byte
 // aligned (VEC template instance); otherwise a scalar loader is used.
 // Each C element is written by exactly one thread: no atomics, deterministic.
-// END GUIDED
+// END ONLY
 #include "kit.cuh"
 
 #define T3_PAD 4  // floats of padding per shared row: the transposing stores then hit 32 banks
@@ -173,17 +173,17 @@ gemm_kernel(const float* __restrict__ A, const float* __restrict__ B, float* __r
             int batch, int M, int N, int K, int64_t stride_a, int64_t stride_b, int64_t stride_c,
             float alpha, int cvec) {
   // BEGIN OPEN t3: the GEMM kernel: tiling, shared-memory layout, the k loop and the epilogue
-  // GOAL: C[b] = alpha * op(A[b]) * op(B[b]) for the BM x BN tile of C at rows blockIdx.y * BM, columns
-  // GOAL: blockIdx.x * BN, for batches b = blockIdx.z, blockIdx.z + gridDim.z, ... < batch (C: M x N, row-major).
-  // GOAL: op(A)(m, k) = A[m*K + k] (TA false) or A[k*M + m] (TA true); op(B)(k, n) = B[k*N + n] (TB false) or
-  // GOAL: B[n*K + k] (TB true); batch b's matrices start stride_a, stride_b, stride_c floats further.
-  // GOAL: The launch is fixed: (BM/TM) * (BN/TN) threads in one dimension, no dynamic shared memory (declare
-  // GOAL: __shared__ arrays here, 48 KB at most); TM and TN are multiples of 4, BK of 8.
-  // GOAL: Any M, N, K >= 1: guard loads (an out-of-range element adds nothing) and stores. float4 loads only when
-  // GOAL: VEC (the host checked alignment); float4 stores of C only when cvec and the 4 columns are inside N.
-  // GOAL: Every element of C is written exactly once, accumulated in fp32: no atomics, the same bits every run.
-  // GOAL: The kit's TileLoader (above) is yours to use or not. Aim: within 1.15x of the reference's time at
-  // GOAL: 4096^3 for full performance points (see the rubric for the partial levels).
+  // PLAN: C[b] = alpha * op(A[b]) * op(B[b]) for the BM x BN tile of C at rows blockIdx.y * BM, columns
+  // PLAN: blockIdx.x * BN, for batches b = blockIdx.z, blockIdx.z + gridDim.z, ... < batch (C: M x N, row-major).
+  // PLAN: op(A)(m, k) = A[m*K + k] (TA false) or A[k*M + m] (TA true); op(B)(k, n) = B[k*N + n] (TB false) or
+  // PLAN: B[n*K + k] (TB true); batch b's matrices start stride_a, stride_b, stride_c floats further.
+  // PLAN: The launch is fixed: (BM/TM) * (BN/TN) threads in one dimension, no dynamic shared memory (declare
+  // PLAN: __shared__ arrays here, 48 KB at most); TM and TN are multiples of 4, BK of 8.
+  // PLAN: Any M, N, K >= 1: guard loads (an out-of-range element adds nothing) and stores. float4 loads only when
+  // PLAN: VEC (the host checked alignment); float4 stores of C only when cvec and the 4 columns are inside N.
+  // PLAN: Every element of C is written exactly once, accumulated in fp32: no atomics, the same bits every run.
+  // PLAN: The kit's TileLoader (above) is yours to use or not. Aim: within 1.15x of the reference's time at
+  // PLAN: 4096^3 for full performance points (see the rubric for the partial levels).
   constexpr int NTX = BN / TN, NTY = BM / TM, NT = NTX * NTY;
   constexpr int SUBM = TM / 4, SUBN = TN / 4;            // 4-wide pieces per thread
   constexpr int STEP_M = BM / SUBM, STEP_N = BN / SUBN;  // distance between the pieces

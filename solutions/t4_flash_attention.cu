@@ -4,7 +4,7 @@
 // materialising the Lq x Lk score matrix. Also returns LSE, the natural-log
 // log-sum-exp of every row of scale * Q K^T (what a backward pass needs).
 //
-// BEGIN GUIDED t4
+// BEGIN ONLY t4 guided
 // ---------------------------------------------------------------------------
 // The picture (one thread block = one query tile of BR rows of one (b,h))
 //
@@ -21,8 +21,8 @@
 //     P = exp(S - m_new);  l = alpha * l + rowsum(P);  O = alpha * O + P V
 //   and at the end O /= l, LSE = m + log(l). This kernel keeps S, m and the exponentials in base-2
 //   units (Q is pre-scaled by scale * log2(e): exp becomes exp2), so its LSE is m * ln(2) + ln(l).
-// END GUIDED
-// BEGIN UNGUIDED t4
+// END ONLY
+// BEGIN ONLY t4 open
 // ---------------------------------------------------------------------------
 // At this level the kernel's body is yours to design (flash_fwd_kernel, below): which thread computes which
 // scores and output elements, the shared-memory layout, how K and V get there and when, the online softmax.
@@ -32,14 +32,14 @@
 // cp_async_wait), the reference's own helpers in this file (load_tile_async, load_q_tile, lane_layout, row_max,
 // row_sum: yours to use or not), and t5's three causal decisions, device functions your body calls.
 // ---------------------------------------------------------------------------
-// END UNGUIDED
+// END ONLY
 //
 // Grouped-query attention: K and V may have fewer heads than Q (H_kv, H % H_kv == 0). The
 // H / H_kv query heads of a group read the same K and V head, h -> h / (H / H_kv), straight from
 // its memory: nothing is repeated or copied. Their blocks are neighbours in the launch order,
 // so after the first of them the others mostly find the group's K/V tiles in L2.
 //
-// BEGIN GUIDED t4
+// BEGIN ONLY t4 guided
 // Every K/V tile is read from global memory (L2) exactly once per query tile.
 // The key loop is software pipelined with cp.async: the next K tile is copied
 // while P V runs, the next V tile while Q K^T of the next step runs.
@@ -98,7 +98,7 @@
 // sharing an SM sit at different places in the code and need more instruction
 // cache than non-causal ones, which run in step: causal kernels unroll less.
 //
-// END GUIDED
+// END ONLY
 // Causal (t5): query i sees keys j <= i + Lk - Lq (bottom-right alignment).
 // Key tiles right of the diagonal are never visited (the loop bound shrinks),
 // only tiles that cross the diagonal apply the element mask, and query tiles
@@ -276,24 +276,24 @@ flash_fwd_kernel(const float* __restrict__ q, const float* __restrict__ k, const
     constexpr int NT = (BR / 8) * CG;  // threads (the launch's)
     extern __shared__ float4 smem[];   // smem_bytes<D, BR, BC>() bytes (the launch's)
     // BEGIN OPEN t4: the kernel body: tiling, threads to scores and outputs, shared-memory layout, K/V loads, softmax
-    // GOAL: O and LSE of the BR query rows of one (batch, head) that this block computes; which (bh = b * H + h,
-    // GOAL: query tile) a block takes is yours (grid: ceil(Lq / BR) x min(BH, 65535) x ceil(BH / 65535); a block past
-    // GOAL: the BH * ceil(Lq / BR) tiles returns). q, o: (B, H, Lq, D) and k, v: (B, H_kv, Lk, D), row-major fp32;
-    // GOAL: lse: (B, H, Lq), natural log. Query head h reads KV head h / (H / H_kv).
-    // GOAL: One pass over K and V with the online softmax, fp32 throughout; the Lq x Lk scores never reach global
-    // GOAL: memory, and at most 2 KB of local memory per thread. qscale = scale * log2(e): exp(scale * s) = exp2 of
-    // GOAL: the scaled score (fast_exp2). Any Lq, Lk >= 1 (not tile multiples); D is 32, 64 or 128; vec_i != 0: q,
-    // GOAL: k, v and o are 16-byte aligned (float4 accesses allowed).
-    // GOAL: CAUSAL: query i sees keys j <= i + Lk - Lq. Take every causal decision from t5's functions above: the
-    // GOAL: key tiles a query tile visits (causal_key_tiles: the ones after are never read), which tiles need the
-    // GOAL: element mask (causal_tile_needs_mask) and the mask (causal_key_hidden). A row that sees no key gets
-    // GOAL: O = 0 and LSE = -inf.
-    // GOAL: The launch is fixed: NT threads, smem_bytes<D, BR, BC>() bytes of dynamic shared memory at smem (room
-    // GOAL: for Q [BR][D], K and V [BC][D], P [BR][BC] in floats); declare __shared__ arrays for more. BC, CG, MINB
-    // GOAL: and KU are the reference's choices (Cfg above), as are load_tile_async, load_q_tile, lane_layout,
-    // GOAL: row_max and row_sum: use them or not. No atomics: the same bits every run.
-    // GOAL: Aim: the reference's time at B 8 H 16 L 4096 d 64, and 1.25x the naive CUDA composition's speed at
-    // GOAL: B 64 L 4096 d 64; the rubric gives the levels and their points.
+    // PLAN: O and LSE of the BR query rows of one (batch, head) that this block computes; which (bh = b * H + h,
+    // PLAN: query tile) a block takes is yours (grid: ceil(Lq / BR) x min(BH, 65535) x ceil(BH / 65535); a block past
+    // PLAN: the BH * ceil(Lq / BR) tiles returns). q, o: (B, H, Lq, D) and k, v: (B, H_kv, Lk, D), row-major fp32;
+    // PLAN: lse: (B, H, Lq), natural log. Query head h reads KV head h / (H / H_kv).
+    // PLAN: One pass over K and V with the online softmax, fp32 throughout; the Lq x Lk scores never reach global
+    // PLAN: memory, and at most 2 KB of local memory per thread. qscale = scale * log2(e): exp(scale * s) = exp2 of
+    // PLAN: the scaled score (fast_exp2). Any Lq, Lk >= 1 (not tile multiples); D is 32, 64 or 128; vec_i != 0: q,
+    // PLAN: k, v and o are 16-byte aligned (float4 accesses allowed).
+    // PLAN: CAUSAL: query i sees keys j <= i + Lk - Lq. Take every causal decision from t5's functions above: the
+    // PLAN: key tiles a query tile visits (causal_key_tiles: the ones after are never read), which tiles need the
+    // PLAN: element mask (causal_tile_needs_mask) and the mask (causal_key_hidden). A row that sees no key gets
+    // PLAN: O = 0 and LSE = -inf.
+    // PLAN: The launch is fixed: NT threads, smem_bytes<D, BR, BC>() bytes of dynamic shared memory at smem (room
+    // PLAN: for Q [BR][D], K and V [BC][D], P [BR][BC] in floats); declare __shared__ arrays for more. BC, CG, MINB
+    // PLAN: and KU are the reference's choices (Cfg above), as are load_tile_async, load_q_tile, lane_layout,
+    // PLAN: row_max and row_sum: use them or not. No atomics: the same bits every run.
+    // PLAN: Aim: the reference's time at B 8 H 16 L 4096 d 64, and 1.25x the naive CUDA composition's speed at
+    // PLAN: B 64 L 4096 d 64; the rubric gives the levels and their points.
     constexpr int RG = BR / 8;   // row groups: thread rows rg + RG*i
     constexpr int TM = 8;        // query rows per thread
     constexpr int TS = BC / CG;  // S columns per thread: keys cg + CG*c

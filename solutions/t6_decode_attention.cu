@@ -29,7 +29,7 @@
 // the L it reads. Every split gets ceil(ceil(L / 32) / n_splits) tiles, so at any L the work is
 // spread over all splits, and the workspace (n_splits partial results per query head) never changes.
 //
-// BEGIN UNGUIDED t6
+// BEGIN ONLY t6 open
 // ---------------------------------------------------------------------------
 // At this level the split kernel's body is yours to design (decode_split_kernel, below): which thread scores
 // which keys for which of the block's query heads, the shared-memory layout, how K and V get there and when,
@@ -39,8 +39,8 @@
 // memory, n_splits chosen from the cache's capacity and the SM count), the combine kernel that merges the
 // splits' rows, kit.cuh's device helpers (fast_exp2, cp_async16, cp_async_commit and cp_async_wait), and the
 // reference's own helpers in this file (load_kv_tile_async, max_over_keys, sum_over_keys: yours to use or not).
-// END UNGUIDED
-// BEGIN GUIDED t6
+// END ONLY
+// BEGIN ONLY t6 guided
 // ---------------------------------------------------------------------------
 // One block = one (batch b, KV head, split) and ALL the query heads of that KV head (up to 16; a
 // larger group takes several blocks). Grouped-query attention is what makes decode cheaper than it
@@ -92,7 +92,7 @@
 // (H100): a copy of this kernel with the arithmetic removed reads at torch.sum's speed over the
 // same bytes; the full kernel is within 4-6% of it at L 32768. Deeper pipelines (3-4 stages) and
 // more resident blocks were measured and were slower: fewer blocks per SM, or two waves.
-// END GUIDED
+// END ONLY
 // Split count: the kit's host code picks it so that the grid is about one full wave of resident
 // blocks (see choose_splits): at B 1, H_kv 8 that is 32 splits at d = 128 and 64 at d = 64.
 // The combine is a second, small kernel; on sm_90 it is launched as a programmatic dependent of
@@ -182,23 +182,23 @@ decode_split_kernel(const float* __restrict__ q, const float* __restrict__ k, co
     asm volatile("griddepcontrol.launch_dependents;");
 #endif
     // BEGIN OPEN t6: the split kernel's body: threads to keys and heads, shared memory, K/V loads, the block's merge
-    // GOAL: Block (split = blockIdx.x, KV head kvh = blockIdx.y / chunks, chunk = blockIdx.y % chunks, batch row
-    // GOAL: b = blockIdx.z) serves the query heads h0 = kvh * G + chunk * GB .. of KV head kvh (G = H / H_kv; at most
-    // GOAL: GB of them, fewer in a group's last chunk) over its share of the keys 0 .. L - 1. L is read here, from
-    // GOAL: lengths[lengths_per_batch ? b : 0] (int64 when lengths_int64, else int32), clamped to 0 .. L_max: the same
-    // GOAL: grid serves every length (a captured CUDA graph replays it while the cache grows), so the key range of a
-    // GOAL: split follows L, and any split may get no key.
-    // GOAL: q: (B, H, D); k, v: (B, H_kv, L_max, D), fp32; positions >= L may hold anything, NaN included, and must
-    // GOAL: never reach an output. For each of its heads h the block writes row r = (b * H + h) * n_splits + split of
-    // GOAL: the workspace: o_part[r * D ..] = the softmax of its keys' scores applied to their V rows (normalised),
-    // GOAL: lse_part[r] = the log-sum-exp of those scores in log2 units (scores scale * q . k; qscale = scale * log2(e),
-    // GOAL: fast_exp2 is 2^x); a split with no key writes O = 0 and lse = -inf. The kit's combine kernel (below)
-    // GOAL: merges the n_splits rows of every head into O and LSE.
-    // GOAL: fp32 throughout; no atomics: the same bits every run. The launch is fixed: NT threads, split_smem_bytes<D,
-    // GOAL: HPW>() bytes of dynamic shared memory at smem; declare __shared__ arrays for more. TK, NSTAGE and MINB are
-    // GOAL: the reference's choices, as are load_kv_tile_async, max_over_keys and sum_over_keys: use them or not.
-    // GOAL: Aim: the reference's time at B 1 H 32 H_kv 8 L 32768 d 128 (K and V streamed at about 86% of a device
-    // GOAL: copy's bandwidth); the rubric gives the levels and their points.
+    // PLAN: Block (split = blockIdx.x, KV head kvh = blockIdx.y / chunks, chunk = blockIdx.y % chunks, batch row
+    // PLAN: b = blockIdx.z) serves the query heads h0 = kvh * G + chunk * GB .. of KV head kvh (G = H / H_kv; at most
+    // PLAN: GB of them, fewer in a group's last chunk) over its share of the keys 0 .. L - 1. L is read here, from
+    // PLAN: lengths[lengths_per_batch ? b : 0] (int64 when lengths_int64, else int32), clamped to 0 .. L_max: the same
+    // PLAN: grid serves every length (a captured CUDA graph replays it while the cache grows), so the key range of a
+    // PLAN: split follows L, and any split may get no key.
+    // PLAN: q: (B, H, D); k, v: (B, H_kv, L_max, D), fp32; positions >= L may hold anything, NaN included, and must
+    // PLAN: never reach an output. For each of its heads h the block writes row r = (b * H + h) * n_splits + split of
+    // PLAN: the workspace: o_part[r * D ..] = the softmax of its keys' scores applied to their V rows (normalised),
+    // PLAN: lse_part[r] = the log-sum-exp of those scores in log2 units (scores scale * q . k; qscale = scale * log2(e),
+    // PLAN: fast_exp2 is 2^x); a split with no key writes O = 0 and lse = -inf. The kit's combine kernel (below)
+    // PLAN: merges the n_splits rows of every head into O and LSE.
+    // PLAN: fp32 throughout; no atomics: the same bits every run. The launch is fixed: NT threads, split_smem_bytes<D,
+    // PLAN: HPW>() bytes of dynamic shared memory at smem; declare __shared__ arrays for more. TK, NSTAGE and MINB are
+    // PLAN: the reference's choices, as are load_kv_tile_async, max_over_keys and sum_over_keys: use them or not.
+    // PLAN: Aim: the reference's time at B 1 H 32 H_kv 8 L 32768 d 128 (K and V streamed at about 86% of a device
+    // PLAN: copy's bandwidth); the rubric gives the levels and their points.
     constexpr int D4 = D / 4, KROW = D4 + 1, QROW = D4 + 1;
     constexpr int CW = D / KPW, CW4 = CW / 4;  // columns of a lane's share of an O row: d/8 (4, 8, 16)
     constexpr int STAGE = TK * (KROW + D4);  // float4s per pipeline stage (K tile, then V tile)

@@ -49,9 +49,9 @@ class KVCache(StaticCache):
         to the last position + 1. Returns the first B sequences' whole buffers, (B, H_kv, L_max, d) views."""
         B = k.shape[0]
         # BEGIN OPEN t6: the cache write (k and v at input_pos, and the new length)
-        # GOAL: k and v (B, H_kv, T, d) go into rows 0 .. B - 1 of the buffers at the positions input_pos (T,), which may
-        # GOAL: be any positions, and lengths becomes input_pos[-1] + 1 without the host reading a GPU value (a decode
-        # GOAL: step is captured in a CUDA graph). Return the first B rows of both buffers, (B, H_kv, L_max, d) views.
+        # PLAN: k and v (B, H_kv, T, d) go into rows 0 .. B - 1 of the buffers at the positions input_pos (T,), which may
+        # PLAN: be any positions, and lengths becomes input_pos[-1] + 1 without the host reading a GPU value (a decode
+        # PLAN: step is captured in a CUDA graph). Return the first B rows of both buffers, (B, H_kv, L_max, d) views.
         # BEGIN SOLUTION t6: the cache write (k and v at input_pos, and the new length)
         # PLAN: the positions are along dimension 2 of the (B_max, H_kv, L_max, d) buffers, rows 0..B-1 only:
         # PLAN: self.k_cache[:B].index_copy_(2, input_pos, k) (the same for v; input_pos may be any positions,
@@ -75,10 +75,10 @@ class KVCache(StaticCache):
         B, H, T, d = q.shape
         k_all, v_all = self.update(input_pos, k, v)                     # (B, H_kv, L_max, d) each
         # BEGIN OPEN t6: the prefill/decode dispatch (prefill through the t5 kernel, decode through the t6 kernel)
-        # GOAL: T == 1 (decode): your t6 kernel over the whole buffers, the length read on the GPU from lengths, with a
-        # GOAL: workspace made once and reused while (B, H, d) stays the same (a captured step replays the same buffers).
-        # GOAL: T > 1 (prefill): your causal t5 kernel over the keys 0 .. kv_len - 1 (kv_len: a Python int here),
-        # GOAL: bottom-right aligned. Nothing on the decode path may read a GPU value on the host. Returns (B, H, T, d).
+        # PLAN: T == 1 (decode): your t6 kernel over the whole buffers, the length read on the GPU from lengths, with a
+        # PLAN: workspace made once and reused while (B, H, d) stays the same (a captured step replays the same buffers).
+        # PLAN: T > 1 (prefill): your causal t5 kernel over the keys 0 .. kv_len - 1 (kv_len: a Python int here),
+        # PLAN: bottom-right aligned. Nothing on the decode path may read a GPU value on the host. Returns (B, H, T, d).
         # BEGIN SOLUTION t6: the prefill/decode dispatch (prefill through the t5 kernel, decode through the t6 kernel)
         # PLAN: T == 1 (decode): kernels.decode_attention(q, k_all, v_all, self.lengths, scale=scale,
         # PLAN: workspace=...)[0] over the whole buffers (the kernel reads lengths[0] positions). Make the workspace

@@ -67,9 +67,9 @@ def apply_repetition_penalty(logits: torch.Tensor, previous: torch.Tensor, penal
     dividing a negative logit by theta > 1 would raise it.
     """
     # BEGIN OPEN t7: the repetition penalty
-    # GOAL: The docstring's penalty on a (B, V) batch: each distinct id of a row's `previous` changed once, however
-    # GOAL: often it appears there, and no other logit; a new tensor on the logits' device (the caller's logits
-    # GOAL: unchanged). A penalty <= 0 raises ValueError.
+    # PLAN: The docstring's penalty on a (B, V) batch: each distinct id of a row's `previous` changed once, however
+    # PLAN: often it appears there, and no other logit; a new tensor on the logits' device (the caller's logits
+    # PLAN: unchanged). A penalty <= 0 raises ValueError.
     # BEGIN SOLUTION t7: the repetition penalty
     # PLAN: 0. A penalty <= 0 is no penalty (it would flip or zero the logits): refuse it with a ValueError.
     # PLAN: 1. A row's ids in `previous` (B, n) pick the logits to change. An id listed twice is still penalised once:
@@ -95,8 +95,8 @@ def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
     tensor.
     """
     # BEGIN OPEN t7: top-k filtering
-    # GOAL: The docstring's filter on a (B, V) batch: a kept logit keeps its value, every other one becomes -inf, and
-    # GOAL: every tie at the k-th largest value stays. A new tensor on the logits' device; k < 1 raises ValueError.
+    # PLAN: The docstring's filter on a (B, V) batch: a kept logit keeps its value, every other one becomes -inf, and
+    # PLAN: every tie at the k-th largest value stays. A new tensor on the logits' device; k < 1 raises ValueError.
     # BEGIN SOLUTION t7: top-k filtering
     # PLAN: 0. k < 1 would keep nothing (a ValueError); k >= V keeps every token (a copy, never the input itself).
     # PLAN: 1. Each row's threshold is its own k-th largest value z_(k), kept as a (B, 1) column so that it lines up
@@ -129,9 +129,9 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
     raises ValueError. Returns a new (B, V) tensor.
     """
     # BEGIN OPEN t7: top-p (nucleus) filtering
-    # GOAL: The docstring's nucleus on a (B, V) batch: in each row, the fewest most probable tokens whose mass reaches
-    # GOAL: p (the crossing token kept; a partial sum landing exactly on p ends the set), on the softmax of the logits
-    # GOAL: in float32; every other logit -inf. A new tensor on the logits' device; p outside (0, 1] raises ValueError.
+    # PLAN: The docstring's nucleus on a (B, V) batch: in each row, the fewest most probable tokens whose mass reaches
+    # PLAN: p (the crossing token kept; a partial sum landing exactly on p ends the set), on the softmax of the logits
+    # PLAN: in float32; every other logit -inf. A new tensor on the logits' device; p outside (0, 1] raises ValueError.
     # BEGIN SOLUTION t7: top-p (nucleus) filtering
     # PLAN: 0. p outside (0, 1] is an error (ValueError); p = 1 keeps every token (a copy).
     # PLAN: 1. The decision goes in order of decreasing probability (the softmax of the row, in float32), so it needs
@@ -178,8 +178,8 @@ def next_token_probs(
     ``sample_next_token``'s job).
     """
     # BEGIN OPEN t7: temperature, filters and renormalisation
-    # GOAL: The docstring's distribution, (B, V) float32 rows summing to 1, in its order of operations (temperature,
-    # GOAL: top-k, top-p, one softmax); temperature <= 0 raises ValueError.
+    # PLAN: The docstring's distribution, (B, V) float32 rows summing to 1, in its order of operations (temperature,
+    # PLAN: top-k, top-p, one softmax); temperature <= 0 raises ValueError.
     # BEGIN SOLUTION t7: temperature, filters and renormalisation
     # PLAN: 0. T <= 0 is no distribution (greedy, T = 0, is sample_next_token's case): a ValueError.
     # PLAN: 1. Temperature first, on float32 logits: the filters are defined on the distribution that is sampled, and
@@ -216,9 +216,9 @@ def sample_next_token(
     temperature < 0 raises ValueError.
     """
     # BEGIN OPEN t7: greedy or one draw per row
-    # GOAL: The docstring's (B,) long tokens on the logits' device: at temperature 0 each row's first maximum, else one
-    # GOAL: torch.multinomial draw per row from next_token_probs with `generator`. The tests replay those draws with
-    # GOAL: the same seed, so another correct sampler would not match them. Temperature < 0 raises ValueError.
+    # PLAN: The docstring's (B,) long tokens on the logits' device: at temperature 0 each row's first maximum, else one
+    # PLAN: torch.multinomial draw per row from next_token_probs with `generator`. The tests replay those draws with
+    # PLAN: the same seed, so another correct sampler would not match them. Temperature < 0 raises ValueError.
     # BEGIN SOLUTION t7: greedy or one draw per row
     # PLAN: 0. A negative temperature is an error (ValueError).
     # PLAN: 1. T = 0 is greedy: each row's first maximum, and no draw at all (the filters never remove the maximum).
@@ -267,11 +267,11 @@ def generate_tokens(
     (T + max_new_tokens > model.max_seq_len).
     """
     # BEGIN OPEN t7: the generation loop (prefill, then one decode per token)
-    # GOAL: The docstring's loop, yielding each token as soon as it is drawn: its ValueErrors before any model call;
-    # GOAL: one prefill of the whole prompt, then one decode_one_token per further token at the next position, none
-    # GOAL: after the last token or a stop token (the tests read the model's call log); the repetition penalty over
-    # GOAL: the prompt and every generated token; every sampling argument and the generator passed on; each tensor on
-    # GOAL: model.device.
+    # PLAN: The docstring's loop, yielding each token as soon as it is drawn: its ValueErrors before any model call;
+    # PLAN: one prefill of the whole prompt, then one decode_one_token per further token at the next position, none
+    # PLAN: after the last token or a stop token (the tests read the model's call log); the repetition penalty over
+    # PLAN: the prompt and every generated token; every sampling argument and the generator passed on; each tensor on
+    # PLAN: model.device.
     # BEGIN SOLUTION t7: the generation loop (prefill, then one decode per token)
     # PLAN: 0. Refuse, before any model call, what cannot run (ValueError): an empty prompt, max_new_tokens < 0,
     # PLAN:    temperature < 0, and a prompt plus new tokens that the cache (model.max_seq_len positions) cannot hold.
@@ -357,10 +357,10 @@ def stream(
     ``"".join(stream(...)) == tokenizer.decode(generate(...))``.
     """
     # BEGIN OPEN t7: streaming text (never half a character)
-    # GOAL: Yield the text of generate_tokens(...) (the same arguments) piece by piece while it runs: the pieces join
-    # GOAL: to tokenizer.decode of all the tokens, no piece ends inside a character that a later token completes, each
-    # GOAL: piece comes out in the step that completes its first character, and what is left after the last token is
-    # GOAL: flushed (even a broken character).
+    # PLAN: Yield the text of generate_tokens(...) (the same arguments) piece by piece while it runs: the pieces join
+    # PLAN: to tokenizer.decode of all the tokens, no piece ends inside a character that a later token completes, each
+    # PLAN: piece comes out in the step that completes its first character, and what is left after the last token is
+    # PLAN: flushed (even a broken character).
     # BEGIN SOLUTION t7: streaming text (never half a character)
     # PLAN: The invariant: what has been yielded is a prefix of the decoded text and never ends inside a character.
     # PLAN: 1. After each token from generate_tokens (same arguments), decode all the generated tokens so far: a token

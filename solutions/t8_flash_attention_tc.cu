@@ -4,8 +4,12 @@
 // changes is where the arithmetic runs. Both products, S = Q K^T and O += P V, are mma.sync m16n8k16 tensor-core
 // instructions: a warp multiplies a 16 x 16 tile of A by a 16 x 8 tile of B in one instruction, each lane holding
 // a fixed piece ("fragment") of each operand in registers (kit.cuh: mma_m16n8k16 has the exact layout).
+// BEGIN ONLY t8 reference
+// flash_fwd_tc_kernel's body is written twice: the guided level's calls the helper functions below, and a TODO region
+// cannot define a function, so the open level's reference (its ONLY t8 open block) is the same design written inline.
+// END ONLY
 //
-// BEGIN GUIDED t8
+// BEGIN ONLY t8 guided
 // ---------------------------------------------------------------------------
 // One block = BR = 128 query rows of one (batch, head): 4 warps, warp w owns rows 32w .. 32w + 31 (MT = 2 m16 tiles
 // of 16 rows). Nothing is shared between warps but the K and V tiles in shared memory.
@@ -75,8 +79,8 @@
 //
 // Grouped-query attention: query head h reads KV head h / (H / H_kv) straight from k and v (as in t4).
 // ---------------------------------------------------------------------------
-// END GUIDED
-// BEGIN UNGUIDED t8
+// END ONLY
+// BEGIN ONLY t8 open
 // ---------------------------------------------------------------------------
 // At this level the kernel's body is yours to design (flash_fwd_tc_kernel, below): which warp computes which query
 // rows, the shared-memory layout, how K and V get there, the fragments and the online softmax on them. The kit gives
@@ -85,15 +89,15 @@
 // helpers (mma_m16n8k16 with the fragment layouts, ldmatrix_x4 and ldmatrix_x4_trans, cp_async16, pack_f32x2,
 // fast_exp2), and nvcuda::wmma (<mma.h>) for a kernel on its fragments instead.
 // ---------------------------------------------------------------------------
-// END UNGUIDED
+// END ONLY
 
 #define KIT_TENSOR_CORES  // kit.cuh's mma.sync, ldmatrix and packing helpers (fp32 tasks' files have none)
 #include "kit.cuh"
 
 #include <math.h>
-// BEGIN UNGUIDED t8
+// BEGIN ONLY t8 open
 #include <mma.h>  // nvcuda::wmma: tensor-core fragments through the C++ API, yours to use or not
-// END UNGUIDED
+// END ONLY
 
 namespace t8fa {
 
@@ -108,7 +112,7 @@ template <>
 struct Cfg<64> { static constexpr int NW = 4, MT = 2, BC = 64, NSTAGE = 2, MINB = 2; static constexpr bool QREG = true; };
 template <>
 struct Cfg<128> { static constexpr int NW = 4, MT = 2, BC = 64, NSTAGE = 2, MINB = 2; static constexpr bool QREG = false; };
-// BEGIN GUIDED t8
+// BEGIN ONLY t8 guided
 
 // Where chunk c (16 bytes, 8 elements) of row r of a [rows][D] tile lives, in chunks from the tile's start.
 template <int D>
@@ -388,7 +392,7 @@ __device__ __forceinline__ void store_output(T* ob, float* lb, const float (&acc
         }
     // END SOLUTION
 }
-// END GUIDED
+// END ONLY
 
 template <class T, int D, int BR, int BC>
 constexpr size_t smem_bytes(int nstage) { return sizeof(T) * ((size_t)BR * D + (size_t)nstage * 2 * BC * D); }
@@ -399,31 +403,31 @@ flash_fwd_tc_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* _
                     float* __restrict__ lse, int BH, int H, int H_kv, int Lq, int Lk, float scale) {
     constexpr int NT = NW * 32;       // threads
     constexpr int BR = 16 * MT * NW;  // query rows per block
-    // BEGIN GUIDED t8
+    // BEGIN ONLY t8 guided
     constexpr int NB = BC / 8;        // n-blocks (8 keys) of S per m16 tile
     constexpr int KD = D / 16;        // k16 slices of d: S = Q K^T takes KD mma per n-block
     constexpr int ND = D / 8;         // n-blocks (8 columns of d) of O per m16 tile
     constexpr int KC = BC / 16;       // k16 slices of the keys: O += P V takes KC mma per n-block
-    // END GUIDED
+    // END ONLY
     constexpr int TILE = BC * D;      // elements of one K or V tile
     static_assert(D == 64 || D == 128, "head dimension");
     static_assert(BC % 16 == 0 && NSTAGE >= 2, "tile shape");
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
     // BEGIN OPEN t8: the kernel body: query rows to warps, shared-memory layout, K/V pipeline, fragments, softmax
-    // GOAL: O and LSE of the BR = 16 * MT * NW query rows of one (batch, head) that this block computes; which
-    // GOAL: (bh = b * H + h, query tile) a block takes is yours (the grid is ceil(Lq / BR) * BH blocks in x).
-    // GOAL: q, o: (B, H, Lq, D) and k, v: (B, H_kv, Lk, D), row-major T (fp16 or bf16); lse: (B, H, Lq) fp32, natural
-    // GOAL: log. Query head h reads KV head h / (H / H_kv). CAUSAL: query i sees keys j <= i + Lk - Lq; a row that
-    // GOAL: sees no key gets O = 0 and LSE = -inf. Any Lq, Lk >= 1 (not tile multiples); D is 64 or 128.
-    // GOAL: Both products on the tensor cores (kit.cuh's mma_m16n8k16, ldmatrix_x4 and _trans; or nvcuda::wmma),
-    // GOAL: accumulated in fp32; exp(scale * (s - m)) = exp2 of a scaled score (fast_exp2); P rounded to T once.
-    // GOAL: The launch is fixed: NW * 32 threads, smem_bytes<T, D, BR, BC>(NSTAGE) bytes of dynamic shared memory
-    // GOAL: at smem_raw; declare __shared__ arrays for more. MT, BC, NSTAGE, MINB and QREG are the reference's
-    // GOAL: choices (Cfg<D> above): use them or not. No atomics: the same bits every run.
-    // GOAL: Aim: the reference's time on the two timed shapes (bf16, d 128; causal fp16 with grouped heads, d 64);
-    // GOAL: the rubric gives the levels and their points.
-    // BEGIN GUIDED t8
+    // PLAN: O and LSE of the BR = 16 * MT * NW query rows of one (batch, head) that this block computes; which
+    // PLAN: (bh = b * H + h, query tile) a block takes is yours (the grid is ceil(Lq / BR) * BH blocks in x).
+    // PLAN: q, o: (B, H, Lq, D) and k, v: (B, H_kv, Lk, D), row-major T (fp16 or bf16); lse: (B, H, Lq) fp32, natural
+    // PLAN: log. Query head h reads KV head h / (H / H_kv). CAUSAL: query i sees keys j <= i + Lk - Lq; a row that
+    // PLAN: sees no key gets O = 0 and LSE = -inf. Any Lq, Lk >= 1 (not tile multiples); D is 64 or 128.
+    // PLAN: Both products on the tensor cores (kit.cuh's mma_m16n8k16, ldmatrix_x4 and _trans; or nvcuda::wmma),
+    // PLAN: accumulated in fp32; exp(scale * (s - m)) = exp2 of a scaled score (fast_exp2); P rounded to T once.
+    // PLAN: The launch is fixed: NW * 32 threads, smem_bytes<T, D, BR, BC>(NSTAGE) bytes of dynamic shared memory
+    // PLAN: at smem_raw; declare __shared__ arrays for more. MT, BC, NSTAGE, MINB and QREG are the reference's
+    // PLAN: choices (Cfg<D> above): use them or not. No atomics: the same bits every run.
+    // PLAN: Aim: the reference's time on the two timed shapes (bf16, d 128; causal fp16 with grouped heads, d 64);
+    // PLAN: the rubric gives the levels and their points.
+    // BEGIN ONLY t8 guided
     T* Qs = reinterpret_cast<T*>(smem_raw);  // [BR][D] swizzled
     T* KVs = Qs + BR * D;                     // NSTAGE x { K [BC][D], V [BC][D] } swizzled
 
@@ -530,8 +534,8 @@ flash_fwd_tc_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* _
     cp_async_wait<0>();  // no copy may still be writing when the block exits
 
     store_output(o + (long long)bh * Lq * D, lse + (long long)bh * Lq, acc, m, l, w0, Lq, sl2, lane);
-    // END GUIDED
-    // BEGIN UNGUIDED t8
+    // END ONLY
+    // BEGIN ONLY t8 open
     {  // a scope of its own: the file as it is (the kit's host build) holds the guided body too
         // The reference at the open level: the guided level's design, written inline (a TODO region cannot define
         // functions). 4 warps of 32 query rows (two m16 tiles each); 64-key K and V tiles copied by cp.async into a
@@ -765,7 +769,7 @@ flash_fwd_tc_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* _
                 }
             }
     }
-    // END UNGUIDED
+    // END ONLY
     // END OPEN
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Tasks at the open scaffolding level on a CUDA host. In a copy of this tree (this one is left alone) each named task's
 # registry entry gets scaffolding = "open" and the starters are regenerated; then, per task: the solutions' public and
-# hidden tests at that level (the grader's splice takes the open body, the UNGUIDED text), the open starter's public
+# hidden tests at that level (the grader's splice takes the open body, the ONLY open text), the open starter's public
 # tests (each must stop at its TODO), and the solutions and the open starter graded (full marks, and zero cleanly).
 # FIXTURES=1 also grades each of the task's honest simpler designs (grader/fixtures/open/, written as submissions by
 # open_levels --write) at the open level; ONLY_FIXTURES=1 grades those alone.

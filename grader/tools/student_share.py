@@ -5,8 +5,8 @@ task and each scaffolding level it has (guided, and open where its solution file
 
 * **lines**: the solution's code lines inside the task's regions at that level (what the student writes), against
   every code line of the task's files (blank lines, comments, markers and docstrings are not code);
-* **plan**: the lines of text the stubs keep (their PLAN lines; the GOAL lines at the open level) and how many of
-  them are numbered steps (the Python tasks' plans number theirs; the CUDA plans are prose, counted 0);
+* **plan**: the lines of text the stubs keep (their PLAN lines; the OPEN blocks' own at the open level) and how many
+  of them are numbered steps (the Python tasks' plans number theirs; the CUDA plans are prose, counted 0);
 * **decisions**: the distinct functions and methods the solution calls in those lines (``torch.where``,
   ``.masked_fill``, ``range``, ``__shfl_xor_sync`` ...), each one a choice of how to compute something, and how
   many of them the starter's text names: the stubs' plan lines of the task (``plan``), or any comment or
@@ -57,7 +57,7 @@ class Share:
     student_lines: int  # code lines inside the task's regions
     code_lines: int  # code lines of the task's files
     stubs: int  # TODO regions the student fills
-    plan_lines: int  # PLAN lines of those stubs (GOAL lines at the open level)
+    plan_lines: int  # PLAN lines of those stubs (the OPEN blocks' own at the open level)
     steps: int  # numbered steps among them ("PLAN: 2. ...": the Python plans number theirs, the CUDA ones are prose)
     calls: tuple[str, ...]  # distinct functions and methods the solution calls in the student's lines
     named_by_plan: tuple[str, ...]  # ... that the stubs' plan lines name
