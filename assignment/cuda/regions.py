@@ -28,6 +28,7 @@ from assignment.markers import (
     END_TODO,
     TODO_BEGIN,
     TODO_END,
+    MarkerError,
     apply_levels,
     strip_solutions,
 )
@@ -122,6 +123,16 @@ def solution_regions(text: str, levels: dict[str, str] | None = None, filename: 
     return regions
 
 
+def levelled(text: str, filename: str) -> str:
+    """A file that may be a student's at its task's level (``apply_levels``: a solution file graded as a submission
+    reads as its level's file). Solution markers a student wrote that do not read as the kit's (an OPEN block never
+    closed, say) are a RegionError that names the line, as every other problem of a student's file is."""
+    try:
+        return apply_levels(text, filename)
+    except MarkerError as exc:
+        raise RegionError(f"{exc}: the kit's solution markers have no place in your file; remove that line") from None
+
+
 # --------------------------------------------------------------------------- the rules
 
 
@@ -132,7 +143,7 @@ def check_file(
     (``rules``); with ``arch``, also as the device compiler receives the file as it is (nvcc -E)."""
     from assignment.cuda import rules
 
-    text = apply_levels(text, filename)  # the kit's own file: regions count lines of the levelled text
+    text = levelled(text, filename)  # the kit's own file: regions count lines of the levelled text
     mine = [r for r in student_regions(text, filename) if tasks is None or r.task in tasks]
     return rules.check(mine, text, [(r.marker_line, r.body_start + len(r.body)) for r in mine], filename, arch)
 
@@ -149,7 +160,7 @@ def splice(
     The rules of what a region holds are ``rules``' (``compiler.build_module`` runs them on the result).
     """
     kit_text = apply_levels(kit_text, filename)
-    student_text = apply_levels(student_text, filename)  # a solution file graded as a submission (the self-check)
+    student_text = levelled(student_text, filename)  # a solution file graded as a submission (the self-check)
     kit_regions = student_regions(kit_text, filename)  # the reference (solutions/) or a bundle's starter copy
     mine = student_regions(student_text, filename)
     if [r.task for r in mine] != [r.task for r in kit_regions]:

@@ -155,6 +155,18 @@ def test_a_file_without_the_starters_regions_is_rejected_with_what_to_keep():
         regions.splice(kit, "int main() {}\n", ("t2",), filename="t2_softmax.cu")
 
 
+def test_solution_markers_in_a_students_file_are_a_region_error_naming_the_line():
+    # A student who copies the reference's marker style into a note: a clear error on that line, never a crash of
+    # the grader (whose prepare reports RegionErrors as the task's build failure).
+    notes = "// BEGIN OPEN t2: my plan\n"
+    kit = (REPO / "solutions" / "t2_softmax.cu").read_text()
+    starter = (REPO / "starter" / "t2_softmax.cu").read_text()
+    with pytest.raises(RegionError, match=r"t2_softmax.cu:1: .*remove that line"):
+        regions.splice(kit, notes + starter, ("t2",), filename="t2_softmax.cu")
+    with pytest.raises(RegionError, match=r"t2_softmax.cu:1: "):
+        regions.check_file(notes + starter, ("t2",), filename="t2_softmax.cu")
+
+
 def test_spliced_lines_map_back_to_the_students_lines():
     kit = (REPO / "solutions" / "t2_softmax.cu").read_text()
     starter = (REPO / "starter" / "t2_softmax.cu").read_text()
