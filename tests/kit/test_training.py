@@ -452,7 +452,7 @@ def test_the_kept_weights_prefer_an_evaluation_that_met_the_bar(checkpoint):
 def test_the_shipped_shape_fits_the_repository_and_the_kernels():
     from assignment.model.llama import Transformer
     from assignment.tasks import code
-    from grader.authoring.train import FULL, model_config
+    from grader.authoring.trainer import FULL, model_config
 
     with torch.device("meta"):
         parameters = sum(p.numel() for p in Transformer(model_config(FULL, FULL.vocab_size, 0, 1)).parameters())
