@@ -32,7 +32,7 @@ from assignment.feedback import load_form
 from assignment.model.presets import preset_config
 from assignment.perf import cases, model_bench, targets
 from assignment.perf.model_paths import Generation
-from assignment.perf.model_table import PATHS, plot_names
+from assignment.perf.model_table import plot_names
 from assignment.perf.timing import summarize
 from assignment.registry import load_registry
 from assignment.markers import BEGIN_SOLUTION as _BEGIN
@@ -376,7 +376,7 @@ def test_task_option_runs_that_tasks_steps_and_takes_the_rest_from_the_cache(tmp
 def test_model_and_rule_constants_match_what_the_bench_runs():
     assert set(views.SEED000_SHAPES) <= set(cases.ATTENTION_SHAPES)
     assert views.T6_PROMPTS == model_bench.FULL.prompts
-    assert set(views.T6_PATHS) == set(PATHS)
+    assert set(views.T6_PATHS) == set(model_bench.PATHS)
     assert render.MD_TEMPLATE.is_file() and render.HTML_TEMPLATE.is_file()
     for module in (steps, views, render, cli):
         assert "grader" not in module.__dict__ and "import grader" not in Path(module.__file__).read_text()
