@@ -25,25 +25,36 @@ The memory roofline of a decode step is the bytes it must read (every weight onc
 the device's measured copy bandwidth; a row's "% roofline" is roofline TBT / TBT at the median step's context.
 The paths must agree: the first logits of each are compared with the naive path's, and the generated
 tokens too (reported, not asserted: random weights make near-ties). A TBT-against-context sweep feeds two
-plots, t6_model_tbt.png and t6_model_roofline.png (``plot_names``) beside the bench's JSON, whose "model" key holds
-it all.
+plots, t6_model_tbt.png and t6_model_roofline.png (``model_table.plot_names``) beside the bench's JSON, whose
+"model" key holds it all.
 The student's path runs last, so that a crash in it cannot spoil the others' numbers.
+
+Here: the settings, the roofline, the four contenders and the run, and a prompt's rows; the paths and their timing
+are model_paths.py's, the table's printing and plots model_table.py's.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from assignment.perf.model_paths import (
+    CachedPath,
+    Generation,
+    NaivePath,
+    first_line,
+    hf_model,
+    hf_timed_generation,
+    timed_generation,
+)
+from assignment.perf.model_table import PATHS, cell, format_header, format_report, plot
 
 PRESET = "llama-3.2-1b"
 SEED = 0
@@ -52,9 +63,7 @@ BYTES_PER_VALUE = 4  # float32 weights and cache
 # Loose on purpose (the tests grade correctness with the registry's tolerance; float32 paths measure ~1e-6):
 # the bench flags a fast-but-wrong path, it does not grade one.
 MAX_RELATIVE_LOGIT_DIFFERENCE = 1e-3
-PATHS = ("naive", "student", "reference", "transformers")  # table order
 RUN_ORDER = ("naive", "reference", "transformers", "student")  # the student's code last
-COLORS = {"naive": "tab:blue", "student": "tab:orange", "reference": "tab:green", "transformers": "tab:red"}
 
 
 @dataclass(frozen=True)
@@ -80,11 +89,6 @@ QUICK = Settings(
     sweep_steps=8,
     naive_sweep_steps=3,
 )
-
-
-def plot_names(task: str) -> tuple[str, str]:
-    """The two plots of ``task``'s model table: TBT against context, and the decode step against the roofline."""
-    return f"{task}_model_tbt.png", f"{task}_model_roofline.png"
 
 
 # For the decode-step timing rule alone (make bench T=t6 --targets): the rule's context, no sweep.
@@ -122,171 +126,6 @@ def decode_bytes(config, context: int) -> int:
 def roofline_tbt_ms(config, context: int, bandwidth_gbps: float) -> float:
     """The least time between tokens: ``decode_bytes`` at the device's copy bandwidth (GB/s)."""
     return decode_bytes(config, context) / (bandwidth_gbps * 1e9) * 1e3
-
-
-# --------------------------------------------------------------------------- the paths (CPU or GPU)
-
-
-@dataclass
-class Generation:
-    """One timed greedy generation: the new tokens, the first step's logits, TTFT and the intervals after it."""
-
-    tokens: list[int]
-    first_logits: torch.Tensor
-    ttft_ms: float
-    ttft_reps_ms: list[float]
-    intervals_ms: list[float]
-
-    @property
-    def tbt_ms(self) -> float | None:
-        return statistics.median(self.intervals_ms) if self.intervals_ms else None
-
-
-class NaivePath:
-    """(a) No KV cache: each step is ``model.forward`` over the whole sequence so far; the last position's logits."""
-
-    def __init__(self, model, max_len: int):
-        self.model = model
-        self.sequence = torch.zeros((1, max_len), dtype=torch.long, device=model.device)
-
-    def prefill(self, prompt: torch.Tensor) -> torch.Tensor:  # prompt (1, T) -> logits (1, V)
-        T = prompt.shape[1]
-        self.sequence[:, :T] = prompt
-        return self.model(self.sequence[:, :T])[:, -1]
-
-    def decode(self, token: torch.Tensor, position: int) -> torch.Tensor:  # token (1,) at position -> (1, V)
-        self.sequence[:, position] = token
-        return self.model(self.sequence[:, : position + 1])[:, -1]
-
-
-class CachedPath:
-    """Prefill once, then one token per step through the KV cache: a Transformer with caches, or a GraphDecoder."""
-
-    def __init__(self, runner, max_len: int, device):
-        self.runner = runner
-        self.positions = torch.arange(max_len, device=device)  # slices of it: no host-to-device copy per step
-
-    def prefill(self, prompt: torch.Tensor) -> torch.Tensor:
-        return self.runner.prefill(prompt, self.positions[: prompt.shape[1]])
-
-    def decode(self, token: torch.Tensor, position: int) -> torch.Tensor:
-        return self.runner.decode_one_token(token.view(1, 1), self.positions[position : position + 1])
-
-
-def _synchronize(device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _ms_since(start: float) -> float:
-    return (time.perf_counter() - start) * 1e3
-
-
-def timed_generation(
-    path, prompt: torch.Tensor, new_tokens: int, *, ttft_reps: int = 1, warmup_steps: int = 2
-) -> Generation:
-    """Greedy generation of ``new_tokens`` tokens after ``prompt`` (1, T) through a path (``prefill``, ``decode``).
-
-    Warm-up (a prefill and ``warmup_steps`` steps), then ``ttft_reps`` timed prefills, then the steps after the
-    last one, each timed from the previous token on the host to the next (synchronised, argmax included)."""
-    device, T = prompt.device, prompt.shape[1]
-    with torch.no_grad():
-        token = path.prefill(prompt).argmax(-1)
-        for i in range(min(warmup_steps, new_tokens - 1)):
-            token = path.decode(token, T + i).argmax(-1)
-        _synchronize(device)
-        ttfts = []
-        for _ in range(max(1, ttft_reps)):
-            start = time.perf_counter()
-            first_logits = path.prefill(prompt)
-            token = first_logits.argmax(-1)
-            _synchronize(device)
-            ttfts.append(_ms_since(start))
-        tokens, intervals = [token], []
-        for i in range(new_tokens - 1):
-            start = time.perf_counter()
-            token = path.decode(token, T + i).argmax(-1)
-            _synchronize(device)
-            intervals.append(_ms_since(start))
-            tokens.append(token)
-    return Generation(torch.cat(tokens).tolist(), first_logits.float(), statistics.median(ttfts), ttfts, intervals)
-
-
-def hf_model(model, attn_implementation: str | None = None):
-    """``transformers.LlamaForCausalLM`` over the kit model's weight tensors (shared, not copied).
-
-    Module names are Hugging Face's with the ``model.`` prefix for everything but ``lm_head``; the model is made
-    on the meta device, its parameters assigned, and its rotary tables (non-persistent buffers) rebuilt."""
-    import transformers
-
-    config = transformers.LlamaConfig(**model.config.to_hf())
-    if attn_implementation:
-        config._attn_implementation = attn_implementation
-    with torch.device("meta"):
-        hf = transformers.LlamaForCausalLM(config)
-    state = {key if key == "lm_head.weight" else f"model.{key}": value for key, value in model.state_dict().items()}
-    hf.load_state_dict(state, strict=True, assign=True)
-    hf.model.rotary_emb = type(hf.model.rotary_emb)(hf.config).to(model.device)
-    if model.config.tie_word_embeddings:
-        hf.lm_head.weight = hf.model.embed_tokens.weight
-    hf = hf.eval().requires_grad_(False)
-    left = [name for name, t in (*hf.named_parameters(), *hf.named_buffers()) if t.is_meta]
-    if left:
-        raise RuntimeError(
-            f"hf_model: transformers {transformers.__version__} has tensors the kit does not set: "
-            f"{', '.join(left)} (update hf_model)"
-        )
-    return hf
-
-
-def hf_timed_generation(
-    hf, prompt: torch.Tensor, new_tokens: int, *, ttft_reps: int = 1, warmup_steps: int = 2
-) -> Generation:
-    """``hf.generate`` (greedy, exactly ``new_tokens`` tokens), each token's arrival stamped by a stopping criterion
-    that synchronises. TTFT: generate(max_new_tokens=1), median of ``ttft_reps``; intervals from a full run."""
-    import transformers
-
-    device = prompt.device
-
-    class TokenClock(transformers.StoppingCriteria):
-        """Called once per new token, after it is chosen: synchronise, stamp, never stop."""
-
-        def __init__(self):
-            self.stamps: list[float] = []
-
-        def __call__(self, input_ids, scores, **kwargs):
-            _synchronize(device)
-            self.stamps.append(time.perf_counter())
-            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-
-    def generate(n: int) -> tuple[float, list[float], torch.Tensor]:
-        clock = TokenClock()
-        _synchronize(device)
-        start = time.perf_counter()
-        out = hf.generate(
-            prompt,
-            attention_mask=torch.ones_like(prompt),
-            max_new_tokens=n,
-            min_new_tokens=n,
-            do_sample=False,
-            num_beams=1,
-            pad_token_id=0,
-            stopping_criteria=transformers.StoppingCriteriaList([clock]),
-        )
-        if len(clock.stamps) != n:
-            raise RuntimeError(f"transformers generate made {len(clock.stamps)} tokens, not {n}")
-        return start, clock.stamps, out[0, prompt.shape[1] :]
-
-    with torch.no_grad():
-        generate(warmup_steps + 1)
-        ttfts = []
-        for _ in range(max(1, ttft_reps)):
-            start, stamps, _ = generate(1)
-            ttfts.append((stamps[0] - start) * 1e3)
-        _, stamps, tokens = generate(new_tokens)
-        first_logits = hf(prompt, use_cache=False, logits_to_keep=1).logits[:, -1].float()
-    intervals = [(b - a) * 1e3 for a, b in itertools.pairwise(stamps)]
-    return Generation(tokens.tolist(), first_logits, statistics.median(ttfts), ttfts, intervals)
 
 
 # --------------------------------------------------------------------------- the four contenders (GPU)
@@ -370,11 +209,6 @@ def _contenders(base, task: str) -> tuple[dict[str, Contender], dict[str, str]]:
     return contenders, missing
 
 
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
-
-
 def random_prompt(length: int, vocab_size: int, device, seed: int = SEED) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed * 100_003 + length)
     return torch.randint(0, vocab_size, (1, length), generator=generator).to(device)
@@ -444,7 +278,7 @@ def run(
             )
             runs[prompt_len][name] = result
             shown = (
-                f"TTFT {result.ttft_ms:.2f} ms, TBT {_fmt(result.tbt_ms, '.3f')} ms"
+                f"TTFT {result.ttft_ms:.2f} ms, TBT {cell(result.tbt_ms, '.3f')} ms"
                 if isinstance(result, Generation)
                 else f"skipped: {result}"
             )
@@ -523,7 +357,7 @@ def sweep(contender: Contender, config, device, settings: Settings, copy_gbps: f
     return points
 
 
-# --------------------------------------------------------------------------- figures and the table (no GPU)
+# --------------------------------------------------------------------------- a prompt's rows (no GPU)
 
 
 def summarize_prompt(
@@ -573,155 +407,6 @@ def summarize_prompt(
             }
         rows[name] = row
     return {"prompt": prompt_len, "context": context, "roofline_tbt_ms": roofline, "rows": rows}
-
-
-def _fmt(value, spec: str, suffix: str = "") -> str:
-    return "-" if value is None else format(value, spec) + suffix
-
-
-def format_prompt(entry: dict, labels: dict[str, str] | None = None) -> str:
-    """The table of one prompt length (what ``make bench T=t6`` prints)."""
-    labels = labels or {}
-    rows = entry["rows"]
-    intervals = max((len(r.get("intervals_ms", [])) for r in rows.values()), default=0)
-    title = (
-        f"\nmodel, prompt {entry['prompt']} tokens: TTFT = prefill + first token; TBT = median of {intervals} "
-        f"intervals; roofline TBT {entry['roofline_tbt_ms']:.3f} ms at context {entry['context']}"
-    )
-    header = (
-        f"  {'path':<28} {'TTFT ms':>9} {'xnaive':>7} {'TBT ms':>8} {'xnaive':>7} {'xHF':>6} {'tok/s':>7} "
-        f"{'%roof':>6} {'|dlogits|':>10} {'tokens=naive':>13}"
-    )
-    lines = [title, header]
-    for name, row in rows.items():
-        label = labels.get(name, name)
-        if "skipped" in row:
-            lines.append(f"  {label:<28} skipped: {row['skipped']}")
-            continue
-        if "logits_max_abs_diff" in row:
-            agree = f"{row['logits_max_abs_diff']:.1e}" + ("" if row["agrees"] else " DIFFERS")
-            tokens = f"{row['tokens_equal_naive']}/{row['tokens_compared']}"
-        else:
-            agree = tokens = "(baseline)" if name == "naive" else "-"
-        lines.append(
-            f"  {label:<28} {_fmt(row['ttft_ms'], '.2f'):>9} {_fmt(row['ttft_speedup_naive'], '.2f', 'x'):>7} "
-            f"{_fmt(row['tbt_ms'], '.3f'):>8} {_fmt(row['tbt_speedup_naive'], '.2f', 'x'):>7} "
-            f"{_fmt(row['tbt_speedup_transformers'], '.2f', 'x'):>6} {_fmt(row['tokens_per_s'], '.1f'):>7} "
-            f"{_fmt(row['percent_roofline'], '.0f', '%'):>6} {agree:>10} {tokens:>13}"
-        )
-    return "\n".join(lines)
-
-
-def format_header(report: dict) -> str:
-    model = (
-        f"model: {report['preset']} shape, {report['parameters']:,} parameters (random float32 weights, tied "
-        f"embeddings once), batch {report['batch']}, greedy, {report['new_tokens']} new tokens"
-    )
-    roofline = (
-        f"roofline of a decode step: {report['weight_bytes'] / 1e9:.3f} GB of weights + "
-        f"{report['kv_bytes_per_token']:,} B of K/V per token of context, at the device copy bandwidth "
-        f"{report['copy_gbps']:.0f} GB/s"
-    )
-    return f"{model}\n{roofline}"
-
-
-def format_report(report: dict, header: bool = True) -> str:
-    """The whole model table: its header, every prompt, the notes."""
-    labels = {name: info["label"] for name, info in report.get("paths", {}).items()}
-    lines = [format_header(report)] if header else []
-    lines += [format_prompt(entry, labels) for entry in report["prompts"]]
-    lines += [f"  note: {note}" for note in dict.fromkeys(report.get("notes", []))]
-    return "\n".join(lines)
-
-
-def plot(report: dict, out: Path) -> list[Path]:
-    """``plot_names(report["task"])``: t6_model_tbt.png (TBT against context, the four paths and the roofline) and
-    t6_model_roofline.png (the cached paths' TBT against the roofline line, and every path's % of it)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out.mkdir(parents=True, exist_ok=True)
-    task = report["task"]
-    names = plot_names(task)
-    labels = {name: info["label"] for name, info in report.get("paths", {}).items()}
-    by_path = {name: [p for p in report["sweep"] if p["path"] == name and p.get("tbt_ms")] for name in PATHS}
-    by_path = {name: sorted(points, key=lambda p: p["context"]) for name, points in by_path.items() if points}
-    contexts = sorted({p["context"] for points in by_path.values() for p in points})
-    gpu = report.get("gpu_name") or ""
-    roof_label = f"memory roofline ({report['copy_gbps']:.0f} GB/s copy)"
-
-    def roofline_line(ax):
-        if contexts:
-            xs = [contexts[0] * (contexts[-1] / contexts[0]) ** (i / 49) for i in range(50)]
-            bandwidth = report["copy_gbps"] * 1e9
-            ys = [(report["weight_bytes"] + report["kv_bytes_per_token"] * x) / bandwidth * 1e3 for x in xs]
-            ax.plot(xs, ys, color="black", linestyle="--", label=roof_label)
-
-    written = []
-    fig, ax = plt.subplots(figsize=(7.5, 5))
-    for name, points in by_path.items():
-        ax.plot(
-            [p["context"] for p in points],
-            [p["tbt_ms"] for p in points],
-            marker="o",
-            color=COLORS[name],
-            label=labels.get(name, name),
-        )
-    roofline_line(ax)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("context (tokens in the sequence)")
-    ax.set_ylabel("time between tokens (ms)")
-    ax.set_title(f"{task}: {report['preset']} fp32, batch 1, decode step {gpu}".strip())
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    written.append(_save(fig, out / names[0], plt))
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
-    for name, points in by_path.items():
-        if name in ("naive", "transformers"):  # many times the roofline: they would flatten the cached paths' gap
-            continue
-        left.plot(
-            [p["context"] for p in points],
-            [p["tbt_ms"] for p in points],
-            marker="o",
-            color=COLORS[name],
-            label=labels.get(name, name),
-        )
-    roofline_line(left)
-    left.set_xscale("log", base=2)
-    left.set_ylim(bottom=0)
-    left.set_xlabel("context (tokens in the sequence)")
-    left.set_ylabel("time between tokens (ms)")
-    left.set_title(f"{task} paths against the roofline: (weights + KV cache) / copy bandwidth", fontsize=10)
-    for name, points in by_path.items():
-        right.plot(
-            [p["context"] for p in points],
-            [100 * p["roofline_tbt_ms"] / p["tbt_ms"] for p in points],
-            marker="o",
-            color=COLORS[name],
-            label=labels.get(name, name),
-        )
-    right.axhline(100, color="black", linestyle="--", label="roofline")
-    right.set_xscale("log", base=2)
-    right.set_ylim(0, 110)
-    right.set_xlabel("context (tokens in the sequence)")
-    right.set_ylabel("% of the memory roofline (roofline TBT / TBT)")
-    right.set_title(f"{report['preset']} fp32 {gpu}".strip())
-    for ax in (left, right):
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-    written.append(_save(fig, out / names[1], plt))
-    return written
-
-
-def _save(fig, path: Path, plt) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 def main(argv: list[str] | None = None) -> int:

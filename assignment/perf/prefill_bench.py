@@ -7,7 +7,7 @@ medians, outputs re-checked). One call is the prefill of the whole prompt into a
 the logits of the next token, of the Llama-3.2-1B configuration with random bf16 weights made on the GPU
 (presets.random_model: no download), three ways over the same weight tensors:
 
-    transformers  LlamaForCausalLM with attn_implementation="sdpa" over the kit model's tensors (model_bench.hf_model:
+    transformers  LlamaForCausalLM with attn_implementation="sdpa" over the kit model's tensors (model_paths.hf_model:
                   shared, not copied), its own dynamic cache; the baseline of the "% transformers" column
     kit SDPA      the kit's model (assignment/model) with ATTN=sdpa: torch's scaled_dot_product_attention
     student       the kit's model with ATTN=<the task>: the task's code under IMPL in every layer's prefill
@@ -90,7 +90,7 @@ class PrefillModels:
         if self.paths is not None:
             return
         from assignment.model.presets import random_model, sharing_weights
-        from assignment.perf.model_bench import first_line, hf_model
+        from assignment.perf.model_paths import first_line, hf_model
 
         base = random_model(self.config, device=self.device, dtype=getattr(torch, self.dtype), seed=self.seed)
         self.paths, self.skipped = {}, {}
@@ -129,7 +129,7 @@ class PrefillModels:
     def prepare(self, case) -> None:
         """Drop the candidates of ``case`` that cannot run or whose logits are off, with the reason; note how far
         each path's logits are from the baseline's (also in ``case.record``)."""
-        from assignment.perf.model_bench import first_line
+        from assignment.perf.model_paths import first_line
 
         try:
             self.build()

@@ -31,11 +31,11 @@ import tomllib
 
 from assignment.atomic import write_atomic
 from assignment.registry import Registry, Theory
+from assignment.theory.kinds import number_text
 from assignment.theory.questions import (
     Question,
     TheoryError,
     normalise_id,
-    number_text,
     points_text,
     questions_for,
     tolerance_text,

@@ -31,11 +31,11 @@ from assignment.atomic import write_atomic
 from assignment.perf.cases import attention_work
 from assignment.registry import Registry, RubricItem, load_registry
 from assignment.theory import answers as answers_file
+from assignment.theory.kinds import number_text
 from assignment.theory.questions import (
     Question,
     TheoryError,
     normalise_id,
-    number_text,
     points_text,
     questions_for,
     render_text,

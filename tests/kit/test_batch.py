@@ -1,5 +1,6 @@
-"""Class grading (grader/classroom/batch.py, roster.py, ledger.py, class_outputs.py), on the CPU: real gradings of t7
-(the hidden suite cut to one check with --select, so that a grading costs seconds, not a minute), a folder class and a
+"""Class grading (grader/classroom/batch.py, roster.py, ledger.py, class_outputs.py with class_records.py and
+class_tables.py), on the CPU: real gradings of t7 (the hidden suite cut to one check with --select, so that a grading
+costs seconds, not a minute), a folder class and a
 Gradescope export read, the gradebook and the upload CSV; a batch killed with SIGKILL in the middle and rerun
 grades every submission exactly once; a changed submission, --only and a changed grader are regraded, a failed
 grading is recorded and retried; the class outputs (leaderboard, timing plots, escaping) from recorded gradings."""
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from assignment.registry import load_registry
-from grader.classroom import batch, class_outputs, ledger, roster
+from grader.classroom import batch, class_records, ledger, roster
 from grader.grade.config import REPO_ROOT
 
 pytestmark = [pytest.mark.kit, pytest.mark.slow]  # end to end: make test-slow
@@ -433,11 +434,11 @@ def test_class_outputs_leaderboard_and_timing(tmp_path):
     assert t4_timing["n"] == 4 and t4_timing["median"] == pytest.approx(1.1)
     assert read_csv(out / "class" / "gradescope_gpu_scores.csv") == []  # t2, t3 and t5 not graded: nothing to upload
     assert batch.pending(subs, out) == ["late"]
-    assert class_outputs.read_opt_in(subs / "shy") is None
+    assert class_records.read_opt_in(subs / "shy") is None
     (subs / "shy" / "leaderboard.txt").write_text("no\n")
-    assert class_outputs.read_opt_in(subs / "shy") is None
+    assert class_records.read_opt_in(subs / "shy") is None
     (subs / "shy" / "leaderboard.txt").write_text("\n\n")
-    assert class_outputs.read_opt_in(subs / "shy") == "anonymous"
+    assert class_records.read_opt_in(subs / "shy") == "anonymous"
     assert batch.pending(subs, out) == ["late", "shy"]  # a changed submission, even by its opt-in file
 
 

@@ -182,3 +182,48 @@ def test_the_circle_check_finds_a_circle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert import_circles(graph) == [["a", "b", "c"]]
     assert import_circles({"a": {"b"}, "b": set()}) == []
+
+
+# --------------------------------------------------------------------------- the size of a module
+
+MAX_MODULE_LINES = 600
+# The hidden suites are long lists of a task's graded checks, and the records are measurements kept beside the code:
+# neither is a module of the kit's to read in one sitting.
+SIZE_EXEMPT = ("grader/hidden/", "grader/records/")
+
+
+def oversized_modules(root: Path) -> list[tuple[str, int]]:
+    """(path, lines) of every module under ``root``'s assignment/, grader/ and handout/ over MAX_MODULE_LINES, longest
+    first, the exempt folders aside."""
+    found = []
+    for top in SCANNED:
+        for path in (root / top).rglob("*.py"):
+            name = path.relative_to(root).as_posix()
+            if "__pycache__" in path.parts or name.startswith(SIZE_EXEMPT):
+                continue
+            lines = len(path.read_text(encoding="utf-8").splitlines())
+            if lines > MAX_MODULE_LINES:
+                found.append((name, lines))
+    return sorted(found, key=lambda item: (-item[1], item[0]))
+
+
+def test_no_kit_module_over_600_lines():
+    found = oversized_modules(REPO)
+    assert not found, (
+        f"kit modules over {MAX_MODULE_LINES} lines (split each along its seams: one job per module, a docstring "
+        "saying what it holds, its importers and ARCHITECTURE.md updated):\n"
+        + "\n".join(f"  {name}: {lines} lines" for name, lines in found)
+    )
+
+
+def test_the_size_check_counts_lines_and_spares_the_hidden_suites(tmp_path):
+    for name, lines in (
+        ("assignment/long.py", 601),
+        ("handout/fits.py", 600),
+        ("grader/hidden/test_long_hidden.py", 900),
+        ("grader/tools/longer.py", 700),
+    ):
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x = 1\n" * lines, encoding="utf-8")
+    assert oversized_modules(tmp_path) == [("grader/tools/longer.py", 700), ("assignment/long.py", 601)]

@@ -1,4 +1,5 @@
-"""The CPU parts of t6's model table (assignment/perf/model_bench.py) and of ``make profile T=t6``.
+"""The CPU parts of t6's model table (assignment/perf/model_bench.py, with its model_paths.py and
+model_table.py) and of ``make profile T=t6``.
 
 The timing itself needs the GPU (``make bench T=t6``); what it rests on is checked here: the roofline's
 byte count, the transformers model built over the kit's tensors, the naive path against the cached
@@ -15,8 +16,8 @@ import torch
 
 from assignment.model.llama import KVCache
 from assignment.model.presets import preset_config, random_model
-from assignment.perf import model_bench
-from assignment.perf.model_bench import CachedPath, Generation, NaivePath
+from assignment.perf import model_bench, model_paths, model_table
+from assignment.perf.model_paths import CachedPath, Generation, NaivePath
 
 pytestmark = pytest.mark.kit
 PROMPT, NEW = 9, 6
@@ -68,7 +69,7 @@ def test_parameter_count_counts_untied_embeddings_and_biases_once_each():
 
 def test_transformers_model_over_the_kits_tensors_gives_the_same_logits(tiny):
     pytest.importorskip("transformers")
-    hf = model_bench.hf_model(tiny)
+    hf = model_paths.hf_model(tiny)
     assert hf.model.embed_tokens.weight.data_ptr() == tiny.embed_tokens.weight.data_ptr(), "a copy, not shared"
     assert hf.lm_head.weight.data_ptr() == tiny.embed_tokens.weight.data_ptr(), "tied embeddings untied"
     assert hf.model.layers[1].mlp.down_proj.weight.data_ptr() == tiny.layers[1].mlp.down_proj.weight.data_ptr()
@@ -93,9 +94,9 @@ def test_naive_step_gives_the_logits_of_prefill_and_decode_with_the_cache(tiny):
 
 def test_timed_generations_agree_and_time_every_step(tiny):
     prompt = prompt_tokens(tiny)
-    naive = model_bench.timed_generation(NaivePath(tiny, PROMPT + NEW), prompt, NEW, ttft_reps=2, warmup_steps=2)
+    naive = model_paths.timed_generation(NaivePath(tiny, PROMPT + NEW), prompt, NEW, ttft_reps=2, warmup_steps=2)
     tiny.setup_caches(1, PROMPT + NEW, cache_cls=KVCache)
-    cached = model_bench.timed_generation(CachedPath(tiny, PROMPT + NEW, "cpu"), prompt, NEW, ttft_reps=1)
+    cached = model_paths.timed_generation(CachedPath(tiny, PROMPT + NEW, "cpu"), prompt, NEW, ttft_reps=1)
     assert len(naive.tokens) == len(cached.tokens) == NEW
     assert naive.tokens == cached.tokens
     assert len(naive.intervals_ms) == NEW - 1 and len(naive.ttft_reps_ms) == 2
@@ -111,8 +112,8 @@ def test_timed_generations_agree_and_time_every_step(tiny):
 def test_transformers_generate_is_timed_per_token_and_agrees(tiny):
     pytest.importorskip("transformers")
     prompt = prompt_tokens(tiny)
-    hf = model_bench.hf_timed_generation(model_bench.hf_model(tiny), prompt, NEW, ttft_reps=2, warmup_steps=1)
-    naive = model_bench.timed_generation(NaivePath(tiny, PROMPT + NEW), prompt, NEW)
+    hf = model_paths.hf_timed_generation(model_paths.hf_model(tiny), prompt, NEW, ttft_reps=2, warmup_steps=1)
+    naive = model_paths.timed_generation(NaivePath(tiny, PROMPT + NEW), prompt, NEW)
     assert len(hf.tokens) == NEW and len(hf.intervals_ms) == NEW - 1 and len(hf.ttft_reps_ms) == 2
     assert hf.tokens == naive.tokens
     assert (hf.first_logits - naive.first_logits).abs().max().item() <= 2e-5
@@ -191,7 +192,7 @@ def test_speedups_roofline_and_agreement_of_a_prompt():
 
 
 def test_the_table_reads_well():
-    text = model_bench.format_report(fake_report())
+    text = model_table.format_report(fake_report())
     assert "1,235,814,400 parameters" in text and "3000 GB/s" in text
     lines = {
         line.split("  ")[1].strip(): line
@@ -210,9 +211,9 @@ def test_the_table_reads_well():
 
 def test_plots_are_written(tmp_path):
     pytest.importorskip("matplotlib")
-    paths = model_bench.plot(fake_report(), tmp_path)
+    paths = model_table.plot(fake_report(), tmp_path)
     assert (
-        [p.name for p in paths] == ["t6_model_tbt.png", "t6_model_roofline.png"] == list(model_bench.plot_names("t6"))
+        [p.name for p in paths] == ["t6_model_tbt.png", "t6_model_roofline.png"] == list(model_table.plot_names("t6"))
     )
     assert all(p.stat().st_size > 10_000 for p in paths)
 
@@ -224,7 +225,7 @@ def test_plot_only_reprints_a_saved_report(tmp_path, capsys):
     saved.write_text(json.dumps({"task": "t6", "gpu": {"name": "H100"}, "model": older}))
     assert model_bench.main(["--plot-only", str(saved)]) == 0
     assert "reference (t6), CUDA graph" in capsys.readouterr().out
-    assert (tmp_path / model_bench.plot_names("t6")[0]).is_file()
+    assert (tmp_path / model_table.plot_names("t6")[0]).is_file()
     saved.write_text(json.dumps({"cases": []}))
     assert model_bench.main(["--plot-only", str(saved)]) == 2
 
@@ -318,6 +319,6 @@ def test_the_whole_model_table_runs_end_to_end_on_the_cpu(tmp_path, capsys):
         ("transformers", 8),
         ("transformers", 16),
     }
-    assert [Path(p).name for p in report["plots"]] == list(model_bench.plot_names("t6"))
+    assert [Path(p).name for p in report["plots"]] == list(model_table.plot_names("t6"))
     out = capsys.readouterr().out
     assert "model, prompt 12 tokens" in out and "transformers (sdpa)" in out and "skipped: ValueError" in out

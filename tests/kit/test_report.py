@@ -31,6 +31,8 @@ from assignment.report import cli, decode_view, render, sections, steps, views
 from assignment.feedback import load_form
 from assignment.model.presets import preset_config
 from assignment.perf import cases, model_bench, targets
+from assignment.perf.model_paths import Generation
+from assignment.perf.model_table import plot_names
 from assignment.perf.timing import summarize
 from assignment.registry import load_registry
 from assignment.markers import BEGIN_SOLUTION as _BEGIN
@@ -132,7 +134,7 @@ def model_table() -> dict:
     prompts = []
     for prompt, paths in MODEL_MS.items():
         runs = {
-            name: model_bench.Generation(list(range(8)), torch.tensor([[1.0, 2.0]]), ttft, [ttft], [tbt] * 8)
+            name: Generation(list(range(8)), torch.tensor([[1.0, 2.0]]), ttft, [ttft], [tbt] * 8)
             for name, (ttft, tbt) in paths.items()
         }
         prompts.append(model_bench.summarize_prompt(prompt, prompt + 64, runs, config, COPY_GBPS))
@@ -214,7 +216,7 @@ class FakeRunner:
                 data["cases"][0]["error"] = "student: 0.0010 ms is below the physical floor: the kernel skipped work"
             (out / f"{task}.json").write_text(json.dumps(data))
             if task == "t6":
-                for plot in model_bench.plot_names(task):
+                for plot in plot_names(task):
                     (out / plot).write_bytes(png())
             return int(task in self.impossible), f"GPU: {GPU['name']}\nwrote {out / task}.json\n", ""
         if module == "scaling":
@@ -322,7 +324,7 @@ def test_report_shows_seed_000s_numbers_from_the_students_runs(tmp_path, impl):
     assert PROFILE_TABLE.splitlines()[1].strip() in md
     plots = re.findall(r"^- `(\S+\.png)`", md, re.MULTILINE)
     assert plots == [f"{t}_{kind}.png" for t in ("t4", "t5") for kind in ("time", "tflops", "roofline")] + list(
-        model_bench.plot_names("t6")
+        plot_names("t6")
     )
     for q in form.questions:
         assert q.text in md

