@@ -41,7 +41,7 @@ PLOT_CAPTIONS = {
     "_tflops.png": "TFLOP/s against sequence length",
     "_speedup.png": "your speedup over each baseline against sequence length",
     "_roofline.png": "roofline: arithmetic intensity against TFLOP/s",
-    "_model_tbt.png": "time between tokens against context, every path",  # model_bench.plot_names
+    "_model_tbt.png": "time between tokens against context, every path",  # model_table.plot_names
     "_model_roofline.png": "decode step against the memory roofline",
 }
 
