@@ -58,6 +58,8 @@ TABLES = ("course", "task", "chapter", "theory", "hidden_seed")
 
 
 def parse_registry(data: dict, path: Path) -> Registry:
+    """The registry of the parsed file ``data`` (``path`` names it in errors): the edition first (what it requires),
+    then the tasks (what the course-level parts name), [course], the theory, the salt and the chapters."""
     unknown = sorted(set(data) - set(TABLES))
     if unknown:
         raise RegistryError(path, None, unknown[0], f"is not a table of the registry (it has {', '.join(TABLES)})")
