@@ -3,13 +3,14 @@
 Every number the handout, the tests, the grader and the report use comes from
 here. ``load_registry()`` validates the file and raises ``RegistryError`` with
 the file, the task and the field when something is missing or inconsistent. The schema is
-assignment/registry_schema.py (its names are all found here too); a task's tables are read by
-assignment/registry_tasks.py, the course-level parts by assignment/registry_course.py.
+assignment/registry_schema.py (its names are all found here too), where every key declares what it accepts, and
+assignment/registry_keys.py checks a table against those declarations; the checks that join keys are made by
+assignment/registry_tasks.py (a task's) and assignment/registry_course.py (the course-level parts').
 """
 
 from __future__ import annotations
 
-import math
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -41,166 +42,56 @@ from assignment.registry_schema import (  # noqa: F401 - the registry's types, w
     Threshold,
     TimingRule,
 )
-from assignment.registry_tasks import (
-    parse_estimated_hours,
-    parse_grading,
-    parse_hidden,
-    parse_objectives,
-    parse_rules,
-    parse_timing,
-    parse_tolerance,
-    require_key,
-)
-from assignment.registry_course import (  # noqa: F401
+from assignment.registry_keys import Where, declared_keys, read_table, read_value
+from assignment.registry_tasks import read_tasks
+from assignment.registry_course import (  # noqa: F401 - MIN_SALT_CHARS: where the grader finds it
     MIN_SALT_CHARS,
-    parse_chapters,
-    parse_hidden_seed,
-    parse_notes_file,
-    parse_policy,
-    parse_submit_files,
-    parse_theory,
+    check_course,
+    check_total_points,
+    read_chapters,
+    read_hidden_seed,
+    read_theory,
 )
+
+# The file's top-level tables: [course] holds the Registry's own keys, the others are read into its parts.
+TABLES = ("course", "task", "chapter", "theory", "hidden_seed")
 
 
 def parse_registry(data: dict, path: Path) -> Registry:
-    course = require_key(data, "course", dict, path, None)
-    tasks_raw = require_key(data, "task", list, path, None)
-    edition = course.get("edition", "instructor")
-    if edition not in EDITIONS:
-        raise RegistryError(path, None, "course.edition", f"must be one of {EDITIONS}, got {edition!r}")
-    tasks: list[Task] = []
-    seen_ids: set[str] = set()
-    for index, raw in enumerate(tasks_raw):
-        task_id = raw.get("id") if isinstance(raw, dict) else None
-        label = task_id if isinstance(task_id, str) else f"#{index + 1}"
-        task_id = require_key(raw, "id", str, path, label)
-        if not TASK_ID_PATTERN.match(task_id):
-            raise RegistryError(path, task_id, "id", "must look like t1, t2, ... (unknown task id)")
-        if task_id in seen_ids:
-            raise RegistryError(path, task_id, "id", "is defined twice")
-        seen_ids.add(task_id)
-        device = require_key(raw, "device", str, path, task_id)
-        if device not in DEVICES:
-            raise RegistryError(path, task_id, "device", f"must be one of {DEVICES}, got {device!r}")
-        files = require_key(raw, "files", list, path, task_id)
-        if not files or not all(isinstance(f, str) and f for f in files):
-            raise RegistryError(path, task_id, "files", "must list at least one file name")
-        points_raw = require_key(raw, "points", dict, path, task_id)
-        points = Points(
-            correctness=float(require_key(points_raw, "correctness", float, path, task_id, "points.")),
-            performance=float(require_key(points_raw, "performance", float, path, task_id, "points.")),
-        )
-        if points.correctness < 0 or points.performance < 0:
-            raise RegistryError(path, task_id, "points", "must not be negative")
-        bonus = raw.get("bonus", False)
-        if not isinstance(bonus, bool):
-            raise RegistryError(path, task_id, "bonus", f"must be true or false, got {bonus!r}")
-        scaffolding = raw.get("scaffolding", "guided")
-        if scaffolding not in SCAFFOLDING:
-            raise RegistryError(path, task_id, "scaffolding", f"must be one of {SCAFFOLDING}, got {scaffolding!r}")
-        timing = parse_timing(raw.get("timing", []), path, task_id, edition, scaffolding)
-        timing_points = sum(rule.max_points for rule in timing)
-        grading = parse_grading(raw.get("grading", {}), path, task_id, edition)
-        if scaffolding == "open" and not timing and edition != "student" and not grading.open_reasoning:
-            raise RegistryError(
-                path,
-                task_id,
-                "grading.open_reasoning",
-                "is missing: an open task without timing rules says how its checks were run on honest simpler "
-                "designs (the open level's fixtures)",
-            )
-        available = require_key(raw, "available", bool, path, task_id)
-        if available and any(rule.student is None for rule in timing):
-            raise RegistryError(
-                path,
-                task_id,
-                "timing.student",
-                "is missing: every timing rule of an available task "
-                "says how a student measures it without the reference (student = {...})",
-            )
-        if available and not math.isclose(timing_points, points.performance):
-            raise RegistryError(
-                path,
-                task_id,
-                "points.performance",
-                f"is {points.performance:g} but the timing rubric awards at most {timing_points:g}; they must add up",
-            )
-        shapes = raw.get("shapes", {})
-        tolerance = parse_tolerance(raw.get("tolerance", {}), path, task_id)
-        hidden = parse_hidden(raw.get("hidden", {}), path, task_id)
-        if available:
-            if not shapes.get("public"):
-                raise RegistryError(path, task_id, "shapes.public", "is missing (available tasks need test shapes)")
-            if not tolerance:
-                raise RegistryError(path, task_id, "tolerance", "is missing (available tasks need tolerances)")
-        tasks.append(
-            Task(
-                id=task_id,
-                slug=require_key(raw, "slug", str, path, task_id),
-                title=require_key(raw, "title", str, path, task_id),
-                available=available,
-                device=device,
-                files=tuple(files),
-                text=require_key(raw, "text", str, path, task_id),
-                summary=require_key(raw, "summary", str, path, task_id),
-                hint=require_key(raw, "hint", str, path, task_id).strip(),
-                points=points,
-                tolerance=tolerance,
-                public_shapes=tuple(dict(s) for s in shapes.get("public", [])),
-                hidden=hidden,
-                timing=timing,
-                rules=parse_rules(raw.get("rules", {}), path, task_id),
-                grading=grading,
-                scaffolding=scaffolding,
-                objectives=parse_objectives(raw.get("objectives"), path, task_id, available),
-                estimated_hours=parse_estimated_hours(raw.get("estimated_hours"), path, task_id, available),
-                bonus=bonus,
-            )
-        )
-    numbers = sorted(t.number for t in tasks)
-    if numbers != list(range(1, len(numbers) + 1)):
-        raise RegistryError(path, None, "task", f"task ids must be t1..t{len(numbers)} without gaps, got {numbers}")
-    student_files = {name for t in tasks for name in t.files}
-    total = float(require_key(course, "total_points", float, path, None, "course."))
-    submit_files = parse_submit_files(course.get("submit_files", []), path, student_files)
+    """The registry of the parsed file ``data`` (``path`` names it in errors): the edition first (what it requires),
+    then the tasks (what the course-level parts name), [course], the theory, the salt and the chapters."""
+    unknown = sorted(set(data) - set(TABLES))
+    if unknown:
+        raise RegistryError(path, None, unknown[0], f"is not a table of the registry (it has {', '.join(TABLES)})")
+    for table, kind in (("course", dict), ("task", list)):
+        if table not in data:
+            raise RegistryError(path, None, table, "is missing")
+        if not isinstance(data[table], kind):
+            raise RegistryError(path, None, table, f"must be a {'table' if kind is dict else 'array of tables'}")
+    course = data["course"]
+    edition = read_value(
+        declared_keys(Registry)["edition"],
+        course.get("edition", "instructor"),
+        Where(path=path, prefix="course."),
+        "edition",
+    )
+    tasks = read_tasks(data["task"], path, edition)
+    where = Where(path=path, edition=edition, task_ids=tuple(t.id for t in tasks))
+    registry = read_table(Registry, course, where.inside("course"), given={"path": path, "tasks": tasks})
+    check_course(registry, where)
     theory = (
-        parse_theory(data["theory"], path, edition, submit_files, {t.id: t.bonus for t in tasks})
+        read_theory(data["theory"], where, registry.submit_files, {t.id: t.bonus for t in tasks})
         if "theory" in data
         else None
     )
-    policy = parse_policy(course.get("integrity_policy", ""), path)
-    summed = sum(t.points.total for t in tasks if not t.bonus)  # bonus points come on top of the total
-    if not math.isclose(total, summed + (theory.regular_points if theory else 0.0)):
-        with_theory = (
-            f" and the theory's to {theory.regular_points:g} ({summed + theory.regular_points:g} in all)"
-            if theory
-            else ""
-        )
-        bonus = [t.id for t in tasks if t.bonus]
-        aside = f"; bonus tasks and their theory questions aside ({', '.join(bonus)})" if bonus else ""
-        raise RegistryError(
-            path,
-            None,
-            "course.total_points",
-            f"is {total:g} but the tasks' points add up to {summed:g}{with_theory}{aside}",
-        )
-    return Registry(
-        path=path,
-        title=require_key(course, "title", str, path, None, "course."),
-        subtitle=course.get("subtitle", ""),
-        total_points=total,
-        public_seed=int(course.get("public_seed", 0)),
-        tasks=tuple(tasks),
-        submit_files=submit_files,
-        max_file_bytes=int(require_key(course, "max_file_bytes", int, path, None, "course.")),
-        edition=edition,
-        report_prompt=str(course.get("report_prompt", "")),
-        integrity_policy=policy,
-        notes_file=parse_notes_file(course.get("notes_file"), path, submit_files, policy),
+    registry = replace(
+        registry,
         theory=theory,
-        hidden_seed_salt=parse_hidden_seed(data.get("hidden_seed"), path, theory, edition),
-        chapters=parse_chapters(data.get("chapter", []), path, tuple(t.id for t in tasks)),
+        hidden_seed_salt=read_hidden_seed(data.get("hidden_seed"), where, theory),
+        chapters=read_chapters(data.get("chapter", []), where),
     )
+    check_total_points(registry, where)
+    return registry
 
 
 def load_registry(path: Path | str | None = None) -> Registry:

@@ -1,54 +1,29 @@
 """Reading the registry's course-level parts (assignment/tasks.toml) into the schema's types
-(assignment/registry_schema.py): the handout's chapters, the hidden seeds' salt, the theory part, the integrity
-policy, the notes file and the extra files a submission carries."""
+(assignment/registry_schema.py): the handout's chapters, the hidden seeds' salt, the theory part, and the checks of
+[course] that join its keys with others (the notes file, the extra files a submission carries). Each key is checked by
+its own declaration in the schema (assignment/registry_keys.py reads it); what is checked here joins several, each
+check made once."""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
-
-from assignment.registry_schema import (
-    THEORY_KINDS,
-    Chapter,
-    RegistryError,
-    RubricItem,
-    Theory,
-    TheoryKind,
-)
-from assignment.registry_tasks import (
-    require_key,
-)
+from assignment.registry_keys import Where, read_table
+from assignment.registry_schema import Chapter, Registry, Theory
 
 
-def parse_chapters(raw: Any, path: Path, task_ids: tuple[str, ...]) -> tuple[Chapter, ...]:
+def read_chapters(raw: Any, where: Where) -> tuple[Chapter, ...]:
+    """``[[chapter]]``: each anchor its own (no task's, no other chapter's)."""
     if not isinstance(raw, list):
-        raise RegistryError(path, None, "chapter", "must be an array of tables ([[chapter]])")
+        raise where.error("chapter", "must be an array of tables ([[chapter]])")
     chapters: list[Chapter] = []
-    for index, item in enumerate(raw):
-        where = f"chapter[{index}]."
-        if not isinstance(item, dict):
-            raise RegistryError(path, None, where[:-1], "must be a table { anchor, title, text, before }")
-        unknown = set(item) - {"anchor", "title", "text", "before"}
-        if unknown:
-            raise RegistryError(path, None, where[:-1], f"unknown field {sorted(unknown)[0]!r}")
-        chapter = Chapter(
-            require_key(item, "anchor", str, path, None, where),
-            require_key(item, "title", str, path, None, where),
-            require_key(item, "text", str, path, None, where),
-            item.get("before"),
-        )
-        if chapter.before is not None and chapter.before not in task_ids:
-            raise RegistryError(
-                path,
-                None,
-                where + "before",
-                f"{chapter.before!r} is not a task id ({', '.join(task_ids)}); leave it out to place the chapter "
-                "after the last task",
-            )
-        if chapter.anchor in task_ids or chapter.anchor in (c.anchor for c in chapters):
-            raise RegistryError(path, None, where + "anchor", f"{chapter.anchor!r} is taken (a task or a chapter)")
+    for index, table in enumerate(raw):
+        inner = where.inside(f"chapter[{index}]")
+        chapter = read_table(Chapter, table, inner)
+        if chapter.anchor in where.task_ids or chapter.anchor in (c.anchor for c in chapters):
+            raise inner.error("anchor", f"{chapter.anchor!r} is taken (a task or a chapter)")
         chapters.append(chapter)
     return tuple(chapters)
 
@@ -57,146 +32,78 @@ def parse_chapters(raw: Any, path: Path, task_ids: tuple[str, ...]) -> tuple[Cha
 MIN_SALT_CHARS = 16
 
 
-def parse_hidden_seed(raw: Any, path: Path, theory: Theory | None, edition: str) -> str | None:
+def read_hidden_seed(raw: Any, where: Where, theory: Theory | None) -> str | None:
+    """``[hidden_seed] salt``: instructor-only, a secret long enough, and not the theory's salt (which ships)."""
     if raw is None:
         return None
-    if edition == "student":
-        raise RegistryError(path, None, "hidden_seed", "is in a student edition: the salt must never ship")
+    if where.edition == "student":
+        raise where.error("hidden_seed", "is in a student edition: the salt must never ship")
     if not isinstance(raw, dict) or set(raw) != {"salt"}:
-        raise RegistryError(path, None, "hidden_seed", "must be a table with one field, salt")
-    salt = require_key(raw, "salt", str, path, None, "hidden_seed.")
-    if len(salt.strip()) < MIN_SALT_CHARS:
-        raise RegistryError(
-            path,
-            None,
+        raise where.error("hidden_seed", "must be a table with one field, salt")
+    salt = raw["salt"]
+    if not isinstance(salt, str) or len(salt.strip()) < MIN_SALT_CHARS:
+        raise where.error(
             "hidden_seed.salt",
             f"must be a secret of {MIN_SALT_CHARS} characters or "
             "more (python -c 'import secrets; print(secrets.token_hex(16))' makes one)",
         )
     if theory is not None and salt.strip() == theory.salt.strip():
-        raise RegistryError(path, None, "hidden_seed.salt", "must differ from theory.salt, which ships to students")
+        raise where.error("hidden_seed.salt", "must differ from theory.salt, which ships to students")
     return salt
 
 
-def parse_theory(
-    raw: Any, path: Path, edition: str, submit_files: tuple[str, ...], task_bonus: dict[str, bool]
-) -> Theory:
-    """``task_bonus``: each task id and its bonus flag, which a kind that names the task takes on."""
-    if not isinstance(raw, dict):
-        raise RegistryError(path, None, "theory", "must be a table ([theory])")
-    salt = require_key(raw, "salt", str, path, None, "theory.")
-    if len(salt.strip()) < 4:
-        raise RegistryError(path, None, "theory.salt", "must be a string of 4 characters or more")
-    answers_file = require_key(raw, "answers_file", str, path, None, "theory.")
-    if answers_file not in submit_files:
-        raise RegistryError(
-            path,
-            None,
+def read_theory(raw: Any, where: Where, submit_files: tuple[str, ...], task_bonus: dict[str, bool]) -> Theory:
+    """``[theory]``; ``task_bonus``: each task id and its bonus flag, which a kind that names the task takes on."""
+    theory = read_table(Theory, raw, where.inside("theory"))
+    if theory.answers_file not in submit_files:
+        raise where.error(
             "theory.answers_file",
-            f"{answers_file!r} must be in course.submit_files, or `make submit` would not pack it",
+            f"{theory.answers_file!r} must be in course.submit_files, or `make submit` would not pack it",
         )
-    questions = require_key(raw, "questions", dict, path, None, "theory.")
-    kinds = []
-    for name, spec in questions.items():
-        where = f"theory.questions.{name}."
-        if name not in THEORY_KINDS:
-            raise RegistryError(path, None, where[:-1], f"is not a kind of question: one of {THEORY_KINDS}")
-        if not isinstance(spec, dict):
-            raise RegistryError(path, None, where[:-1], "must be a table { title, points, count, rtol[, task] }")
-        unknown = set(spec) - {"title", "points", "count", "rtol", "task"}
-        if unknown:
-            raise RegistryError(path, None, where[:-1], f"unknown field {sorted(unknown)[0]!r}")
-        count = spec.get("count", 1)
-        task = spec.get("task")
-        if task is not None and (not isinstance(task, str) or task not in task_bonus):
-            raise RegistryError(
-                path,
-                None,
-                f"{where}task",
-                f"names no task of the registry ({task!r}; the tasks: {', '.join(task_bonus)})",
-            )
-        kind = TheoryKind(
-            name,
-            require_key(spec, "title", str, path, None, where),
-            float(require_key(spec, "points", float, path, None, where)),
-            count if isinstance(count, int) and not isinstance(count, bool) else 0,
-            float(require_key(spec, "rtol", float, path, None, where)),
-            task,
-            task_bonus.get(task, False),
+    rubric_points = sum(item.points for item in theory.rubric)
+    if where.edition != "student" and not math.isclose(rubric_points, theory.proof_points):
+        raise where.error(
+            "theory.rubric.items",
+            f"award {rubric_points:g} points but the proof is worth {theory.proof_points:g}",
         )
-        if kind.points <= 0 or kind.count < 1 or not 0 <= kind.rtol < 0.5:
-            raise RegistryError(path, None, where[:-1], "needs points > 0, count >= 1 (an integer) and 0 <= rtol < 0.5")
-        kinds.append(kind)
-    if not kinds:
-        raise RegistryError(path, None, "theory.questions", "must name at least one kind of question")
-    proof = require_key(raw, "proof", dict, path, None, "theory.")
-    proof_points = float(require_key(proof, "points", float, path, None, "theory.proof."))
-    if proof_points < 0:
-        raise RegistryError(path, None, "theory.proof.points", "must not be negative")
-    rubric = []
-    if edition != "student":  # the bundle's copy has no rubric: it stays with the instructor
-        items = require_key(
-            require_key(raw, "rubric", dict, path, None, "theory."), "items", list, path, None, "theory.rubric."
-        )
-        for i, item in enumerate(items):
-            where = f"theory.rubric.items[{i}]."
-            if not isinstance(item, dict):
-                raise RegistryError(path, None, where[:-1], "must be a table { points, criterion }")
-            rubric.append(
-                RubricItem(
-                    float(require_key(item, "points", float, path, None, where)),
-                    require_key(item, "criterion", str, path, None, where).strip(),
-                )
-            )
-        if not math.isclose(sum(item.points for item in rubric), proof_points):
-            raise RegistryError(
-                path,
-                None,
-                "theory.rubric.items",
-                f"award {sum(i.points for i in rubric):g} points but the proof is worth {proof_points:g}",
-            )
-    return Theory(
-        salt,
-        answers_file,
-        tuple(kinds),
-        require_key(proof, "title", str, path, None, "theory.proof."),
-        proof_points,
-        tuple(rubric),
-    )
+    if where.edition == "student":  # the bundle's copy has no rubric: it stays with the instructor
+        theory = replace(theory, rubric=())
+    kinds = tuple(replace(kind, bonus=task_bonus.get(kind.task, False)) for kind in theory.kinds)
+    return replace(theory, kinds=kinds)
 
 
-def parse_policy(raw: Any, path: Path) -> str:
-    if not isinstance(raw, str):
-        raise RegistryError(path, None, "course.integrity_policy", "must be a string (Markdown)")
-    return raw.strip()
-
-
-def parse_notes_file(raw: Any, path: Path, submit_files: tuple[str, ...], policy: str) -> str | None:
-    """The integrity note's file name: packed by `make submit` (so in submit_files) and named by the policy that
-    asks for it (so a student reading the policy knows where the note goes)."""
-    if raw is None:
-        return None
-    if not isinstance(raw, str) or raw not in submit_files:
-        raise RegistryError(
-            path,
-            None,
-            "course.notes_file",
-            f"{raw!r} must be in course.submit_files, or `make submit` would not pack it",
-        )
-    if policy and f"`{raw}`" not in policy:
-        raise RegistryError(
-            path,
-            None,
-            "course.notes_file",
-            f"the integrity policy must name `{raw}`, so students know where the note goes",
-        )
-    return raw
-
-
-def parse_submit_files(raw: Any, path: Path, student_files: set[str]) -> tuple[str, ...]:
-    if not isinstance(raw, list) or not all(isinstance(f, str) and f and "/" not in f for f in raw):
-        raise RegistryError(path, None, "course.submit_files", "must list plain file names")
-    clash = sorted(set(raw) & student_files)
+def check_course(registry: Registry, where: Where) -> None:
+    """[course]'s keys against the tasks and each other: the extra files are no task's, and the integrity note is
+    packed by `make submit` and named by the policy that asks for it (so a student reading the policy knows where the
+    note goes)."""
+    student_files = set(registry.student_files)
+    clash = sorted(set(registry.submit_files) & student_files)
     if clash:
-        raise RegistryError(path, None, "course.submit_files", f"{clash[0]} is already a task's student file")
-    return tuple(raw)
+        raise where.error("course.submit_files", f"{clash[0]} is already a task's student file")
+    note = registry.notes_file
+    if note is None:
+        return
+    if note not in registry.submit_files:
+        raise where.error(
+            "course.notes_file", f"{note!r} must be in course.submit_files, or `make submit` would not pack it"
+        )
+    if registry.integrity_policy and f"`{note}`" not in registry.integrity_policy:
+        raise where.error(
+            "course.notes_file", f"the integrity policy must name `{note}`, so students know where the note goes"
+        )
+
+
+def check_total_points(registry: Registry, where: Where) -> None:
+    """course.total_points: the regular tasks' points and the theory's regular ones (bonus points come on top)."""
+    tasks, theory, total = registry.tasks, registry.theory, registry.total_points
+    summed = sum(t.points.total for t in tasks if not t.bonus)
+    if math.isclose(total, summed + (theory.regular_points if theory else 0.0)):
+        return
+    with_theory = (
+        f" and the theory's to {theory.regular_points:g} ({summed + theory.regular_points:g} in all)" if theory else ""
+    )
+    bonus = [t.id for t in tasks if t.bonus]
+    aside = f"; bonus tasks and their theory questions aside ({', '.join(bonus)})" if bonus else ""
+    raise where.error(
+        "course.total_points", f"is {total:g} but the tasks' points add up to {summed:g}{with_theory}{aside}"
+    )

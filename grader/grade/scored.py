@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass
+@dataclass(kw_only=True)  # six fields of like types: named at every construction
 class ScoredTest:
     name: str
     score: float

@@ -49,7 +49,7 @@ NOT_RUN_TAG = "not run"  # a check's tag, and the words every output uses for it
 RULE_ID = re.compile(r"\[(?:[^\]]*-)?rule(\d+)(?:-[^\]]*)?\]$")
 
 
-@dataclass
+@dataclass(kw_only=True)  # built with keywords only, in one place: _task_score below
 class TaskScore:
     task: Task
     status: str
@@ -118,43 +118,56 @@ def rule_of(task: Task, nodeid: str):
     return task.timing[index] if 0 <= index < len(task.timing) else None
 
 
+def _task_score(
+    task: Task,
+    run: TaskRun,
+    tests: list[ScoredTest],
+    *,
+    correctness: float = 0.0,
+    performance: float = 0.0,
+    passed: int = 0,
+    total: int = 0,
+    instructor: list[str] | None = None,
+    not_run: float = 0.0,
+) -> TaskScore:
+    """Every ``TaskScore`` is made here: the run's status, notes and instructor lines carried over (a run that ran
+    keeps no reason), the points given by keyword."""
+    return TaskScore(
+        task=task,
+        status=run.status,
+        reason="" if run.status == "ran" else run.reason,
+        correctness=correctness,
+        performance=performance,
+        tests=tests,
+        passed=passed,
+        total=total,
+        notes=run.notes,
+        instructor=run.instructor if instructor is None else instructor,
+        run=run,
+        not_run=not_run,
+    )
+
+
+def _whole_task(task: Task, output: str, *, ran: bool) -> ScoredTest:
+    """The one scored line of a task whose checks never ran (not run here, or stopped before its checks)."""
+    return ScoredTest(
+        name=f"{task.id} {task.title}",
+        score=0.0,
+        max_score=task.points.total,
+        passed=False,
+        output=_cap(output, 4000),
+        tags=[task.id] + ([] if ran else [NOT_RUN_TAG]),
+        ran=ran,
+    )
+
+
 def score_task(task: Task, run: TaskRun) -> TaskScore:
     if run.status == "not_run":
-        return TaskScore(
-            task,
-            run.status,
-            run.reason,
-            0.0,
-            0.0,
-            [
-                ScoredTest(
-                    f"{task.id} {task.title}",
-                    0.0,
-                    task.points.total,
-                    False,
-                    _cap(f"not run: {run.reason}", 4000),
-                    [task.id, NOT_RUN_TAG],
-                    ran=False,
-                )
-            ],
-            notes=run.notes,
-            instructor=run.instructor,
-            run=run,
-            not_run=task.points.total,
-        )
+        line = _whole_task(task, f"not run: {run.reason}", ran=False)
+        return _task_score(task, run, [line], not_run=task.points.total)
     if run.status != "ran":
-        output = f"{run.status.replace('_', ' ')}: {run.reason}"
-        return TaskScore(
-            task,
-            run.status,
-            run.reason,
-            0.0,
-            0.0,
-            [ScoredTest(f"{task.id} {task.title}", 0.0, task.points.total, False, _cap(output, 4000), [task.id])],
-            notes=run.notes,
-            instructor=run.instructor,
-            run=run,
-        )
+        line = _whole_task(task, f"{run.status.replace('_', ' ')}: {run.reason}", ran=True)
+        return _task_score(task, run, [line])
     checks = [t for t in run.tests if not t.is_perf]
     counted = [t for t in checks if t.outcome != "skipped"]
     skipped = [t for t in checks if t.outcome == "skipped"]
@@ -170,12 +183,12 @@ def score_task(task: Task, run: TaskRun) -> TaskScore:
         tags = [task.id, "structure" if test.is_structure else "correctness"] + ([] if ran else [NOT_RUN_TAG])
         scored.append(
             ScoredTest(
-                f"{task.id} {test.display_name}",
-                share if ok else 0.0,
-                share,
-                ok,
-                student_output(task, test),
-                tags,
+                name=f"{task.id} {test.display_name}",
+                score=share if ok else 0.0,
+                max_score=share,
+                passed=ok,
+                output=student_output(task, test),
+                tags=tags,
                 ran=ran,
             )
         )
@@ -210,17 +223,25 @@ def score_task(task: Task, run: TaskRun) -> TaskScore:
         ran = test.outcome != "skipped"
         scored.append(
             ScoredTest(
-                f"{task.id} performance: {rule.name if rule else test.display_name}",
-                earned,
-                max_points,
-                earned > 0,
-                output,
-                [task.id, "performance"] + ([] if ran else [NOT_RUN_TAG]),
+                name=f"{task.id} performance: {rule.name if rule else test.display_name}",
+                score=earned,
+                max_score=max_points,
+                passed=earned > 0,
+                output=output,
+                tags=[task.id, "performance"] + ([] if ran else [NOT_RUN_TAG]),
                 ran=ran,
             )
         )
-    return TaskScore(
-        task, "ran", "", correctness, performance, scored, passed, len(counted), run.notes, instructor, run, not_run
+    return _task_score(
+        task,
+        run,
+        scored,
+        correctness=correctness,
+        performance=performance,
+        passed=passed,
+        total=len(counted),
+        instructor=instructor,
+        not_run=not_run,
     )
 
 

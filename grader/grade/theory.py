@@ -362,26 +362,33 @@ def _scored(question: Question, part, given: dict, key: float, name: str) -> Sco
         return _zero(question, part, f"no answer: {part.key} is empty in {name}")
     if within(value, key, question.rtol):
         return ScoredTest(
-            _test_name(question, part.label),
-            points,
-            points,
-            True,
-            f"correct: {value:.10g} [{part.unit}] ({tolerance})",
-            _tags(question),
+            name=_test_name(question, part.label),
+            score=points,
+            max_score=points,
+            passed=True,
+            output=f"correct: {value:.10g} [{part.unit}] ({tolerance})",
+            tags=_tags(question),
         )
     return ScoredTest(
-        _test_name(question, part.label),
-        0.0,
-        points,
-        False,
-        f"incorrect: {value:.10g} [{part.unit}] is not {tolerance}. Check the unit and the counting "
+        name=_test_name(question, part.label),
+        score=0.0,
+        max_score=points,
+        passed=False,
+        output=f"incorrect: {value:.10g} [{part.unit}] is not {tolerance}. Check the unit and the counting "
         "convention the question states.",
-        _tags(question),
+        tags=_tags(question),
     )
 
 
 def _zero(question: Question, part, why: str) -> ScoredTest:
-    return ScoredTest(_test_name(question, part.label), 0.0, question.part_points, False, why, _tags(question))
+    return ScoredTest(
+        name=_test_name(question, part.label),
+        score=0.0,
+        max_score=question.part_points,
+        passed=False,
+        output=why,
+        tags=_tags(question),
+    )
 
 
 def _manual(question: Question, text, rubric: tuple[RubricItem, ...], result: TheoryScore) -> ScoredTest:
@@ -395,7 +402,19 @@ def _manual(question: Question, text, rubric: tuple[RubricItem, ...], result: Th
         else f"no proof written ([written] {question.key} is empty): 0 of "
         f"{number_text(question.points)} points when it is graded by hand"
     )
-    return ScoredTest(_test_name(question), 0.0, question.points, False, output, [TAG, MANUAL_TAG])
+    return _unmarked_proof(question, output)
+
+
+def _unmarked_proof(question: Question, output: str) -> ScoredTest:
+    """The written proof's line: 0 until it is graded by hand."""
+    return ScoredTest(
+        name=_test_name(question),
+        score=0.0,
+        max_score=question.points,
+        passed=False,
+        output=output,
+        tags=[TAG, MANUAL_TAG],
+    )
 
 
 def _all_zero(result: TheoryScore, registry: Registry, why: str) -> TheoryScore:
@@ -406,7 +425,7 @@ def _all_zero(result: TheoryScore, registry: Registry, why: str) -> TheoryScore:
             result.manual.append(
                 ManualItem(_test_name(question), question.key, question.points, "", registry.theory.rubric)
             )
-            result.tests.append(ScoredTest(_test_name(question), 0.0, question.points, False, why, [TAG, MANUAL_TAG]))
+            result.tests.append(_unmarked_proof(question, why))
         else:
             result.tests += [_zero(question, part, why) for part in question.parts]
     return result

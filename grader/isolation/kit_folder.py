@@ -26,6 +26,8 @@ CUDA_WRAPPER_FILES = (
     "registry_schema.py",
     "registry_tasks.py",
     "registry_course.py",
+    "registry_keys.py",
+    "registry_forms.py",
     "cuda/__init__.py",
     "cuda/compiler.py",
     "cuda/confine.py",

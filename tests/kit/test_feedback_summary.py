@@ -112,10 +112,28 @@ def fake_grades(root, registry, marks: dict[str, dict[str, float]]):
             task = registry.task(task_id)
             top = task.points.total
             tests = [
-                ScoredTest(f"{task_id} check {k}", got / 3, top / 3, got == top, "", [task_id, "correctness"])
+                ScoredTest(
+                    name=f"{task_id} check {k}",
+                    score=got / 3,
+                    max_score=top / 3,
+                    passed=got == top,
+                    output="",
+                    tags=[task_id, "correctness"],
+                )
                 for k in range(3)
             ]
-            scores.append(TaskScore(task, "ran", "", got, 0.0, tests, passed=3, total=3))
+            scores.append(
+                TaskScore(
+                    task=task,
+                    status="ran",
+                    reason="",
+                    correctness=got,
+                    performance=0.0,
+                    tests=tests,
+                    passed=3,
+                    total=3,
+                )
+            )
         write_all(SubmissionScore(student, scores, [], 1.0, {"isolation": "process"}), registry, root / student)
 
 

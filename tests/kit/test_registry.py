@@ -158,7 +158,7 @@ def test_kv_heads_are_drawn_as_divisors_of_the_query_heads():
     from assignment.registry import HiddenShapes, divisors
 
     assert divisors(1) == [1] and divisors(12) == [1, 2, 3, 4, 6, 12]
-    hidden = HiddenShapes((), 400, {"H": [1, 12], "H_kv": {"divisor_of": "H"}})
+    hidden = HiddenShapes(count=400, ranges={"H": [1, 12], "H_kv": {"divisor_of": "H"}})
     shapes = hidden.draw(7)
     assert all(s["H"] % s["H_kv"] == 0 for s in shapes)
     # Every kind of attention turns up: multi-head, multi-query and grouped (1 < H_kv < H).
