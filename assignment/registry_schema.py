@@ -290,7 +290,7 @@ class Task:
             raise KeyError(f"registry: task {self.id} has no tolerance {name!r} ([task.tolerance])") from None
 
 
-# The theory part's kinds of numeric question (assignment/theory/questions.py words and draws each one).
+# The theory part's kinds of numeric question (assignment/theory/kinds.py and kinds_tensor_cores.py word and draw each one).
 THEORY_KINDS = (
     "hbm",
     "smem",
