@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 from assignment import tasks
-from assignment.perf.cases import OUT_DIR
+from assignment.cuda.kernels import Kernels
+from assignment.perf.cases import OUT_DIR, reference_kernels
 from assignment.perf.scaling import HEADS, plot, run_sweep, stem_of
 
 
@@ -47,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         if not torch.cuda.is_available():
             print("scaling: needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
             return 2
-        data = run_sweep(args.task, tasks.code(args.task).scaling_causal, args.quick, args.kv_heads)
+        causal, student, reference = tasks.code(args.task).scaling_causal, Kernels(), reference_kernels()
+        data = run_sweep(args.task, causal, student, reference, args.quick, args.kv_heads)
         (args.out / f"{stem_of(args.task, args.kv_heads)}_scaling.json").write_text(json.dumps(data, indent=1))
     for path in plot(data, args.out):
         print(f"wrote {path}")

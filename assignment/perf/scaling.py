@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from assignment.perf.cases import attention_candidates, attention_work, reference_kernels
+from assignment.perf.cases import attention_candidates, attention_work
 
 TOKENS = 16384  # B * L at every point of the sweep
 HEADS = 16
@@ -28,14 +28,13 @@ def sweep_points(quick: bool) -> list[tuple[int, int, int, int]]:
     return [(max(1, TOKENS // L), HEADS, L, d) for d in dims for L in lengths]
 
 
-def run_sweep(task: str, causal: bool, quick: bool, kv_heads: int = HEADS) -> dict:
-    """Time ``task``'s attention kernel (``causal`` or not: its code's ``scaling_causal``) at every point."""
+def run_sweep(task: str, causal: bool, student, reference, quick: bool, kv_heads: int = HEADS) -> dict:
+    """Time ``task``'s attention kernel (``causal`` or not: its code's ``scaling_causal``) at every point, in the
+    ``student`` kernels and the ``reference`` ones (None in a student bundle)."""
     import torch
 
-    from assignment.cuda.kernels import Kernels
     from assignment.perf.timing import copy_bandwidth, fp32_peak_flops, gpu_info, measure
 
-    student, reference = Kernels(), reference_kernels()
     copy = copy_bandwidth()
     points = []
     for B, H, L, d in sweep_points(quick):
