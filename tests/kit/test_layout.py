@@ -72,8 +72,9 @@ ROOTS = ("assignment", "grader")  # a root names its __init__ alone: its modules
 # of these once it is gone (strike it here then).
 PENDING: dict[tuple[str, str], str] = {
     ("assignment.cuda.kernels", "assignment.tasks"): (
-        "Kernels is composed of the task modules' wrappers; grader/isolation/t6_driver.py and kit_folder.py name it "
-        "as assignment.cuda.kernels.Kernels, so it moves above the tasks with them"
+        "Kernels is composed of the task modules' wrappers; the t6 worker's driver subclasses it as "
+        "assignment.cuda.kernels.Kernels, and grader/isolation/kit_folder.py ships the worker cuda/kernels.py and "
+        "the task modules but no module above them: it moves up with them"
     ),
     ("assignment.model.attention", "assignment.tasks"): (
         "ATTN=<id> is looked up by name inside the model (llama.py, cuda_graph.py) and by perf/model_bench.py "
