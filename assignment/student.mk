@@ -33,7 +33,7 @@ student-help:
 	@echo "  make generate PROMPT=\"The history of\" [CKPT=dir] [MAX_TOKENS=100] [TEMPERATURE=0.8 (0: greedy)]"
 	@echo "                [TOP_P=] [TOP_K=] [SEED=0] [DEVICE=cpu|cuda] [DTYPE=bfloat16] [ATTN=reference|sdpa|<task id>] [CHAT=1]"
 	@echo "                [THREADS=n (CPU; default: one per 25M parameters, at most the cores you may use)]"
-	@echo "                (the attentions ATTN takes: python -m assignment.model.generate --help)"
+	@echo "                (the attentions ATTN takes: python -m assignment.commands.generate --help)"
 	@echo "  make report               REPORT.md and REPORT.html from your own runs (reuses results that are still valid)"
 	@echo "  make feedback             the beta-tester feedback form in the terminal (feedback.json; resumes)"
 	@echo "  make feedback-form        the same form as a web page: build/feedback/feedback.html"
@@ -47,13 +47,13 @@ test-public: $(SETUP)
 	$(PY) -m pytest tests --ignore=tests/kit $(PYTEST_TASK) $(PYTEST_ARGS)
 
 bench: $(SETUP)
-	$(PY) -m assignment.perf.bench $(if $(T),--task $(T),) --then-scaling
+	$(PY) -m assignment.commands.bench $(if $(T),--task $(T),) --then-scaling
 
 profile: $(SETUP)
-	$(PY) -m assignment.perf.profile $(if $(T),--task $(T),)
+	$(PY) -m assignment.commands.profile $(if $(T),--task $(T),)
 
 sanitize: $(SETUP)
-	$(PY) -m assignment.cuda.sanitize $(if $(T),--task $(T),)
+	$(PY) -m assignment.commands.sanitize $(if $(T),--task $(T),)
 
 check-cuda: $(SETUP)
 	$(PY) -m assignment.cuda.check_all
@@ -62,7 +62,7 @@ check-cuda: $(SETUP)
 PROMPT ?=
 generate: $(SETUP)
 	@test -n "$(PROMPT)" || { echo 'make generate: give a prompt, e.g. make generate PROMPT="The history of"'; exit 2; }
-	$(PY) -m assignment.model.generate --prompt "$(PROMPT)" $(if $(CKPT),--ckpt "$(CKPT)") \
+	$(PY) -m assignment.commands.generate --prompt "$(PROMPT)" $(if $(CKPT),--ckpt "$(CKPT)") \
 	  $(if $(MAX_TOKENS),--max-tokens $(MAX_TOKENS)) $(if $(TEMPERATURE),--temperature $(TEMPERATURE)) \
 	  $(if $(TOP_P),--top-p $(TOP_P)) $(if $(TOP_K),--top-k $(TOP_K)) $(if $(SEED),--seed $(SEED)) \
 	  $(if $(DEVICE),--device $(DEVICE)) $(if $(DTYPE),--dtype $(DTYPE)) $(if $(ATTN),--attention $(ATTN)) \

@@ -8,7 +8,6 @@
     checkpoint.py  load_checkpoint() / save_checkpoint() for Hugging Face directories (safetensors)
     tokenizer.py   tokenizer.json, special and stop tokens, chat templates
     scripted.py    a scripted stand-in model and a byte tokenizer, for testing generation loops
-    generate.py    `make generate`: stream text from a checkpoint with the student's t7 loop
     checkpoints/kit-tiny   the shipped checkpoint; its MODEL_CARD.md records how it was made (the corpus,
                    training and model-card tools are the instructor's: `make corpus`, `make train-tiny`)
 

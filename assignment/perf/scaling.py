@@ -1,6 +1,5 @@
-"""Scaling analysis for t4/t5: sweep sequence length, batch and head dimension; table and plots.
-
-    python -m assignment.perf.scaling --task t4|t5 [--quick] [--kv-heads N] [--out build/bench]
+"""Scaling analysis for t4/t5: sweep sequence length, batch and head dimension; table and plots (the command that
+runs it for a task is assignment/commands/scaling.py).
 
 For each (L, d) it times naive PyTorch, the naive CUDA composition (t3 -> t2 -> t3), the
 implementation under test, the reference solution and PyTorch's SDPA through the grader's
@@ -13,13 +12,10 @@ the measured copy-bandwidth roof and the fp32 compute roof).
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
 from pathlib import Path
 
-from assignment.perf.cases import OUT_DIR, attention_candidates, attention_work, reference_kernels
+from assignment.perf.cases import attention_candidates, attention_work
 
 TOKENS = 16384  # B * L at every point of the sweep
 HEADS = 16
@@ -32,30 +28,13 @@ def sweep_points(quick: bool) -> list[tuple[int, int, int, int]]:
     return [(max(1, TOKENS // L), HEADS, L, d) for d in dims for L in lengths]
 
 
-def swept_tasks() -> list[str]:
-    """The tasks whose kernel make scaling sweeps (their code's ``scaling_causal`` is set)."""
-    from assignment import tasks
-
-    return [c.id for c in tasks.available() if c.scaling_causal is not None]
-
-
-def _causal(task: str) -> bool:
-    from assignment import tasks
-
-    causal = tasks.code(task).scaling_causal
-    if causal is None:
-        raise ValueError(f"{task} has no scaling sweep")
-    return causal
-
-
-def run_sweep(task: str, quick: bool, kv_heads: int = HEADS) -> dict:
+def run_sweep(task: str, causal: bool, student, reference, quick: bool, kv_heads: int = HEADS) -> dict:
+    """Time ``task``'s attention kernel (``causal`` or not: its code's ``scaling_causal``) at every point, in the
+    ``student`` kernels and the ``reference`` ones (None in a student bundle)."""
     import torch
 
-    from assignment.cuda.kernels import Kernels
     from assignment.perf.timing import copy_bandwidth, fp32_peak_flops, gpu_info, measure
 
-    causal = _causal(task)
-    student, reference = Kernels(), reference_kernels()
     copy = copy_bandwidth()
     points = []
     for B, H, L, d in sweep_points(quick):
@@ -125,7 +104,7 @@ def plot(data: dict, out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     task, written = data["task"], []
-    stem = _stem(task, data.get("kv_heads", HEADS))
+    stem = stem_of(task, data.get("kv_heads", HEADS))
     names = sorted({n for p in data["points"] for n, v in p["results"].items() if "ms" in v})
     dims = sorted({p["d"] for p in data["points"]})
     heads = f"H = {HEADS}, H_kv = {data.get('kv_heads', HEADS)}"
@@ -212,41 +191,6 @@ def plot(data: dict, out: Path) -> list[Path]:
     return written
 
 
-def _stem(task: str, kv_heads: int) -> str:
+def stem_of(task: str, kv_heads: int) -> str:
     """t4, or t4_hkv4 for a grouped-query sweep (file names of the JSON and the plots)."""
     return task if kv_heads == HEADS else f"{task}_hkv{kv_heads}"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--task", choices=swept_tasks(), required=True)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", type=Path, default=OUT_DIR)
-    parser.add_argument("--plot-only", type=Path, help="re-plot a saved <task>_scaling.json")
-    parser.add_argument(
-        "--kv-heads",
-        type=int,
-        default=HEADS,
-        help=f"K/V heads (a divisor of the {HEADS} query heads; fewer is grouped-query attention)",
-    )
-    args = parser.parse_args(argv)
-    if args.kv_heads < 1 or HEADS % args.kv_heads:
-        parser.error(f"--kv-heads must divide {HEADS}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    if args.plot_only:
-        data = json.loads(args.plot_only.read_text())
-    else:
-        import torch
-
-        if not torch.cuda.is_available():
-            print("scaling: needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
-            return 2
-        data = run_sweep(args.task, args.quick, args.kv_heads)
-        (args.out / f"{_stem(args.task, args.kv_heads)}_scaling.json").write_text(json.dumps(data, indent=1))
-    for path in plot(data, args.out):
-        print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -16,10 +16,13 @@ The points are an estimate: the grade is the ratio the grader measures on the co
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from assignment.registry import Task, TimingRule
+
+RuleCase = Callable[[TimingRule, Any, Any], Any]  # (rule, student, reference) -> assignment.perf.cases.Case
 
 
 @dataclass
@@ -75,20 +78,18 @@ def is_model_rule(rule: TimingRule) -> bool:
     return "model" in rule.shape
 
 
-def rule_case(task: Task, rule: TimingRule, student, reference):
-    """A bench Case at the rule's shape: a PyTorch candidate first (the bench checks every output against it),
-    the baseline, the student and, in an instructor's tree, the reference. None for the model rule."""
-    from assignment import tasks
-
+def rule_case(task: Task, rule: TimingRule, make_case: RuleCase | None, student, reference):
+    """A bench Case at the rule's shape, made by the task's ``make_case`` (its code's ``rule_case``): a PyTorch
+    candidate first (the bench checks every output against it), the baseline, the student and, in an instructor's
+    tree, the reference. None for the model rule."""
     if is_model_rule(rule):
         return None
-    code = tasks.code(task.id)
-    if code.rule_case is None:
+    if make_case is None:
         raise ValueError(
             f"{task.id}: no bench case for the timing rule {rule.name!r} (give assignment/tasks/"
             f"{task.id}.py a rule_case)"
         )
-    return code.rule_case(rule, student, reference)
+    return make_case(rule, student, reference)
 
 
 def speed_from_row(
@@ -137,6 +138,7 @@ def model_speed(
 
 def measure_task(
     task: Task,
+    make_case: RuleCase | None,
     student,
     reference,
     copy_gbps: float | None,
@@ -144,13 +146,14 @@ def measure_task(
     model_report: dict | None = None,
     gpu_name: str | None = None,
 ) -> list[Standing]:
-    """Every timing rule of ``task`` against its student target (bench rows are printed as they run)."""
+    """Every timing rule of ``task`` against its student target (bench rows are printed as they run); ``make_case``
+    is the task code's ``rule_case``."""
     from assignment.perf import cases
 
     standings = []
     for rule in task.timing:
         standing = new_standing(task, rule)
-        case = rule_case(task, rule, student, reference)
+        case = rule_case(task, rule, make_case, student, reference)
         if case is None:
             speed, mine, base, why = model_speed(rule, model_report)
             if rule.student.overhead_ms:

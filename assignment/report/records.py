@@ -1,4 +1,4 @@
-"""A bench step's JSON (``<build>/runs/bench_tN/tN.json``, written by ``assignment.perf.bench``) as typed records.
+"""A bench step's JSON (``<build>/runs/bench_tN/tN.json``, written by ``assignment.commands.bench``) as typed records.
 
 The views read these, never the JSON's keys: ``read_bench`` is the one place that knows the file's layout, and
 each bench step's JSON is read once. A key the bench did not write reads as None (or empty), so a partly written

@@ -117,7 +117,7 @@ def plan_steps(registry: Registry, settings: Settings, have_gpu: bool) -> list[S
                     f"bench_{t}",
                     t,
                     "bench",
-                    (python, "-m", "assignment.perf.bench", "--task", t, "--out", str(out)),
+                    (python, "-m", "assignment.commands.bench", "--task", t, "--out", str(out)),
                     out,
                     code.bench_timeout_s or BENCH_TIMEOUT_S,
                     _inputs(code, code.bench_needs),
@@ -125,7 +125,7 @@ def plan_steps(registry: Registry, settings: Settings, have_gpu: bool) -> list[S
             )
         if code.scaling_causal is not None:
             out = runs / f"scaling_{t}"
-            argv = (python, "-m", "assignment.perf.scaling", "--task", t, "--out", str(out))
+            argv = (python, "-m", "assignment.commands.scaling", "--task", t, "--out", str(out))
             steps.append(
                 Step(
                     f"scaling_{t}",
@@ -143,7 +143,7 @@ def plan_steps(registry: Registry, settings: Settings, have_gpu: bool) -> list[S
                     f"profile_{t}",
                     t,
                     "profile",
-                    (python, "-m", "assignment.perf.profile", "--task", t),
+                    (python, "-m", "assignment.commands.profile", "--task", t),
                     None,
                     PROFILE_TIMEOUT_S,
                     _inputs(code),
@@ -153,7 +153,7 @@ def plan_steps(registry: Registry, settings: Settings, have_gpu: bool) -> list[S
             argv = (
                 python,
                 "-m",
-                "assignment.model.generate",
+                "assignment.commands.generate",
                 "--prompt",
                 registry.report_prompt or DEFAULT_PROMPT,
                 "--temperature",

@@ -11,6 +11,7 @@ import shutil
 import pytest
 
 from assignment.checks import require
+from assignment.commands import sanitize as sanitize_command
 from assignment.cuda import sanitize
 from assignment.cuda.kernels import Kernels
 from assignment.pytest_plugin import grading_seed
@@ -35,10 +36,10 @@ def sanitizer_tools(memcheck_s: float, racecheck_s: float) -> list:
 
 
 def check_sanitizer(task_id: str, tool: str) -> None:
-    source = sanitize.source_of(task_id)
+    source = sanitize_command.source_of(task_id)
     if shutil.which("compute-sanitizer") is None:
         pytest.skip("compute-sanitizer is not on PATH on this host")
-    result = sanitize.run(task_id, tool, source)
+    result = sanitize.run(sanitize_command.sanitized_code(task_id).sanitize, tool, source)
     require(
         result.ok,
         "memory_error",

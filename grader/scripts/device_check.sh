@@ -114,10 +114,10 @@ if [ "$STAGE" = baseline ]; then
 fi
 
 if stage bench; then
-  for t in t2 t3 t4; do say "bench $t"; timeout "${BENCH_TIMEOUT:-150}" $PY -m assignment.perf.bench --task "$t"; done
-  say "scaling t4"; timeout 200 $PY -m assignment.perf.scaling --task t4 ${SCALING_ARGS:-}
-  say "scaling t5"; timeout 150 $PY -m assignment.perf.scaling --task t5 --quick
-  say "profile t4"; timeout 120 $PY -m assignment.perf.profile --task t4
+  for t in t2 t3 t4; do say "bench $t"; timeout "${BENCH_TIMEOUT:-150}" $PY -m assignment.commands.bench --task "$t"; done
+  say "scaling t4"; timeout 200 $PY -m assignment.commands.scaling --task t4 ${SCALING_ARGS:-}
+  say "scaling t5"; timeout 150 $PY -m assignment.commands.scaling --task t5 --quick
+  say "profile t4"; timeout 120 $PY -m assignment.commands.profile --task t4
   tar czf "$OUT/bench_results.tgz" -C build bench
 fi
 say "done"

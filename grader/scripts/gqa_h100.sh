@@ -16,7 +16,7 @@
 #                  hidden suites' test_compute_sanitizer; GQA launches with exact-size K/V buffers included)
 #   model          the shipped GQA checkpoint (4 query heads over 2 KV heads) with attention t5 vs reference:
 #                  full pass, prefill, a chunk after the cache (Lq < Lk), decode steps
-#   bench_t4/t5    python -m assignment.perf.bench --task t4 / t5 (the registry's timing shapes, then the GQA
+#   bench_t4/t5    python -m assignment.commands.bench --task t4 / t5 (the registry's timing shapes, then the GQA
 #                  rows: B 1, H 32, H_kv 8, L 8192, d 64 and 128, each kernel on grouped K/V and on K/V repeated)
 #   hidden2        the hidden value checks again with a second seed (other drawn shapes, H_kv drawn from the
 #                  divisors of H)
@@ -88,7 +88,7 @@ for nodeid in unclean[:10]:
 sys.exit(1 if unclean or skipped or not tests else 0)
 PY
 
-step sanitize 200 env IMPL=solutions bash -c 'rc=0; for t in t4 t5; do echo "== make sanitize T=$t"; python3 -m assignment.cuda.sanitize --task $t || rc=1; done; exit $rc'
+step sanitize 200 env IMPL=solutions bash -c 'rc=0; for t in t4 t5; do echo "== make sanitize T=$t"; python3 -m assignment.commands.sanitize --task $t || rc=1; done; exit $rc'
 
 step model 120 env IMPL=solutions python3 - <<'PY'
 # The model's attention seam with the t5 kernel on the shipped GQA checkpoint (or, without the tokenizers /
@@ -144,8 +144,8 @@ assert worst < 2e-3, f"t5 attention in the model differs from the reference by {
 print("model: OK")
 PY
 
-step bench_t4 180 env IMPL=solutions python3 -m assignment.perf.bench --task t4 --out "$OUT/bench"
-step bench_t5 180 env IMPL=solutions python3 -m assignment.perf.bench --task t5 --out "$OUT/bench"
+step bench_t4 180 env IMPL=solutions python3 -m assignment.commands.bench --task t4 --out "$OUT/bench"
+step bench_t5 180 env IMPL=solutions python3 -m assignment.commands.bench --task t5 --out "$OUT/bench"
 
 step hidden2 90 env IMPL=solutions KIT_SEED="$SEED2" "${PYTEST[@]}" grader/hidden/test_t4_hidden.py \
   grader/hidden/test_t5_hidden.py -k "values" $(json hidden2)

@@ -11,15 +11,15 @@
 #   tests          tests/test_t6_decode_attention.py on the solutions (float64 reference at L 1..65537, every d,
 #                  H_kv in {1, 2, 8, H}, split counts that do not divide L, graph replay at growing lengths, ...)
 #                  + the kit's CPU tests that touch t6 (argument checks, TODO refusal, regions, starter sync)
-#   sanitize       python -m assignment.cuda.sanitize --task t6: compute-sanitizer memcheck and racecheck through
+#   sanitize       python -m assignment.commands.sanitize --task t6: compute-sanitizer memcheck and racecheck through
 #                  the kit's C++ driver (exact-size cudaMalloc buffers: a read one float past the cache is caught)
-#   bench          python -m assignment.perf.bench --task t6: B 1 H 32 H_kv 8 d 64/128 L 8192/32768 and B 8 L 8192;
+#   bench          python -m assignment.commands.bench --task t6: B 1 H 32 H_kv 8 d 64/128 L 8192/32768 and B 8 L 8192;
 #                  ms, KV GB/s, % of the device copy, naive PyTorch / grouped PyTorch / SDPA, speedups
 #   bench_nopdl    the same with KIT_T6_PDL=0: the combine kernel launched plainly, not as a programmatic
 #                  dependent of the split kernel (A/B of that choice)
 #   starter        the t6 public tests on the starter (exit 1 expected) and
 #   starter_clean  the verdict: every test failed with NotImplementedError, none crashed or passed
-#   splits         python -m assignment.perf.bench --task t6 --splits: split counts around the kit's choice
+#   splits         python -m assignment.commands.bench --task t6 --splits: split counts around the kit's choice
 #   tests_nopdl    the split-count, group-size, graph and repeatability tests again with KIT_T6_PDL=0
 #   memcheck_py    compute-sanitizer memcheck on a Python driver that calls the wrapper (PyTorch's caching allocator
 #                  off, so every tensor is its own allocation); racecheck_py the same with racecheck
@@ -87,10 +87,10 @@ step compile 240 bash -c "python3 /tmp/t6_compile.py; rc=\$?
 step tests 220 env IMPL=solutions "${PYTEST[@]}" tests/test_t6_decode_attention.py tests/kit/test_regions.py \
   tests/kit/test_starter_generator.py tests/kit/test_cuda_plumbing.py --durations=8 $(json tests)
 
-step sanitize 150 env IMPL=solutions python3 -m assignment.cuda.sanitize --task t6
+step sanitize 150 env IMPL=solutions python3 -m assignment.commands.sanitize --task t6
 
-step bench 170 env IMPL=solutions python3 -m assignment.perf.bench --task t6 --out "$OUT/bench"
-step bench_nopdl 150 env IMPL=solutions KIT_T6_PDL=0 python3 -m assignment.perf.bench --task t6 --out "$OUT/bench_nopdl"
+step bench 170 env IMPL=solutions python3 -m assignment.commands.bench --task t6 --out "$OUT/bench"
+step bench_nopdl 150 env IMPL=solutions KIT_T6_PDL=0 python3 -m assignment.commands.bench --task t6 --out "$OUT/bench_nopdl"
 
 step starter 60 env IMPL=starter "${PYTEST[@]}" tests/test_t6_decode_attention.py $(json starter)
 step starter_clean 30 python3 - "$OUT/starter.json" <<'PY'
@@ -109,7 +109,7 @@ for nodeid in unclean[:10]:
 sys.exit(1 if unclean or skipped or not tests else 0)
 PY
 
-step splits 100 env IMPL=solutions python3 -m assignment.perf.bench --task t6 --splits --out "$OUT/bench"
+step splits 100 env IMPL=solutions python3 -m assignment.commands.bench --task t6 --splits --out "$OUT/bench"
 step tests_nopdl 90 env IMPL=solutions KIT_T6_PDL=0 "${PYTEST[@]}" tests/test_t6_decode_attention.py \
   -k "split_counts or group_sizes or graph or repeatable"
 

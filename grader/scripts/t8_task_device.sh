@@ -21,9 +21,9 @@ say "t8's GPU adversarial fixtures"
 $PY -m grader.tools.adversarial --only $($PY -c "from grader.tools.adversarial import load_fixtures; print(' '.join(f.name for f in load_fixtures() if f.task == 't8'))") | tail -10
 say "make generate ATTN=t8 DTYPE=bfloat16 DEVICE=cuda, against ATTN=sdpa"
 for attn in sdpa t8; do
-  $PY -m assignment.model.generate --prompt "The history of the city" --temperature 0 --max-tokens 24 --device cuda \
+  $PY -m assignment.commands.generate --prompt "The history of the city" --temperature 0 --max-tokens 24 --device cuda \
       --dtype bfloat16 --attention "$attn" > "$OUT/generate_$attn.txt" 2>&1; echo "$attn rc $?"; head -3 "$OUT/generate_$attn.txt"
 done
 say "make profile T=t8"
-timeout 200 $PY -m assignment.perf.profile --task t8 | tail -25
+timeout 200 $PY -m assignment.commands.profile --task t8 | tail -25
 say "done"

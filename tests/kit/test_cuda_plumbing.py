@@ -487,7 +487,7 @@ def test_the_sanitizer_driver_finds_each_scenario_in_its_host_library(task, tmp_
     not_a_cubin = tmp_path / "not_a.cubin"
     not_a_cubin.write_bytes(b"not a cubin")
     code = tasks.code(task)
-    command = sanitize.driver_command(task, cuda.kit_source(code.cuda_file), not_a_cubin)
+    command = sanitize.driver_command(code.sanitize, cuda.kit_source(code.cuda_file), not_a_cubin)
     assert command[3:] == [code.sanitize.symbol, str(code.sanitize.variant)]
     ran = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert ran.returncode == 2 and f"loading {not_a_cubin}" in ran.stderr, ran.stdout + ran.stderr
@@ -593,12 +593,12 @@ def test_profile_reads_ncu_csv_and_states_the_ideal_traffic():
     assert metrics["dram__bytes_read.sum"] == ("byte", 1073741824.0)
     assert metrics["sm__warps_active.avg.pct_of_peak_sustained_active"][1] == 37.5
     assert metrics["_kernel"][0] == "flash_fwd(float const*)"
-    assert profile.ideal_bytes("t2", {"rows": 2, "cols": 3}) == 48
-    assert profile.ideal_bytes("t3", {"batch": 2, "M": 1, "N": 2, "K": 3}) == 4 * 2 * (3 + 6 + 2)
+    assert tasks.code("t2").profile.ideal_bytes({"rows": 2, "cols": 3}) == 48
+    assert tasks.code("t3").profile.ideal_bytes({"batch": 2, "M": 1, "N": 2, "K": 3}) == 4 * 2 * (3 + 6 + 2)
     assert "ERR_NVGPUCTRPERM" in profile.explain_failure(
         "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission"
     )
-    assert "flash_fwd" in profile.report("t4", metrics)
+    assert "flash_fwd" in profile.report("t4", tasks.code("t4").profile, metrics)
 
 
 def test_assert_repeatable_catches_a_result_that_moves():

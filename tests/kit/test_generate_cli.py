@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from assignment.impl import REPO_ROOT
-from assignment.model import generate
+from assignment.commands import generate
 
 pytestmark = pytest.mark.kit
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="what a host without a GPU says")

@@ -30,7 +30,11 @@ def test_records_hold_no_code():
 
 # The kit's packages from the top down: a module imports from its own package or from a layer below its own, never
 # from a layer above, nor from another package of its own layer. `grader/scripts/` and `grader/notes/` are scripts
-# run by hand, `grader/fixtures/` submissions the tools read as text; `grader` alone is the package's (empty) __init__.
+# run by hand, `grader/fixtures/` submissions the tools read as text; `grader` and `assignment` alone are the
+# packages' (empty) __init__, so every other module of theirs must be placed here. Inside `assignment/`: the
+# commands a student runs (and the pytest plugin, the report, the submission) sit above the task modules, which sit
+# above the layers they plug into (the harness, the model, the test helpers, the CUDA plumbing), which sit above the
+# registry and the small modules everything reads.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("grader.scripts", "grader.notes", "grader.fixtures"),
     ("grader.tools",),  # instructor tools that exercise the grader
@@ -40,9 +44,43 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("grader.hidden",),  # the hidden suites the checker runs
     ("grader.isolation",),  # the sandboxed worker and what a student is told (the starter's stubs)
     ("grader.authoring",),  # the starter generator, the shipped model's corpus, training and card
-    ("assignment",),  # what students get, and what everything runs on
+    # what students get, and what everything runs on:
+    (  # what loops over the tasks or looks one up: make bench/profile/sanitize/generate, the report, the submission
+        "assignment.commands",
+        "assignment.report",
+        "assignment.submit",
+        "assignment.pytest_plugin",
+        "assignment.feedback_html",
+    ),
+    ("assignment.tasks",),  # one module per task, on the layers below
+    ("assignment.perf",),  # bench cases, timed workloads, the model bench, scaling, profile report, student targets
+    # the model; the test helpers (they time with perf.timing); the feedback form; the theory questions
+    ("assignment.model", "assignment.testing", "assignment.feedback", "assignment.theory"),
+    ("assignment.perf.timing", "assignment.todos", "assignment.policy"),  # the harness; TODO counts; Python rules
+    ("assignment.cuda",),  # building, checking and loading CUDA files
+    ("assignment.markers",),  # the solution/starter marker syntax
+    ("assignment.registry",),  # the registry's loader, on its three parts:
+    ("assignment.registry_course",),
+    ("assignment.registry_tasks",),
+    ("assignment.registry_schema",),
+    ("assignment.impl", "assignment.checks", "assignment.atomic"),  # IMPL's folder; CheckFailure; atomic writes
+    ("assignment",),
     ("grader",),
 )
+ROOTS = ("assignment", "grader")  # a root names its __init__ alone: its modules are placed by their own packages
+# Upward imports the layers still carry, each with why it is not yet gone; the test fails on any other, and on one
+# of these once it is gone (strike it here then).
+PENDING: dict[tuple[str, str], str] = {
+    ("assignment.cuda.kernels", "assignment.tasks"): (
+        "Kernels is composed of the task modules' wrappers; the t6 worker's driver subclasses it as "
+        "assignment.cuda.kernels.Kernels, and grader/isolation/kit_folder.py ships the worker cuda/kernels.py and "
+        "the task modules but no module above them: it moves up with them"
+    ),
+    ("assignment.model.attention", "assignment.tasks"): (
+        "ATTN=<id> is looked up by name inside the model (llama.py, cuda_graph.py) and by perf/model_bench.py "
+        "(cache_class(task)): the model takes a task's ModelAttention once those callers hand it one"
+    ),
+}
 SCANNED = ("assignment", "grader", "handout")
 
 
@@ -51,7 +89,7 @@ def _package_of(name: str) -> tuple[int, str] | None:
     best = None
     for index, packages in enumerate(LAYERS):
         for package in packages:
-            if (name == package or (name.startswith(package + ".") and package != "grader")) and (
+            if (name == package or (name.startswith(package + ".") and package not in ROOTS)) and (
                 best is None or len(package) > len(best[1])
             ):
                 best = (index, package)
@@ -83,22 +121,27 @@ def _imports(source: str, module: str, is_package: bool = False) -> list[tuple[i
 def test_imports_flow_down_the_layers():
     files = sorted(p for top in SCANNED for p in (REPO / top).rglob("*.py") if "__pycache__" not in p.parts)
     assert len(files) > 100, f"only {len(files)} modules found: has the layout moved?"
-    unplaced, upward = [], []
+    unplaced, upward, pending_seen = [], [], set()
     for path in files:
-        home = _package_of(_module_name(path))
+        module = _module_name(path)
+        home = _package_of(module)
         if home is None:
             unplaced.append(path.relative_to(REPO).as_posix())
             continue
-        for line, name in _imports(path.read_text(encoding="utf-8"), _module_name(path), path.name == "__init__.py"):
+        for line, name in _imports(path.read_text(encoding="utf-8"), module, path.name == "__init__.py"):
             target = _package_of(name)
             if not name.startswith(SCANNED) or target is None or target[1] == home[1]:
                 continue
             if target[0] <= home[0]:
+                if (module, target[1]) in PENDING:
+                    pending_seen.add((module, target[1]))
+                    continue
                 upward.append(f"{path.relative_to(REPO)}:{line} imports {name} ({home[1]} may not use {target[1]})")
     assert not unplaced, f"modules in no layer (place their package in LAYERS): {unplaced}"
     assert not upward, (
         "imports against the layers (top down: " + " > ".join("/".join(p) for p in LAYERS) + "):\n" + "\n".join(upward)
     )
+    assert pending_seen == set(PENDING), f"upward imports gone: strike them from PENDING: {set(PENDING) - pending_seen}"
 
 
 def test_the_layer_check_sees_every_kind_of_import():
@@ -113,6 +156,8 @@ def test_the_layer_check_sees_every_kind_of_import():
     assert _imports("from . import seeds\n", "grader.grade", is_package=True) == [(1, "grader.grade.seeds")]
     assert _package_of("grader.grade.seeds") == (LAYERS.index(("grader.grade",)), "grader.grade")
     assert _package_of("grader.seeds") is None and _package_of("torch.nn") is None
+    assert _package_of("assignment.perf.timing")[1] == "assignment.perf.timing"  # the longest package wins
+    assert _package_of("assignment.newcomer") is None  # a new module of a root is placed before it is let in
 
 
 def _module_graph() -> dict[str, set[str]]:

@@ -243,24 +243,24 @@ def test_plot_only_reprints_a_saved_report(tmp_path, capsys):
     ],
 )
 def test_bench_refuses_model_flags_out_of_place(argv, capsys):
-    from assignment.perf import bench
+    from assignment.commands import bench
 
     assert bench.main(argv) == 2
     assert "--model-only" in capsys.readouterr().err
 
 
 def test_profile_t6_reports_both_kernels_of_a_decode_launch():
-    from assignment.perf import profile
-
     from assignment import tasks
+    from assignment.commands import profile as profile_command
+    from assignment.perf import profile
 
     shape = dict(tasks.code("t6").profile.shape)
     assert shape == {"B": 1, "H": 32, "H_kv": 8, "L": 32768, "d": 128}
-    assert profile.ideal_bytes("t6", shape) == 4 * (32 * (2 * 128 + 1) + 2 * 8 * 32768 * 128)
-    command = profile.ncu_command("ncu", "t6", ".")
+    assert tasks.code("t6").profile.ideal_bytes(shape) == 4 * (32 * (2 * 128 + 1) + 2 * 8 * 32768 * 128)
+    command = profile_command.ncu_command("ncu", "t6", ".")
     assert command[command.index("--launch-count") + 1] == "2"
     assert "dram__throughput.avg.pct_of_peak_sustained_elapsed" in command[command.index("--metrics") + 1]
-    assert profile.ncu_command("ncu", "t4", ".")[command.index("--launch-count") + 1] == "1"
+    assert profile_command.ncu_command("ncu", "t4", ".")[command.index("--launch-count") + 1] == "1"
     header = (
         '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Section Name",'
         '"Metric Name","Metric Unit","Metric Value"'
@@ -283,7 +283,7 @@ def test_profile_t6_reports_both_kernels_of_a_decode_launch():
     kernels = profile.parse_ncu_csv_kernels(text)
     assert [k["_kernel"][0] for k in kernels] == ["decode_split", "decode_combine"]
     assert profile.parse_ncu_csv(text)["_kernel"][0] == "decode_split"  # one kernel, as t2-t5 read it
-    report = profile.report("t6", kernels)
+    report = profile.report("t6", tasks.code("t6").profile, kernels)
     assert "kernel 1 of 2: decode_split" in report and "kernel 2 of 2: decode_combine" in report
     assert "0.105 ms" in report  # the two kernels' time together
     assert f"{(268_435_456 + 2 * 1_048_576 + 16_384) / 2**20:,.1f} MiB" in report

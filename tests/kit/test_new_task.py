@@ -1,11 +1,13 @@
-"""Adding a task takes seven files (issue 26): a throwaway task built from a template in a copy of the kit.
+"""Adding a task takes seven files (issue 26): throwaway tasks built from templates in a copy of the kit.
 
 The copy gets the next task id, "scale a tensor", as an instructor would add it: its registry entry, its task
 module, its solution file, its handout text, its public test, its hidden test and its fixtures, and nothing
 else. Then the kit's own commands take it from there: the starter is generated, the public tests pass on the
 solution and fail cleanly on the starter, the hidden suite passes on the solution, the handout renders its
 section, and the grader grades a buggy submission of it below full marks. ``git status`` in the copy shows the
-seven files, plus the starter file the generator wrote.
+seven files, plus the starter file the generator wrote. The same task as a CUDA kernel (issue 36) takes the same
+seven files and no shared one: its wrapper joins ``Kernels`` from its task module alone, and both its builds
+compile (its GPU checks run where there is a GPU).
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
+import torch
 
 from assignment.registry import load_registry
 
@@ -190,22 +194,37 @@ def _copy_of_the_kit(tmp_path: Path) -> Path:
     return copy
 
 
-def _add_the_task(copy: Path) -> None:
+def _add_the_task(copy: Path, entry: str = REGISTRY_ENTRY, files: dict[str, str] | None = None) -> None:
+    """The task's registry entry at the end of the tasks, and its six other files (path -> text)."""
     registry = copy / "assignment" / "tasks.toml"
     text = registry.read_text()
     total = int(re.search(r"^total_points = (\d+)", text, re.M).group(1))
     text = re.sub(r"^total_points = \d+", f"total_points = {total + POINTS}", text, count=1, flags=re.M)
     last_task_ends = text.index("\n[theory]") if "\n[theory]" in text else len(text)
-    registry.write_text(text[:last_task_ends] + REGISTRY_ENTRY + text[last_task_ends:])
-    for path, body in (
-        (f"assignment/tasks/{NEW}.py", TASK_MODULE),
-        (f"solutions/{FILE}", SOLUTION),
-        (f"assignment/text/{NEW}.md", TEXT),
-        (f"tests/test_{NEW}_scale.py", PUBLIC_TEST),
-        (f"grader/hidden/test_{NEW}_hidden.py", HIDDEN_TEST),
-        (f"grader/fixtures/{NEW}.toml", FIXTURES),
-    ):
+    registry.write_text(text[:last_task_ends] + entry + text[last_task_ends:])
+    files = files or {
+        f"assignment/tasks/{NEW}.py": TASK_MODULE,
+        f"solutions/{FILE}": SOLUTION,
+        f"assignment/text/{NEW}.md": TEXT,
+        f"tests/test_{NEW}_scale.py": PUBLIC_TEST,
+        f"grader/hidden/test_{NEW}_hidden.py": HIDDEN_TEST,
+        f"grader/fixtures/{NEW}.toml": FIXTURES,
+    }
+    for path, body in files.items():
         (copy / path).write_text(textwrap.dedent(body))
+
+
+def _public_tests_pass_then_stop_at_the_todo(copy: Path, todos: int) -> None:
+    """The new task's public tests pass on the solution, and ``todos`` of them stop at the starter's TODO."""
+    public = [sys.executable, "-m", "pytest", f"tests/test_{NEW}_scale.py", "-q", "-p", "no:cacheprovider"]
+    passed = _run(public, copy, IMPL="solutions")
+    assert passed.returncode == 0 and " passed" in passed.stdout, (
+        f"public tests on the solution:\n{passed.stdout[-3000:]}"
+    )
+    todo = _run(public, copy, IMPL="starter")
+    assert todo.returncode != 0 and re.search(rf"\b{todos} todo in ", todo.stdout), (
+        f"{todos} public tests must stop at the starter's TODO:\n{todo.stdout[-3000:]}"
+    )
 
 
 def test_a_new_task_takes_seven_files_and_runs_end_to_end(tmp_path):
@@ -221,15 +240,7 @@ def test_a_new_task_takes_seven_files_and_runs_end_to_end(tmp_path):
         f"and generated {sorted(changed & GENERATED)}"
     )
 
-    public = [python, "-m", "pytest", f"tests/test_{NEW}_scale.py", "-q", "-p", "no:cacheprovider"]
-    passed = _run(public, copy, IMPL="solutions")
-    assert passed.returncode == 0 and " passed" in passed.stdout, (
-        f"public tests on the solution:\n{passed.stdout[-3000:]}"
-    )
-    todo = _run(public, copy, IMPL="starter")
-    assert todo.returncode != 0 and re.search(r"\b2 todo in ", todo.stdout), (
-        f"both public tests must stop at the starter's TODO:\n{todo.stdout[-3000:]}"
-    )
+    _public_tests_pass_then_stop_at_the_todo(copy, todos=2)
 
     hidden = _run(
         [python, "-m", "pytest", f"grader/hidden/test_{NEW}_hidden.py", "-q", "-p", "no:cacheprovider"],
@@ -250,3 +261,184 @@ def test_a_new_task_takes_seven_files_and_runs_end_to_end(tmp_path):
     assert graded.returncode == 0 and "1/1 fixtures caught" in graded.stdout, (
         f"the grader on a buggy {NEW}:\n{graded.stdout[-3000:]}{graded.stderr[-3000:]}"
     )
+
+
+# --------------------------------------------------------------------------- a CUDA task
+
+CUDA_FILE = f"{NEW}_scale.cu"
+CUDA_REGISTRY_ENTRY = (
+    REGISTRY_ENTRY.replace('device = "any"', 'device = "gpu"')
+    .replace(f'files = ["{FILE}"]', f'files = ["{CUDA_FILE}"]')
+    .replace('title = "Scale a tensor"', 'title = "Scale a tensor in CUDA"')
+    .replace('\n[task.rules]\nimports = ["torch"]\n', "\n")
+)
+
+CUDA_TASK_MODULE = f'''"""{NEW}, scale a tensor in CUDA: a kernel and its wrapper, no bench, profile or sanitizer."""
+
+from __future__ import annotations
+
+from ctypes import c_float, c_int64, c_void_p
+
+from assignment.cuda import kernels as kern
+from assignment.tasks import TaskCode
+
+CUDA_FILE = "{CUDA_FILE}"
+SCALE = kern.Export(CUDA_FILE, "{NEW}_scale_forward", (c_void_p, c_void_p, c_float, c_int64, c_void_p))
+
+
+class Kernels:
+    """{NEW}'s wrapper: a method of ``assignment.cuda.kernels.Kernels``."""
+
+    def scale(self, x, alpha: float):
+        """alpha * x, a new tensor of x's shape."""
+        import torch
+
+        kernel = "{NEW}_scale_forward"
+        state = self.require(SCALE, ("{NEW}",), kernel)
+        kern.check_tensor(kernel, "x", x)
+        y = torch.empty_like(x)
+        device = kern.check_layout_and_device(kernel, x=x, y=y)
+        if x.numel():
+            kern.launch(self.function(SCALE, state), device, kernel, x.data_ptr(), y.data_ptr(), alpha, x.numel())
+        return y
+
+
+CODE = TaskCode(id="{NEW}", cuda_file=CUDA_FILE, kernels=Kernels)
+'''
+
+CUDA_SOLUTION = f"""// {CUDA_FILE}: y = alpha * x, one thread an element: the smallest CUDA task, to show what adding one takes.
+#include "kit.cuh"
+
+__global__ void scale_kernel(const float* __restrict__ x, float* __restrict__ y, float alpha, int64_t n) {{
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  // BEGIN SOLUTION {NEW}
+  if (i < n) y[i] = alpha * x[i];
+  // END SOLUTION
+}}
+
+KIT_API int {NEW}_scale_forward(void* module, const float* x, float* y, float alpha, int64_t n, void* stream) {{
+  kit::UseModule use(module);
+  if (n <= 0) return 0;
+  const int64_t blocks = (n + 255) / 256;
+  return (int)kit::launch(scale_kernel, (unsigned)blocks, 256, 0, (cudaStream_t)stream, x, y, alpha, n);
+}}
+"""
+
+CUDA_PUBLIC_TEST = f'''"""Public tests for task {NEW}: scale a tensor in CUDA (``{CUDA_FILE}``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from assignment.cuda import kernels
+from assignment.registry import load_registry
+from assignment.testing import assert_close, check_todo_regions
+
+pytestmark = pytest.mark.{NEW}
+TASK = load_registry().task("{NEW}")
+
+
+@pytest.mark.parametrize("shape", TASK.public_shapes, ids=lambda s: "{{rows}}x{{cols}}".format(**s))
+def test_scale_matches_the_formula(shape, seed):
+    x = torch.randn(shape["rows"], shape["cols"], generator=torch.Generator().manual_seed(seed)).cuda()
+    out = kernels.scale(x, 2.5)
+    assert_close(out, 2.5 * x, **TASK.tol("float32"), name="scale(x, 2.5)", layout="row, col",
+                 hint="write y[i] = alpha * x[i] for every i < n")
+
+
+@pytest.mark.cpu
+def test_todo_regions_are_device_code_only():
+    check_todo_regions("{CUDA_FILE}", ("{NEW}",))
+'''
+
+CUDA_HIDDEN_TEST = f'''"""Hidden tests for task {NEW} (instructor-only): the student's kernel, launched by the kit's host code."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from assignment.checks import require
+from assignment.cuda import kernels
+from assignment.registry import load_registry
+from grader.hidden.common import cases
+
+pytestmark = pytest.mark.{NEW}
+TASK = load_registry().task("{NEW}")
+
+
+@pytest.mark.parametrize("shape", cases(TASK))
+@pytest.mark.parametrize("alpha", [0.0, -3.0])
+def test_scale(shape, alpha, seed):
+    x = torch.randn(shape["rows"], shape["cols"], generator=torch.Generator().manual_seed(seed)).cuda()
+    out = kernels.scale(x, alpha)
+    require(torch.allclose(out, alpha * x, **TASK.tol("float32")), "mismatch",
+            f"scale(x, {{alpha}}) differs from alpha * x", "scale differs from alpha * x")
+'''
+
+CUDA_FIXTURES = FIXTURES.replace(  # the same honest bug, in the kernel
+    '["    return x * alpha\\n", "    return x * 2.5\\n"]',
+    '["  if (i < n) y[i] = alpha * x[i];\\n", "  if (i < n) y[i] = 2.5f * x[i];\\n"]',
+)
+assert CUDA_FIXTURES != FIXTURES, "the fixture's replace line moved: update CUDA_FIXTURES"
+
+CUDA_FILES = {
+    f"assignment/tasks/{NEW}.py": CUDA_TASK_MODULE,
+    f"solutions/{CUDA_FILE}": CUDA_SOLUTION,
+    f"assignment/text/{NEW}.md": TEXT,
+    f"tests/test_{NEW}_scale.py": CUDA_PUBLIC_TEST,
+    f"grader/hidden/test_{NEW}_hidden.py": CUDA_HIDDEN_TEST,
+    f"grader/fixtures/{NEW}.toml": CUDA_FIXTURES,
+}
+
+# In the copy, with IMPL set: the wrapper is one of Kernels' methods, composed from the task's module alone, and
+# the starter's TODO stops it before any GPU is asked for.
+COMPOSED = f"""
+import torch
+from assignment.cuda import kernels
+assert "scale" in kernels.entry_points(), kernels.entry_points()
+assert callable(kernels.Kernels("starter").scale)
+try:
+    kernels.scale(torch.ones(3), 2.0)
+except NotImplementedError as exc:
+    assert "{NEW}" in str(exc), exc
+    print("refused:", exc)
+"""
+
+
+def test_a_new_cuda_task_takes_seven_files_and_no_shared_one(tmp_path):
+    """The CUDA twin of the test above, run as far as a host without a GPU can: the seven files and the generated
+    starter, nothing else touched; both builds of the new file (the solution's and the starter's, compiled); its
+    wrapper in ``Kernels`` without an edit to any shared file; the starter refused at its TODO; the public tests
+    (their GPU checks run on a GPU host, the region check anywhere)."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("needs nvcc to build the new task's CUDA file")
+    copy = _copy_of_the_kit(tmp_path)
+    _add_the_task(copy, CUDA_REGISTRY_ENTRY, CUDA_FILES)
+    python = sys.executable
+
+    made = _run(["make", "starter", f"PY={python}"], copy)
+    assert made.returncode == 0, f"make starter failed:\n{made.stdout[-3000:]}{made.stderr[-3000:]}"
+    changed = {line[3:] for line in _run(["git", "status", "--porcelain", "-uall"], copy).stdout.splitlines()}
+    hand_written = {"assignment/tasks.toml", *CUDA_FILES}
+    assert changed == hand_written | {f"starter/{CUDA_FILE}"}, (
+        f"adding a CUDA task touched {sorted(changed - {f'starter/{CUDA_FILE}'})} (want the seven files "
+        f"{sorted(hand_written)}) and generated {sorted(changed - hand_written)}"
+    )
+
+    for impl in ("solutions", "starter"):
+        built = _run([python, "-m", "assignment.cuda.check_all", impl, "--arch", "sm_80", "--jobs", "2"], copy)
+        assert built.returncode == 0 and CUDA_FILE in built.stdout, (
+            f"make check-cuda on {impl}/:\n{built.stdout[-3000:]}{built.stderr[-3000:]}"
+        )
+
+    refused = _run([python, "-c", COMPOSED], copy, IMPL="starter")
+    assert refused.returncode == 0 and "refused:" in refused.stdout, (
+        f"the new wrapper in Kernels, on the starter:\n{refused.stdout[-3000:]}{refused.stderr[-3000:]}"
+    )
+
+    # the region check anywhere; on a GPU host also the value check, once per public shape of the entry
+    public_shapes = tomllib.loads(CUDA_REGISTRY_ENTRY)["task"][0]["shapes"]["public"]
+    gpu_checks = len(public_shapes) if torch.cuda.is_available() else 0
+    _public_tests_pass_then_stop_at_the_todo(copy, todos=1 + gpu_checks)

@@ -80,7 +80,7 @@ def test_prefill_flops_count_every_linear_layer_per_token_the_causal_pairs_and_o
 
 
 def test_t8s_tables_end_with_the_ttft_rows_and_ttft_is_a_flag_of_t8():
-    from assignment.perf import bench
+    from assignment.commands import bench
 
     code = tasks.code("t8")
     for table in (code.bench_cases, *(v.cases for v in code.bench_variants)):
@@ -222,7 +222,7 @@ def test_a_row_with_no_candidate_left_is_printed_with_its_reasons(capsys):
 
 @pytest.mark.parametrize("argv", [["--task", "t8"], ["--task", "t8", "--ttft"], ["--task", "t8", "--bf16"]])
 def test_the_bench_refuses_cleanly_without_a_gpu(argv, monkeypatch, capsys):
-    from assignment.perf import bench
+    from assignment.commands import bench
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert bench.main(argv) == 2

@@ -640,7 +640,7 @@ def test_text_from_the_run_cannot_inject_markup_into_the_page(tmp_path, impl):
     class Hostile(FakeRunner):
         def __call__(self, argv, **kw):
             code, out, err = super().__call__(argv, **kw)
-            if "assignment.model.generate" in argv:
+            if "assignment.commands.generate" in argv:
                 out = out.replace(GENERATED, " <script>alert(1)</script> | ``` **bold**")
             return code, out, err
 

@@ -133,7 +133,7 @@ def test_make_generate_prints_english_from_the_shipped_model():
         [
             sys.executable,
             "-m",
-            "assignment.model.generate",
+            "assignment.commands.generate",
             "--prompt",
             "The history of",
             "--max-tokens",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from assignment import tasks
 from assignment.perf import targets
 from assignment.registry import load_registry
 
@@ -50,7 +51,9 @@ def test_a_todo_says_why_it_was_not_measured():
 
 def test_the_decode_step_rule_reads_the_model_table_and_counts_the_graders_round_trip():
     task, rule = _rule("t6", 1)
-    assert targets.is_model_rule(rule) and targets.rule_case(task, rule, None, None) is None
+    assert (
+        targets.is_model_rule(rule) and targets.rule_case(task, rule, tasks.code(task.id).rule_case, None, None) is None
+    )
     report = {
         "prompts": [
             {"prompt": 128, "rows": {"naive": {"tbt_ms": 20.0}, "student": {"tbt_ms": 2.0}}},
@@ -79,7 +82,7 @@ def test_every_kernel_rule_has_a_bench_case_with_its_baseline_and_the_student():
 
     for task in load_registry().available:
         for rule in task.timing:
-            case = targets.rule_case(task, rule, Anything(), None)
+            case = targets.rule_case(task, rule, tasks.code(task.id).rule_case, Anything(), None)
             if targets.is_model_rule(rule):
                 assert case is None
                 continue
@@ -87,5 +90,5 @@ def test_every_kernel_rule_has_a_bench_case_with_its_baseline_and_the_student():
             if rule.student.baseline != "copy":
                 assert rule.student.baseline in case.candidates, (task.id, rule.name)
             assert next(iter(case.candidates)) != "student"  # the first candidate checks the others
-            with_reference = targets.rule_case(task, rule, Anything(), Anything())
+            with_reference = targets.rule_case(task, rule, tasks.code(task.id).rule_case, Anything(), Anything())
             assert "reference" in with_reference.candidates

@@ -1,6 +1,6 @@
 """``make generate``: stream text from a checkpoint through the student's t7 loop, then its timings.
 
-    python -m assignment.model.generate --prompt "The history of" [--ckpt DIR] [--max-tokens 100]
+    python -m assignment.commands.generate --prompt "The history of" [--ckpt DIR] [--max-tokens 100]
         [--temperature 0.8] [--top-p 0.95] [--top-k 50] [--seed 0] [--device cpu|cuda] [--chat]
         [--attention reference|sdpa|<task id>] [--threads N]
 
@@ -24,7 +24,10 @@ from pathlib import Path
 
 import torch
 
-from .config import DEFAULT_CHECKPOINT
+from assignment import tasks
+from assignment.impl import ImplError
+from assignment.model.attention import KIT_IMPLEMENTATIONS, task_attention
+from assignment.model.config import DEFAULT_CHECKPOINT, CheckpointError
 
 # On a CPU, one thread per this many parameters: decoding a token multiplies every weight matrix by one vector, so a
 # model of P parameters is 2P flops a token, and a thread needs about 50 MFLOP (some milliseconds) before splitting
@@ -113,8 +116,6 @@ def cpu_threads(parameters: int) -> int:
 def device_problem(device: str, attention: str) -> str:
     """Why this host cannot run the model on ``device`` with ``attention``, in make generate's words ('' if it
     can): asked before anything loads, so the answer is a line, not a traceback from deep inside PyTorch."""
-    from .attention import KIT_IMPLEMENTATIONS, task_attention
-
     try:
         kind = torch.device(device).type
     except RuntimeError:
@@ -131,8 +132,6 @@ def device_problem(device: str, attention: str) -> str:
         return str(exc)
     if spec is None or not spec.cuda or kind == "cuda":
         return ""
-    from assignment import tasks
-
     here = [*(f"ATTN={name}" for name in KIT_IMPLEMENTATIONS)] + [
         f"ATTN={c.id}" for c in tasks.with_model_attention() if not c.model_attention.cuda
     ]
@@ -146,18 +145,12 @@ def device_problem(device: str, attention: str) -> str:
 
 def attention_help() -> str:
     """The --attention choices: "reference, sdpa, t1 (your Python), ... or t6 (your KV cache and decode kernel)"."""
-    from assignment import tasks
-
-    from .attention import KIT_IMPLEMENTATIONS
-
     names = [*KIT_IMPLEMENTATIONS, *(f"{c.id} ({c.model_attention.label})" for c in tasks.with_model_attention())]
     return ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def sampling_loop():
     """The module whose ``stream`` is the sampling loop: ``IMPL``'s file of the task whose code generates."""
-    from assignment import tasks
-
     generating = [c for c in tasks.available() if c.generates is not None]
     if not generating:
         raise ValueError("no available task of the registry writes the sampling loop (TaskCode.generates)")
@@ -185,10 +178,7 @@ def sampling_settings(args: argparse.Namespace, generation_config: dict) -> dict
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from assignment.impl import ImplError
-
-    from .checkpoint import DTYPES, load_checkpoint
-    from .config import CheckpointError
+    from assignment.model.checkpoint import DTYPES, load_checkpoint
 
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     if args.max_tokens < 0:

@@ -1,8 +1,8 @@
 """``make bench T=t2``: time the implementation under test against the reference and PyTorch.
 
-    python -m assignment.perf.bench --task t2|t3|t4|t5|t6 [--quick] [--seed002 | --gqa | --splits]
-    python -m assignment.perf.bench --task t6 [--quick] [--model-only | --no-model]
-    python -m assignment.perf.bench --task t8 [--quick] [--bf16 | --ttft]
+    python -m assignment.commands.bench --task t2|t3|t4|t5|t6 [--quick] [--seed002 | --gqa | --splits]
+    python -m assignment.commands.bench --task t6 [--quick] [--model-only | --no-model]
+    python -m assignment.commands.bench --task t8 [--quick] [--bf16 | --ttft]
 
 Every case goes through ``assignment.perf.timing.measure`` (the grader's harness), so the numbers
 here are the numbers that are graded. Columns: median ms, GB/s (memory-bound t2) or TFLOP/s,
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = any(row.get("error") for row in rows) or report.get("model", {}).get("error")
     if args.then_scaling and not failed and code.scaling_causal is not None and suffix == "":
         sys.stdout.flush()  # a process of its own, as make ran it: the sweep starts from a fresh GPU state
-        return subprocess.run([sys.executable, "-m", "assignment.perf.scaling", "--task", args.task]).returncode
+        return subprocess.run([sys.executable, "-m", "assignment.commands.scaling", "--task", args.task]).returncode
     return 1 if failed else 0
 
 
@@ -177,7 +177,8 @@ def where_you_stand(task, student, reference, copy_gbps, settings, model_report,
 
         model_report = run_model_table(task.id, copy_gbps, True, None, TARGETS)
     print(f"\ntiming {task.id}'s graded shapes against the student targets:")
-    return targets.measure_task(task, student, reference, copy_gbps, settings, model_report, gpu_name)
+    make_case = tasks.code(task.id).rule_case
+    return targets.measure_task(task, make_case, student, reference, copy_gbps, settings, model_report, gpu_name)
 
 
 def run_model_table(task: str, copy_gbps: float, quick: bool, out: Path | None, settings=None) -> dict:
