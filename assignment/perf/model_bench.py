@@ -3,7 +3,7 @@
 The table belongs to the task whose code has a model bench (``TaskCode.model_bench``: t6), and its student path
 runs that task's model attention (``TaskCode.model_attention``), one whose cache attends.
 
-    python -m assignment.perf.bench --task t6 [--quick] [--model-only | --no-model]
+    python -m assignment.commands.bench --task t6 [--quick] [--model-only | --no-model]
     python -m assignment.perf.model_bench --plot-only build/bench/t6.json     # re-plot saved results
 
 The Llama-3.2-1B configuration with random float32 weights made on the GPU (presets.random_model: no
@@ -412,7 +412,7 @@ def summarize_prompt(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Re-plot and re-print the model table of a saved t6 bench JSON "
-        "(the timing itself runs from python -m assignment.perf.bench)."
+        "(the timing itself runs from python -m assignment.commands.bench)."
     )
     parser.add_argument("--plot-only", type=Path, required=True, help="a t6.json or t6_model.json from make bench T=t6")
     parser.add_argument("--out", type=Path, help="where to write the plots (default: beside the JSON)")
