@@ -59,10 +59,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("assignment.perf.timing", "assignment.todos", "assignment.policy"),  # the harness; TODO counts; Python rules
     ("assignment.cuda",),  # building, checking and loading CUDA files
     ("assignment.markers",),  # the solution/starter marker syntax
-    ("assignment.registry",),  # the registry's loader, on its three parts:
+    ("assignment.registry",),  # the registry's loader, on its parts:
     ("assignment.registry_course",),
     ("assignment.registry_tasks",),
-    ("assignment.registry_schema",),
+    ("assignment.registry_schema",),  # the typed schema, each key declared with what it accepts
+    ("assignment.registry_forms",),  # the keys with forms of their own (tolerances, drawn ranges)
+    ("assignment.registry_keys",),  # the declaration and the one reader of a table
     ("assignment.impl", "assignment.checks", "assignment.atomic"),  # IMPL's folder; CheckFailure; atomic writes
     ("assignment",),
     ("grader",),
