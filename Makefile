@@ -48,14 +48,16 @@ help:
 # The test command CI runs: generated files in sync, then pytest without the slow end-to-end tests (make test-slow
 # runs them; CI runs both: .ci/run) and, beside it where nvcc is, make check-cuda (every .cu checked and compiled:
 # 22 builds, one at a time, on the core pytest's one process leaves free; its report follows pytest's, and either
-# failing fails the target). On a 2-core machine: 8m16 one after the other, the builds hidden behind pytest beside it.
+# failing fails the target). The tests that read every process of the host (whole_host: an nvcc left behind) run
+# after it. On a 2-core machine: 8m16 one after the other.
 TEST_MARKS = $(if $(T),$(T) and not slow,not slow)
 test: $(SETUP) $(if $(T),check-T,) check-starter
 	@mkdir -p build
 	@$(if $(HAVE_NVCC),$(PY) -m assignment.cuda.check_all --jobs 1 > build/check-cuda.log 2>&1 & cuda=$$!;) \
-	echo "$(PY) -m pytest tests $(if $(HAVE_HIDDEN),grader/hidden,) -m \"$(TEST_MARKS)\"$(if $(HAVE_NVCC), (make check-cuda beside it),)"; \
-	$(PY) -m pytest tests $(if $(HAVE_HIDDEN),grader/hidden,) -m "$(TEST_MARKS)"; status=$$?; \
+	echo "$(PY) -m pytest tests $(if $(HAVE_HIDDEN),grader/hidden,) -m \"$(TEST_MARKS) and not whole_host\"$(if $(HAVE_NVCC), (make check-cuda beside it),)"; \
+	$(PY) -m pytest tests $(if $(HAVE_HIDDEN),grader/hidden,) -m "$(TEST_MARKS) and not whole_host"; status=$$?; \
 	$(if $(HAVE_NVCC),echo "make check-cuda (run beside pytest):"; wait $$cuda || status=1; cat build/check-cuda.log;) \
+	$(if $(T),,$(PY) -m pytest tests/kit -m "not slow and whole_host" -q || status=1;) \
 	exit $$status
 
 # T= names a task (or a pytest -m expression of them): checked first, so a typo fails at once, naming the tasks.

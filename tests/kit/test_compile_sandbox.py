@@ -68,6 +68,7 @@ def test_nvcc_sees_nothing_of_the_instructors_tree(tmp_path):
     assert "def test_" not in message and "import" not in message.split(str(hidden))[-1]
 
 
+@pytest.mark.whole_host  # every nvcc of the host counts: not beside make check-cuda
 def test_an_include_bomb_stops_at_the_memory_limit(tmp_path):
     source = student_file(tmp_path, '#include "/dev/zero"\n')
     with pytest.raises(compiler.CudaCompileError, match="ran out of memory|stopped by signal"):
@@ -75,6 +76,7 @@ def test_an_include_bomb_stops_at_the_memory_limit(tmp_path):
     assert not toolkit_processes()
 
 
+@pytest.mark.whole_host  # every nvcc of the host counts: not beside make check-cuda
 def test_a_compile_past_its_time_is_killed_with_every_process_it_started(tmp_path):
     if toolkit_processes():
         pytest.skip("another compile is running on this host: its processes would look left behind")
