@@ -71,9 +71,10 @@ def region_problems(source: Path) -> str:
 
 
 def check_all(dirs: list[Path], archs: tuple[str, ...] = CHECK_ARCHS, jobs: int = 2, use_cache: bool = True) -> int:
-    """Check every .cu under ``dirs``: its TODO regions by the grader's rules (without nvcc too), then, where they
-    pass, compile it for every arch; print a table; 0 when all pass and compile, 2 when nvcc is missing."""
-    sources = sorted({p.resolve() for d in dirs for p in Path(d).rglob("*.cu")})
+    """Check every .cu under ``dirs`` (a .cu file given itself: that file): its TODO regions by the grader's rules
+    (without nvcc too), then, where they pass, compile it for every arch; print a table; 0 when all pass and compile,
+    2 when nvcc is missing."""
+    sources = sorted({p.resolve() for d in map(Path, dirs) for p in ([d] if d.is_file() else d.rglob("*.cu"))})
     if not sources:
         print(f"no .cu files under {', '.join(map(str, dirs))}")
         return 0
@@ -123,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         "dirs",
         nargs="*",
         metavar="DIR",
-        help="check every .cu under DIR (default: solutions/, starter/ and the kit's assignment/model/)",
+        help="check every .cu under DIR, or a .cu file itself (default: solutions/, starter/ and the kit's "
+        "assignment/model/)",
     )
     parser.add_argument("--arch", action="append", help=f"architecture(s) to check (default: {' '.join(CHECK_ARCHS)})")
     parser.add_argument("--jobs", type=int, default=2)

@@ -515,6 +515,9 @@ def test_check_all_compiles_every_file_for_both_archs_and_fails_on_one_error(tmp
     (sources / "nested" / "broken.cu").unlink()
     assert check_all.main([str(sources)]) == 0  # the good file now comes from the cache
     assert "ok (cached)" in capsys.readouterr().out
+    (sources / "nested" / "broken.cu").write_text(BROKEN_KERNEL)
+    assert check_all.main([str(sources / "good.cu"), "--arch", "sm_80"]) == 0, "a file given is that file alone"
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:-1]] == [str(sources / "good.cu")]
 
 
 # --------------------------------------------------------------------------- on a GPU
