@@ -102,16 +102,16 @@ def plot(report: dict, out: Path) -> list[Path]:
             ys = [(report["weight_bytes"] + report["kv_bytes_per_token"] * x) / bandwidth * 1e3 for x in xs]
             ax.plot(xs, ys, color="black", linestyle="--", label=roof_label)
 
+    def plot_paths(ax, value, skip=()) -> None:
+        """Each path's ``value`` of a point against the context, in its colour and label."""
+        for name, points in by_path.items():
+            if name not in skip:
+                xs = [p["context"] for p in points]
+                ax.plot(xs, [value(p) for p in points], marker="o", color=COLORS[name], label=labels.get(name, name))
+
     written = []
     fig, ax = plt.subplots(figsize=(7.5, 5))
-    for name, points in by_path.items():
-        ax.plot(
-            [p["context"] for p in points],
-            [p["tbt_ms"] for p in points],
-            marker="o",
-            color=COLORS[name],
-            label=labels.get(name, name),
-        )
+    plot_paths(ax, lambda p: p["tbt_ms"])
     roofline_line(ax)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -123,30 +123,15 @@ def plot(report: dict, out: Path) -> list[Path]:
     written.append(_save(fig, out / names[0], plt))
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
-    for name, points in by_path.items():
-        if name in ("naive", "transformers"):  # many times the roofline: they would flatten the cached paths' gap
-            continue
-        left.plot(
-            [p["context"] for p in points],
-            [p["tbt_ms"] for p in points],
-            marker="o",
-            color=COLORS[name],
-            label=labels.get(name, name),
-        )
+    # naive and transformers: many times the roofline, they would flatten the cached paths' gap
+    plot_paths(left, lambda p: p["tbt_ms"], skip=("naive", "transformers"))
     roofline_line(left)
     left.set_xscale("log", base=2)
     left.set_ylim(bottom=0)
     left.set_xlabel("context (tokens in the sequence)")
     left.set_ylabel("time between tokens (ms)")
     left.set_title(f"{task} paths against the roofline: (weights + KV cache) / copy bandwidth", fontsize=10)
-    for name, points in by_path.items():
-        right.plot(
-            [p["context"] for p in points],
-            [100 * p["roofline_tbt_ms"] / p["tbt_ms"] for p in points],
-            marker="o",
-            color=COLORS[name],
-            label=labels.get(name, name),
-        )
+    plot_paths(right, lambda p: 100 * p["roofline_tbt_ms"] / p["tbt_ms"])
     right.axhline(100, color="black", linestyle="--", label="roofline")
     right.set_xscale("log", base=2)
     right.set_ylim(0, 110)
