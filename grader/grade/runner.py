@@ -245,13 +245,13 @@ class TaskPhase:
             time.sleep(0.05)
         return True
 
-    def wait_timed(self, seconds: float) -> bool:
-        """A timing phase given its turn: wait at most ``seconds`` until its checker has timed every rule and handed
+    def wait_timed(self, seconds: float | None = None) -> bool:
+        """A timing phase given its turn: wait at most ``seconds`` (None: the phase's budget) until its checker has timed every rule and handed
         the GPU on (the ``timing_done`` event: its sandboxed workers ended, its GPU work drained, its gates let go),
         then end what it recorded of its sandboxes here too; whether it got there. False when the checker ended, hung
         or ran out of time first: ``finish`` then runs the phase to its end before the next task's turn."""
         self.turn_at = time.monotonic()
-        until = self.turn_at + seconds
+        until = self.turn_at + (self.task.grading.timeout_s * self.scale if seconds is None else seconds)
         while self.first is not None and self.first.process.poll() is None:
             events = self.first.events()
             if any(e.get("event") == "timing_done" for e in events):
