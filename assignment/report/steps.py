@@ -198,6 +198,7 @@ def command_runner(echo: bool = False) -> Runner:
     whole group killed at the time limit or when the report itself is interrupted."""
 
     def run(argv: Sequence[str], *, timeout_s: float, env: dict[str, str], cwd: Path) -> tuple[int, str, str]:
+        held = _HeldSignals()
         try:
             proc = subprocess.Popen(
                 list(argv),
@@ -212,7 +213,11 @@ def command_runner(echo: bool = False) -> Runner:
                 start_new_session=True,
             )
         except OSError as exc:
+            held.release()
             return 127, "", f"cannot start {argv[0]}: {exc}\n"
+        except BaseException:
+            held.release()
+            raise
         captured: dict[str, list[str]] = {"out": [], "err": []}
 
         def pump(stream, key: str) -> None:
@@ -229,6 +234,7 @@ def command_runner(echo: bool = False) -> Runner:
             reader.start()
         returncode: int | None
         try:
+            held.release()  # a SIGTERM or ^C that came while the step started is raised here, where it is killed
             returncode = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
@@ -244,6 +250,39 @@ def command_runner(echo: bool = False) -> Runner:
         return returncode, out, err
 
     return run
+
+
+class _HeldSignals:
+    """SIGINT and SIGTERM held back while a step starts, then delivered to the handlers they were held from.
+
+    The report's SIGTERM handler (and ^C) raise ``KeyboardInterrupt``. Raised inside ``Popen``, after the fork,
+    it would leave a started step that no one knows the pid of, alive in a session of its own. Held, it is
+    delivered by ``release`` once the step is known and its group can be killed. Signals can be held only on
+    the main thread (where Python runs their handlers); elsewhere nothing is held.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.came: list[int] = []
+        self.previous: dict[int, Any] = {}
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in self.SIGNALS:
+            if signal.getsignal(signum) is None:  # a handler set outside Python: leave it alone
+                continue
+            self.previous[signum] = signal.signal(signum, self._hold)
+
+    def _hold(self, signum: int, frame: Any) -> None:
+        self.came.append(signum)
+
+    def release(self) -> None:
+        """Put the handlers back, then deliver what came meanwhile (once each, in the order it came)."""
+        previous, self.previous = self.previous, {}
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(self.came):
+            signal.raise_signal(signum)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import shutil
 import signal
@@ -529,6 +530,37 @@ def test_the_real_runner_stops_a_hanging_step_at_its_limit(tmp_path):
         cwd=tmp_path,
     )
     assert (code, out) == (3, "hi\n")
+
+
+def test_a_sigterm_while_a_step_starts_still_takes_the_step_down(tmp_path, monkeypatch):
+    """The signal lands after the fork, before ``Popen`` returns: the step it started must not be left running."""
+    started: list[subprocess.Popen] = []
+    real_popen = subprocess.Popen
+
+    def popen_then_signal(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        started.append(proc)
+        os.kill(os.getpid(), signal.SIGTERM)  # handled at the next bytecode: still inside "Popen"
+        time.sleep(0.2)
+        return proc
+
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    monkeypatch.setattr(steps.subprocess, "Popen", popen_then_signal)
+    previous = signal.signal(signal.SIGTERM, interrupted)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            steps.command_runner()(
+                [sys.executable, "-c", "import time; time.sleep(60)"],
+                timeout_s=60,
+                env=steps.step_env(tmp_path),
+                cwd=tmp_path,
+            )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    (proc,) = started
+    assert proc.poll() == -signal.SIGKILL, "the step started as SIGTERM came was left running"
 
 
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads the process table from /proc")
