@@ -19,13 +19,13 @@ import jinja2
 
 from assignment import tasks
 from assignment.model import DEFAULT_CHECKPOINT
+from assignment.model.attention_choice import ModelAttention
 from assignment.model.config import SUPPORTED_ARCHITECTURES, ModelConfig
 from assignment.registry import Registry, Task
-from handout.facts import kit_facts, literal_constants
+from handout.facts import kit_facts
 from handout.mathml import markdown_to_html
 
 TEXT_DIR = Path(__file__).resolve().parent.parent / "assignment" / "text"
-ATTENTION_SOURCE = Path(__file__).resolve().parent.parent / "assignment" / "model" / "attention.py"
 KIT_TINY = DEFAULT_CHECKPOINT  # the checkpoint whose sizes the model chapter quotes
 
 
@@ -63,14 +63,13 @@ class ModelFacts:
     never needs it; the task modules load without it)."""
 
     architectures: tuple[str, ...]  # config.SUPPORTED_ARCHITECTURES
-    attention_impls: tuple[str, ...]  # attention.implementations(): the kit's own, then each task's
-    task_attentions: tuple[tuple[str, tasks.ModelAttention], ...]  # (id, TaskCode.model_attention) of each task
+    attention_impls: tuple[str, ...]  # tasks.attention_choices(): the model's own, then each task's
+    task_attentions: tuple[tuple[str, ModelAttention], ...]  # (id, TaskCode.model_attention) of each task
     kit_tiny: ModelConfig | None  # the shipped checkpoint's config.json; None until it is trained
     kit_tiny_parameters: int | None  # counted from its model.safetensors header
 
 
-def model_facts(attention_source: Path = ATTENTION_SOURCE, checkpoint: Path | None = None) -> ModelFacts:
-    kit_own = literal_constants(attention_source, ("KIT_IMPLEMENTATIONS",))["KIT_IMPLEMENTATIONS"]
+def model_facts(checkpoint: Path | None = None) -> ModelFacts:
     task_attentions = tuple((code.id, code.model_attention) for code in tasks.with_model_attention())
     checkpoint = checkpoint or KIT_TINY
     config = checkpoint / "config.json"
@@ -78,7 +77,7 @@ def model_facts(attention_source: Path = ATTENTION_SOURCE, checkpoint: Path | No
     weights = checkpoint / "model.safetensors"
     return ModelFacts(
         architectures=SUPPORTED_ARCHITECTURES,
-        attention_impls=(*kit_own, *(task_id for task_id, _ in task_attentions)),
+        attention_impls=tasks.attention_choices(),
         task_attentions=task_attentions,
         kit_tiny=kit_tiny,
         kit_tiny_parameters=safetensors_parameters(weights) if kit_tiny and weights.is_file() else None,

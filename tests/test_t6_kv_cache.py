@@ -21,6 +21,7 @@ import math
 import pytest
 import torch
 
+from assignment import tasks
 from assignment.impl import load_python
 from assignment.model import attention
 from assignment.model.attention import reference as reference_attention
@@ -30,6 +31,7 @@ from assignment.testing import SENTINEL, assert_close
 
 pytestmark = pytest.mark.t6
 TASK = load_registry().task("t6")
+T6_ATTENTION = tasks.attention("t6")  # ATTN=t6: your cache and kernels as the model's attention
 LOGITS = TASK.tol("logits")
 WRITE_HINT = (
     "update(input_pos, k, v) writes k[:, :, t] at position input_pos[t] of the first B rows "
@@ -47,7 +49,7 @@ KERNEL_OUTPUT_HINT = (
 
 
 def cache_class():
-    return attention.cache_class("t6")
+    return attention.cache_class(T6_ATTENTION)
 
 
 def new_cache(B_max=3, H_kv=2, L_max=20, d=8, device="cpu"):
@@ -279,7 +281,7 @@ def reference_model_logits(model, tokens):
 
 
 def tiny_model(
-    seed: int, device: str, batch: int, length: int, max_seq_len: int, attention_impl: str = "t6", cache_cls=None
+    seed: int, device: str, batch: int, length: int, max_seq_len: int, attention_impl=T6_ATTENTION, cache_cls=None
 ):
     """The llama-tiny preset with random weights, caches for ``batch`` rows of ``max_seq_len``, and random tokens."""
     model = random_model("llama-tiny", device=device, seed=seed, attention_impl=attention_impl)
@@ -365,7 +367,7 @@ def test_shipped_checkpoint_generates_the_same_text():
     from assignment.model import load_checkpoint
 
     reference = load_checkpoint(device="cuda", max_seq_len=96, attention="reference")
-    yours = load_checkpoint(device="cuda", max_seq_len=96, attention="t6")
+    yours = load_checkpoint(device="cuda", max_seq_len=96, attention=T6_ATTENTION)
     prompt = torch.tensor([reference.tokenizer.encode("The history of")], device="cuda")
     texts = []
     for loaded in (reference, yours):

@@ -189,7 +189,7 @@ def run_model_table(task: str, copy_gbps: float, quick: bool, out: Path | None, 
     from assignment.perf import model_bench
 
     try:
-        return model_bench.run(task, copy_gbps, quick=quick, out=out, settings=settings)
+        return model_bench.run(tasks.code(task).model_attention, copy_gbps, quick=quick, out=out, settings=settings)
     except Exception as exc:  # noqa: BLE001 -- e.g. out of memory building the model: report it, keep the kernels
         traceback.print_exc()
         print(f"\nmodel table FAILED: {exc}", file=sys.stderr)

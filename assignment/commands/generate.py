@@ -26,7 +26,7 @@ import torch
 
 from assignment import tasks
 from assignment.impl import ImplError
-from assignment.model.attention import KIT_IMPLEMENTATIONS, task_attention
+from assignment.model.attention_choice import KIT_IMPLEMENTATIONS, task_attention
 from assignment.model.config import DEFAULT_CHECKPOINT, CheckpointError
 
 # On a CPU, one thread per this many parameters: decoding a token multiplies every weight matrix by one vector, so a
@@ -127,7 +127,7 @@ def device_problem(device: str, attention: str) -> str:
             "False): leave DEVICE out or use DEVICE=cpu here, or run on a GPU host"
         )
     try:
-        spec = task_attention(attention)
+        spec = task_attention(tasks.attention(attention))
     except ValueError as exc:
         return str(exc)
     if spec is None or not spec.cuda or kind == "cuda":
@@ -190,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         loop = sampling_loop()
-        loaded = load_checkpoint(args.ckpt, device=device, dtype=DTYPES[args.dtype], attention=args.attention)
+        attention = tasks.attention(args.attention)
+        loaded = load_checkpoint(args.ckpt, device=device, dtype=DTYPES[args.dtype], attention=attention)
     except (ImplError, CheckpointError, ValueError) as exc:
         print(f"generate: {exc}", file=sys.stderr)
         return 2

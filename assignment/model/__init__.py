@@ -2,8 +2,8 @@
 
     llama.py       the model (RMSNorm, RoPE, GQA attention, SwiGLU), the static KV cache,
                    prefill() and decode_one_token()
-    attention.py   the seam that picks which attention runs (PyTorch reference, SDPA, or a task's code:
-                   ATTN=<id> for each task whose TaskCode declares a model_attention)
+    attention.py   the seam that runs the attention it is given (PyTorch reference, SDPA, or a task's code:
+                   the ModelAttention of attention_choice.py, which ATTN=<id> looks up in the task modules)
     config.py      config.json <-> ModelConfig
     checkpoint.py  load_checkpoint() / save_checkpoint() for Hugging Face directories (safetensors)
     tokenizer.py   tokenizer.json, special and stop tokens, chat templates

@@ -1,37 +1,33 @@
 """The attention seam: every attention call of the model goes through ``attend()`` here.
 
-One place decides which implementation runs, by name (``ATTN=``, ``load_checkpoint(..., attention=)``):
+The model is told which implementation runs (``Transformer(attention_impl=)``, ``load_checkpoint(..., attention=)``):
 
-    "reference"  PyTorch, float32 math, GQA without copying K/V (the default; t7 is graded on it)
-    "sdpa"       torch's scaled_dot_product_attention (training and quick runs)
-    a task id    that task's student code, for each task whose code declares a ``model_attention``
-                 (``assignment.tasks.ModelAttention``): t1 its tiled Python, t5 its causal CUDA kernel, t6 its
-                 KV cache, which does the attention itself once the model has caches (prefill through the t5
-                 kernel, decode through the t6 kernel)
+    "reference"          PyTorch, float32 math, GQA without copying K/V (the default; t7 is graded on it)
+    "sdpa"               torch's scaled_dot_product_attention (training and quick runs)
+    a ``ModelAttention``  a task's code, as that task declares it: t1 its tiled Python, t5 its causal CUDA kernel,
+                         t6 its KV cache, which does the attention itself once the model has caches (prefill
+                         through the t5 kernel, decode through the t6 kernel)
+
+The model knows its own two by name and takes a task's as the object its task hands over: ``ATTN=<id>`` is
+looked up above the model, in the task modules (``assignment.tasks.attention(name)``), so this package never
+imports a task's code (and loads where the task modules are absent).
 
 All of them compute causal attention with bottom-right alignment: query i of Lq sees key j of Lk when
 j <= i + Lk - Lq, so a prompt chunk (or one decoded token) attends to the cache so far plus itself.
 Shapes: q (B, H, Lq, d); k, v (B, H_kv, Lk, d) with H % H_kv == 0; out (B, H, Lq, d).
-
-A task's code is imported only when chosen, so this package loads where the kit's other modules are absent
-(the grader's sandbox carries assignment/model, and the task modules without the registry's TOML: a name is
-looked up in its task's module, and only the list of every choice reads the registry).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
-if TYPE_CHECKING:
-    from assignment.tasks import ModelAttention
+from assignment.model.attention_choice import Choice, name_of, task_attention
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
-KIT_IMPLEMENTATIONS = ("reference", "sdpa")  # the kit's own; each task's code adds its id (implementations())
 
 
 def causal_mask(lq: int, lk: int, device: torch.device) -> torch.Tensor:
@@ -73,51 +69,27 @@ def repeat_kv_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
 _KIT_FUNCTIONS: dict[str, AttentionFn] = {"reference": reference, "sdpa": sdpa}
 
 
-def implementations() -> tuple[str, ...]:
-    """Every name the model takes: the kit's own, then each available task whose code runs the model's attention."""
-    from assignment import tasks
-
-    return (*KIT_IMPLEMENTATIONS, *(code.id for code in tasks.with_model_attention()))
-
-
-def task_attention(name: str) -> ModelAttention | None:
-    """The ``assignment.tasks.ModelAttention`` behind ``name``, None for the kit's own; ValueError for a name that is
-    neither. Looked up in the task's module alone (the registry's TOML is read only to list the choices)."""
-    if name in KIT_IMPLEMENTATIONS:
-        return None
-    from assignment import tasks
-
-    found = None
-    if tasks.is_task_id(name):
-        try:
-            found = tasks.code(name).model_attention
-        except tasks.TaskCodeError:
-            found = None
-    if found is None:
-        raise ValueError(f"attention implementation {name!r} is unknown (choose from {', '.join(implementations())})")
-    return found
-
-
-def attends_on_cache(name: str) -> bool:
-    """Whether ``name``'s cache does the attention itself: Attention.forward then calls ``cache.attend(...)``."""
-    spec = task_attention(name)
+def attends_on_cache(choice: Choice) -> bool:
+    """Whether ``choice``'s cache does the attention itself: Attention.forward then calls ``cache.attend(...)``."""
+    spec = task_attention(choice)
     return spec is not None and spec.cache_class is not None
 
 
-def cache_class(name: str, impl: str | None = None) -> type:
-    """The cache class of attention ``name`` (one whose cache attends), in implementation ``impl`` (None: ``IMPL``)."""
-    spec = task_attention(name)
+def cache_class(choice: Choice, impl: str | None = None) -> type:
+    """The cache class of attention ``choice`` (one whose cache attends), in implementation ``impl`` (None: ``IMPL``)."""
+    spec = task_attention(choice)
     if spec is None or spec.cache_class is None:
-        raise ValueError(f"attention {name!r} has no cache of its own (the model's KVCache serves it)")
+        raise ValueError(f"attention {name_of(choice)!r} has no cache of its own (the model's KVCache serves it)")
     return spec.cache_class(impl)
 
 
-def get(name: str, head_dim: int, device: torch.device | str, dtype: torch.dtype | None = None) -> AttentionFn:
-    """The implementation called ``name``, after checking it can run this model (its head dimension, the dtype it
-    computes in) on this device."""
-    spec = task_attention(name)
+def get(choice: Choice, head_dim: int, device: torch.device | str, dtype: torch.dtype | None = None) -> AttentionFn:
+    """The function of implementation ``choice``, after checking it can run this model (its head dimension, the
+    dtype it computes in) on this device."""
+    spec = task_attention(choice)
     if spec is None:
-        return _KIT_FUNCTIONS[name]
+        return _KIT_FUNCTIONS[choice]
+    name = name_of(spec)
     if spec.cuda and torch.device(device).type != "cuda":
         raise ValueError(f"attention {name!r} ({spec.label}) runs on CUDA only: run the model on a GPU (device='cuda')")
     if spec.head_dims is not None and head_dim not in spec.head_dims:

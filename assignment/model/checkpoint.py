@@ -50,13 +50,13 @@ def load_checkpoint(
     dtype: torch.dtype | None = torch.float32,
     max_seq_len: int | None = None,
     max_batch_size: int = 1,
-    attention: str = "reference",
+    attention: attention_seam.Choice = "reference",
 ) -> LoadedModel:
     """Build the model of a Hugging Face checkpoint directory and load its weights.
 
     dtype: what the model computes in; float32 by default (bf16/fp16 weights are upcast as they load);
     None keeps the stored dtype. max_seq_len: the KV cache's capacity (default: the config's
-    max_position_embeddings, at most 4096). attention: the implementation's name (attention.implementations());
+    max_position_embeddings, at most 4096). attention: "reference", "sdpa" or a task's ModelAttention (attention.py);
     one that cannot run this model on ``device`` in ``dtype`` is refused (ValueError) before any weight loads.
     """
     path = Path(path).expanduser()

@@ -58,7 +58,7 @@ class GraphDecoder:
         if not attention.attends_on_cache(model.attention_impl):
             raise ValueError(
                 f"GraphDecoder needs a cache that reads its length on the device (attention 't6'); "
-                f"this model uses {model.attention_impl!r}, whose cache is sliced on the host"
+                f"this model uses {model.attention_name!r}, whose cache is sliced on the host"
             )
         if not 1 <= batch_size <= model.max_batch_size:
             raise ValueError(f"batch_size must be 1..{model.max_batch_size} (the cache's), got {batch_size}")

@@ -134,7 +134,7 @@ class Attention(nn.Module):
         self.scale = attention.default_scale(self.head_dim)
         self.qkv_weight = self.qkv_bias = None  # q, k, v weights in one matrix after Transformer.fuse_projections()
         self.kv_cache = None
-        self.attention_name = "reference"  # set by the model (Transformer.attention_impl)
+        self.cache_attends = False  # the cache does the attention (t6): set by the model (Transformer.attention_impl)
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, input_pos: torch.Tensor | None, kv_len: int, attend
@@ -149,7 +149,7 @@ class Attention(nn.Module):
             k = self.k_proj(x).view(B, T, H_kv, d).transpose(1, 2)  # (B, H_kv, T, d)
             v = self.v_proj(x).view(B, T, H_kv, d).transpose(1, 2)  # (B, H_kv, T, d)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if input_pos is not None and attention.attends_on_cache(self.attention_name):
+        if input_pos is not None and self.cache_attends:
             out = self.kv_cache.attend(q, k, v, input_pos, self.scale, kv_len)  # (B, H, T, d), t6
             return self.project_out(out)
         if input_pos is not None:
@@ -201,7 +201,7 @@ class Block(nn.Module):
 
 # --------------------------------------------------------------------------- the model
 class Transformer(nn.Module):
-    def __init__(self, config: ModelConfig, attention_impl: str = "reference"):
+    def __init__(self, config: ModelConfig, attention_impl: attention.Choice = "reference"):
         super().__init__()
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
@@ -217,16 +217,22 @@ class Transformer(nn.Module):
         self.register_buffer("rope_sin", torch.empty(0), persistent=False)
 
     @property
-    def attention_impl(self) -> str:
-        """The attention implementation's name (attention.implementations()); set it before ``setup_caches``."""
+    def attention_impl(self) -> attention.Choice:
+        """The attention that runs: "reference", "sdpa" or a task's ModelAttention (attention.py); set it before
+        ``setup_caches``."""
         return self._attention_impl
 
     @attention_impl.setter
-    def attention_impl(self, name: str) -> None:
-        attention.task_attention(name)  # a name the seam knows, or ValueError listing those it does
-        self._attention_impl = name
+    def attention_impl(self, choice: attention.Choice) -> None:
+        attention.task_attention(choice)  # one the seam knows, or ValueError saying what it takes
+        self._attention_impl = choice
         for layer in self.layers:
-            layer.self_attn.attention_name = name
+            layer.self_attn.cache_attends = attention.attends_on_cache(choice)
+
+    @property
+    def attention_name(self) -> str:
+        """What ``ATTN=`` calls the attention that runs: "reference", "sdpa" or the task's id."""
+        return attention.name_of(self._attention_impl)
 
     @property
     def device(self) -> torch.device:
@@ -242,8 +248,8 @@ class Transformer(nn.Module):
         ``cache_cls``: the cache's class (None: ``KVCache``, or, with an attention whose cache attends (t6), that
         task's cache class: the student's cache from t6_kv_cache.py, which also does the attention)."""
         if cache_cls is None:
-            name = self.attention_impl
-            cache_cls = attention.cache_class(name) if attention.attends_on_cache(name) else KVCache
+            choice = self.attention_impl
+            cache_cls = attention.cache_class(choice) if attention.attends_on_cache(choice) else KVCache
         window = self.config.sliding_window
         if window is not None and max_seq_len > window:
             raise ValueError(
@@ -343,7 +349,10 @@ class Transformer(nn.Module):
 
 
 def empty_model(
-    config: ModelConfig, device: torch.device | str, attention_impl: str = "reference", dtype: torch.dtype | None = None
+    config: ModelConfig,
+    device: torch.device | str,
+    attention_impl: attention.Choice = "reference",
+    dtype: torch.dtype | None = None,
 ) -> Transformer:
     """A model whose tensors are allocated on ``device`` but not initialised (fill them: load or draw weights);
     built on the meta device first, so no time goes into an initialisation that is overwritten. ``dtype``: its

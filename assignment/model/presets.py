@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from .attention_choice import Choice
 from .config import ModelConfig
 from .llama import Transformer, empty_model
 
@@ -68,7 +69,7 @@ def random_model(
     seed: int = 0,
     device: torch.device | str = "cuda",
     dtype: torch.dtype = torch.float32,
-    attention_impl: str = "reference",
+    attention_impl: Choice = "reference",
     std: float = 0.02,
 ) -> Transformer:
     """A model with N(0, std²) weights (norm weights 1), made directly on ``device`` in ``dtype`` from ``seed``."""
@@ -86,7 +87,7 @@ def random_model(
     return model
 
 
-def sharing_weights(model: Transformer, attention_impl: str | None = None) -> Transformer:
+def sharing_weights(model: Transformer, attention_impl: Choice | None = None) -> Transformer:
     """Another model object over the same weight tensors (no copy), with its own caches and attention."""
     with torch.device("meta"):
         twin = Transformer(model.config, attention_impl=attention_impl or model.attention_impl)

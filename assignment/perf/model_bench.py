@@ -45,6 +45,8 @@ from typing import Any
 
 import torch
 
+from assignment.model.attention_choice import ModelAttention
+
 from assignment.perf.model_paths import (
     CachedPath,
     Generation,
@@ -175,9 +177,9 @@ def _cached_contender(name: str, task: str, model, cache_cls) -> Contender:
     return contender
 
 
-def _contenders(base, task: str) -> tuple[dict[str, Contender], dict[str, str]]:
-    """The four paths over ``base``'s weights (the student's and the reference's through ``task``'s attention and
-    cache), and why any that cannot be set up is left out."""
+def _contenders(base, attention: ModelAttention) -> tuple[dict[str, Contender], dict[str, str]]:
+    """The four paths over ``base``'s weights (the student's and the reference's through the task's ``attention``
+    and cache), and why any that cannot be set up is left out."""
     from assignment.model.attention import cache_class
     from assignment.model.presets import sharing_weights
     from assignment.perf.cases import reference_kernels
@@ -193,7 +195,8 @@ def _contenders(base, task: str) -> tuple[dict[str, Contender], dict[str, str]]:
         if name == "reference" and reference_kernels() is None:
             continue  # a student bundle: no reference solutions, and nothing to say about it
         try:
-            contenders[name] = _cached_contender(name, task, sharing_weights(base, task), cache_class(task, impl))
+            twin = sharing_weights(base, attention)
+            contenders[name] = _cached_contender(name, attention.name, twin, cache_class(attention, impl))
         except Exception as exc:  # noqa: BLE001 -- a missing file, a TODO, a build error: the others still run
             missing[name] = first_line(exc)
     try:
@@ -215,7 +218,7 @@ def random_prompt(length: int, vocab_size: int, device, seed: int = SEED) -> tor
 
 
 def run(
-    task: str,
+    attention: ModelAttention,
     copy_gbps: float,
     quick: bool = False,
     out: Path | None = None,
@@ -224,7 +227,7 @@ def run(
     preset: str = PRESET,
     device: str = "cuda",
 ) -> dict:
-    """Time the four paths of ``task``'s model table, print it, write the plots under ``out``; the report
+    """Time the four paths of the model table of ``attention``'s task (its cache's), print it, write the plots under ``out``; the report
     (JSON-ready).
 
     One path at a time, its prompts and then its sweep, the student's last: a crash in the student's code (an
@@ -236,7 +239,7 @@ def run(
     base = random_model(preset, device=device, seed=SEED)
     config = base.config
     report: dict[str, Any] = {
-        "task": task,
+        "task": attention.name,
         "preset": preset,
         "dtype": "float32",
         "batch": 1,
@@ -259,7 +262,7 @@ def run(
         f"{', '.join(map(str, settings.prompts))} tokens and then against the context:",
         flush=True,
     )
-    contenders, missing = _contenders(base, task)
+    contenders, missing = _contenders(base, attention)
     prompts = {n: random_prompt(n, config.vocab_size, base.device) for n in settings.prompts}
     runs: dict[int, dict[str, Generation | str]] = {n: dict(missing) for n in settings.prompts}
     for name in RUN_ORDER:

@@ -29,6 +29,8 @@ from functools import partial
 
 import torch
 
+from assignment.model.attention_choice import ModelAttention
+
 PRESET = "llama-3.2-1b"
 DTYPE = "bfloat16"
 PROMPTS = (1024, 4096)
@@ -77,7 +79,9 @@ def hf_prefill(hf, prompt: torch.Tensor) -> torch.Tensor:
 class PrefillModels:
     """The three paths over one set of random weights: built by the first row's ``scope``, freed by the last's."""
 
-    def __init__(self, attention: str, preset: str = PRESET, dtype: str = DTYPE, device="cuda", seed: int = SEED):
+    def __init__(
+        self, attention: ModelAttention, preset: str = PRESET, dtype: str = DTYPE, device="cuda", seed: int = SEED
+    ):
         from assignment.model.presets import preset_config
 
         self.attention, self.preset, self.dtype, self.device, self.seed = attention, preset, dtype, device, seed
@@ -197,20 +201,17 @@ def random_prompt(length: int, vocab_size: int, device, seed: int) -> torch.Tens
     return torch.randint(0, vocab_size, (1, length), generator=generator, device=device)
 
 
-def ttft_cases(attention: str, *, prompts=PROMPTS, preset: str = PRESET, device="cuda") -> list:
+def ttft_cases(attention: ModelAttention, *, prompts=PROMPTS, preset: str = PRESET, device="cuda") -> list:
     """The rows: one ``Case`` per prompt length, sharing one ``PrefillModels`` (the student's path runs the model's
-    attention ``attention``, a task's id)."""
-    from assignment.model.attention import task_attention
+    attention as a task's code declares it, ``attention``)."""
     from assignment.perf.cases import Case
     from assignment.perf.model_bench import parameter_count
 
     models = PrefillModels(attention, preset, device=device)
     config = models.config
-    spec = task_attention(attention)
     what = (
         f"{TRANSFORMERS}: LlamaForCausalLM (attn_implementation='sdpa') over the same weight tensors; {KIT_SDPA}: the "
-        f"kit's model with ATTN=sdpa; {STUDENT}: the kit's model with ATTN={attention}"
-        + (f" ({spec.label})" if spec is not None else "")
+        f"kit's model with ATTN=sdpa; {STUDENT}: the kit's model with ATTN={attention.name} ({attention.label})"
     )
     memory = (
         "a call: the prefill into a KV cache of the prompt's length and the next token's logits, of the last "

@@ -3,7 +3,7 @@
 The registry (``assignment/tasks.toml``) holds a task's data: points, files, tolerances, shapes, the timing
 rubric. ``assignment/tasks/<id>.py`` holds its code, as ``CODE``, a ``TaskCode``: which tasks it builds on, its
 CUDA file, its bench table, each timing rule as a student measures it, its profile launch, its sanitizer target,
-the model attention it gives ``ATTN=<id>``. The rest of the kit (``make bench``, ``make profile``, ``make sanitize``,
+the model attention it gives ``ATTN=<id>`` (``attention(name)``, what the model is handed). The rest of the kit (``make bench``, ``make profile``, ``make sanitize``,
 ``make generate``, the student targets, the report's steps, the grader's prepare) loops over these and does not
 branch on a task id.
 
@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any
+
+from assignment.model.attention_choice import KIT_IMPLEMENTATIONS, Choice, ModelAttention
 
 # (student, reference, quick) -> [assignment.perf.cases.Case]: Kernels objects (reference None in a bundle)
 CasesFn = Callable[[Any, Any, bool], list]
@@ -74,27 +76,6 @@ class Sanitize:
 
 
 @dataclass(frozen=True)
-class ModelAttention:
-    """The task's code as the model's attention: ``ATTN=<id>`` (``make generate``, ``load_checkpoint(...,
-    attention=)``), through the seam in assignment/model/attention.py.
-
-    ``attend(q, k, v, scale) -> out`` is causal attention, bottom-right aligned (query i of Lq sees key j of Lk when
-    j <= i + Lk - Lq): q (B, H, Lq, d); k, v (B, H_kv, Lk, d) with H % H_kv == 0; out (B, H, Lq, d) in q's dtype. It
-    runs ``IMPL``'s code and imports it when called. Before a model runs it, the seam checks the model against
-    ``cuda``, ``head_dims`` and ``dtypes`` and refuses what the code cannot take with a message that says why."""
-
-    attend: Callable[[Any, Any, Any, float], Any]
-    label: str  # a few words for --help and messages: "your CUDA kernel"
-    description: str  # the handout's row (Markdown): what runs and how it reads the K/V heads
-    cuda: bool = False  # runs on a CUDA device only
-    head_dims: tuple[int, ...] | None = None  # the head dimensions it takes (None: any)
-    dtypes: tuple[str, ...] | None = None  # the model dtypes it takes, as torch names them ("bfloat16"; None: any)
-    # (impl) -> the KV-cache class of implementation ``impl`` (None: IMPL's) that does the attention itself once the
-    # model has caches (Attention.forward calls its attend); ``attend`` then serves only the passes without a cache
-    cache_class: Callable[[str | None], type] | None = None
-
-
-@dataclass(frozen=True)
 class TaskCode:
     id: str
     cuda_file: str | None = None  # the CUDA file its kernels live in; None for a Python task
@@ -124,6 +105,10 @@ class TaskCode:
     # (student, reference) Kernels -> None, raising when the values are off: a few shapes that catch edge bugs, what
     # grader/tools/open_levels.py checks before timing an open-level kernel (None: no such check)
     quick_check: Callable[[Any, Any], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.model_attention is not None and self.model_attention.name != self.id:  # ATTN=<id> names it
+            object.__setattr__(self, "model_attention", replace(self.model_attention, name=self.id))
 
     @property
     def regions(self) -> tuple[str, ...]:
@@ -173,3 +158,25 @@ def with_bench() -> list[TaskCode]:
 def with_model_attention() -> list[TaskCode]:
     """The available tasks whose code can run the model's attention (``ATTN=<id>``), in the registry's order."""
     return [c for c in available() if c.model_attention is not None]
+
+
+def attention_choices() -> tuple[str, ...]:
+    """Every name ``ATTN=`` takes: the model's own, then each available task whose code runs the model's attention."""
+    return (*KIT_IMPLEMENTATIONS, *(c.id for c in with_model_attention()))
+
+
+def attention(name: str) -> Choice:
+    """What the model takes for ``ATTN=name``: the model's own name as it is, a task's id as the ``ModelAttention``
+    its code declares (looked up in the task's module alone: the grader's worker carries no registry TOML).
+    ValueError, listing the choices, for anything else."""
+    if name in KIT_IMPLEMENTATIONS:
+        return name
+    found = None
+    if is_task_id(name):
+        try:
+            found = code(name).model_attention
+        except TaskCodeError:
+            found = None
+    if found is None:
+        raise ValueError(f"attention implementation {name!r} is unknown (choose from {', '.join(attention_choices())})")
+    return found

@@ -5,7 +5,8 @@ through its tiled forward."""
 
 from __future__ import annotations
 
-from assignment.tasks import ModelAttention, TaskCode
+from assignment.model.attention_choice import ModelAttention
+from assignment.tasks import TaskCode
 
 
 def model_attention(q, k, v, scale: float):

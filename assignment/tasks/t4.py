@@ -10,7 +10,8 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from assignment.cuda import kernels as kern
-from assignment.tasks import BenchVariant, Leaderboard, ModelAttention, Profile, Sanitize, TaskCode, t2, t3
+from assignment.model.attention_choice import ModelAttention
+from assignment.tasks import BenchVariant, Leaderboard, Profile, Sanitize, TaskCode, t2, t3
 
 if TYPE_CHECKING:  # torch is imported inside the functions: the module loads without it
     import torch

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from assignment.cuda import kernels as kern
-from assignment.tasks import BenchVariant, Leaderboard, ModelAttention, Profile, Sanitize, TaskCode
+from assignment.model.attention_choice import ModelAttention
+from assignment.tasks import BenchVariant, Leaderboard, Profile, Sanitize, TaskCode
 from assignment.tasks.t4 import causal_model_attention
 from assignment.tasks.t6_timing import kv_cache_class, timing_workload
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from assignment.cuda import kernels as kern
+from assignment.tasks import attention
 
 TASK_ID = "t6"
 LAYOUTS = ("batch, head, dim", "batch, head")  # of O and of the LSE
@@ -84,7 +85,7 @@ def _decode_step_workload(rule, student_model, base: int):
     position = torch.tensor([context], device="cuda")
     clock.step("model")
     with torch.no_grad():
-        kit = sharing_weights(model, TASK_ID)
+        kit = sharing_weights(model, attention(TASK_ID))  # ATTN=t6: the kit's cache attends
         kit.setup_caches(1, max_seq_len, cache_cls=kv_cache_class("solutions"))
         clock.step("caches")
         kit_runner = GraphDecoder(kit)

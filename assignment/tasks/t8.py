@@ -9,7 +9,8 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from assignment.cuda import kernels as kern
-from assignment.tasks import BenchVariant, Leaderboard, ModelAttention, Profile, Sanitize, TaskCode
+from assignment.model.attention_choice import ModelAttention
+from assignment.tasks import BenchVariant, Leaderboard, Profile, Sanitize, TaskCode
 from assignment.tasks.t4 import attention_forward, check_timed_attention
 
 if TYPE_CHECKING:  # torch is imported inside the functions: the module loads without it
@@ -156,7 +157,7 @@ def ttft_cases(student, reference, quick: bool) -> list:
     LlamaForCausalLM with SDPA on the same weights (assignment/perf/prefill_bench.py)."""
     from assignment.perf.prefill_bench import ttft_cases as model_rows
 
-    return model_rows("t8")
+    return model_rows(CODE.model_attention)
 
 
 def rule_case(rule, student, reference):

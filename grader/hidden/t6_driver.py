@@ -348,10 +348,11 @@ def stand_in_model_scenario(module, kernels, preset: str, seed: int, tokens, pro
     """The kit's random model with attention "t6" (the cache's ``attend``, on CUDA only) over the student's cache,
     its kernels the stand-ins of ``kernels``, which the checker serves and whose answers it may shift: the prompt's
     last logits, then one row per decoded token."""
+    from assignment import tasks
     from assignment.model.presets import random_model
 
     module.kernels = StandInKernels(kernels)
-    model = random_model(preset, seed=seed, device=tokens.device, attention_impl="t6")
+    model = random_model(preset, seed=seed, device=tokens.device, attention_impl=tasks.attention("t6"))
     return _prefill_then_decode(model, module, tokens, prompt, max_seq_len)
 
 
@@ -378,12 +379,13 @@ def checkpoint_scenario(module, tokens, prompt_chunks: list, max_seq_len: int, g
     """The shipped checkpoint with attention "t6" on the student's cache and the graded kernels: prefill the
     prompt in ``prompt_chunks`` ((first, last) runs), then decode tokens[:, last:] one at a time (eagerly, or by
     replaying one step captured in a CUDA graph). The logits after each chunk, then of each decoded token."""
+    from assignment import tasks
     from assignment.model.cuda_graph import GraphDecoder
 
     device = str(tokens.device)
     model = _checkpoint(device)
     _use_prebuilt(module)
-    model.attention_impl = "t6"
+    model.attention_impl = tasks.attention("t6")
     model.setup_caches(tokens.shape[0], max_seq_len, cache_cls=module.KVCache)
     launches = prebuilt_kernels()._launches
     before = dict(launches)
@@ -402,6 +404,7 @@ def checkpoint_scenario(module, tokens, prompt_chunks: list, max_seq_len: int, g
 def timing_setup(module, preset: str, seed: int, prompt, max_seq_len: int) -> dict:
     """The random model of the timing rule on the student's cache and kernels, its prompt prefilled once, and one
     decode step captured in a CUDA graph (or, when it cannot be captured, the eager step: said so)."""
+    from assignment import tasks
     from assignment.model.cuda_graph import GraphCaptureError, GraphDecoder, SetupClock
     from assignment.model.presets import random_model
 
@@ -409,7 +412,7 @@ def timing_setup(module, preset: str, seed: int, prompt, max_seq_len: int) -> di
     device = str(prompt.device)
     clock = SetupClock(device)  # where the setup's time went (the grading record shows it)
     _use_prebuilt(module)
-    model = random_model(preset, seed=seed, device=device, attention_impl="t6")
+    model = random_model(preset, seed=seed, device=device, attention_impl=tasks.attention("t6"))
     clock.step("model")
     model.setup_caches(1, max_seq_len, cache_cls=module.KVCache)
     clock.step("caches")

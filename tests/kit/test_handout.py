@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from markupsafe import escape
 
+from assignment import tasks
 from assignment.registry import load_registry
 from handout import render, texts
 from handout.api import file_api
@@ -137,12 +138,12 @@ def test_model_chapter_comes_just_before_t6_with_its_figure(html):
 
 
 def test_model_chapter_quotes_the_model_code(html):
-    from assignment.model import attention, config
+    from assignment.model import config
 
     facts = texts.model_facts()
-    assert facts.attention_impls == attention.implementations()
+    assert facts.attention_impls == tasks.attention_choices()
     chapter = _chapter(html, "model")
-    for name in (*config.SUPPORTED_ARCHITECTURES, *attention.implementations()):
+    for name in (*config.SUPPORTED_ARCHITECTURES, *tasks.attention_choices()):
         assert name in chapter, f"the model chapter does not mention {name}"
     # A row per task whose code runs the model's attention, with what its ModelAttention says it takes.
     for task_id, spec in facts.task_attentions:

@@ -78,10 +78,6 @@ PENDING: dict[tuple[str, str], str] = {
         "assignment.cuda.kernels.Kernels, and grader/isolation/kit_folder.py ships the worker cuda/kernels.py and "
         "the task modules but no module above them: it moves up with them"
     ),
-    ("assignment.model.attention", "assignment.tasks"): (
-        "ATTN=<id> is looked up by name inside the model (llama.py, cuda_graph.py) and by perf/model_bench.py "
-        "(cache_class(task)): the model takes a task's ModelAttention once those callers hand it one"
-    ),
 }
 SCANNED = ("assignment", "grader", "handout")
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from assignment import tasks
 from assignment.model.llama import KVCache
 from assignment.model.presets import preset_config, random_model
 from assignment.perf import model_bench, model_paths, model_table
@@ -305,7 +306,9 @@ def test_the_whole_model_table_runs_end_to_end_on_the_cpu(tmp_path, capsys):
         sweep_steps=2,
         naive_sweep_steps=2,
     )
-    report = model_bench.run("t6", 3000.0, out=tmp_path, settings=settings, preset="llama-tiny", device="cpu")
+    report = model_bench.run(
+        tasks.attention("t6"), 3000.0, out=tmp_path, settings=settings, preset="llama-tiny", device="cpu"
+    )
     json.dumps(report)
     assert [entry["prompt"] for entry in report["prompts"]] == [8, 12]
     for entry in report["prompts"]:

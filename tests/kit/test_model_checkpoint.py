@@ -146,13 +146,15 @@ def test_head_dim_the_kernels_lack_is_refused_for_kernel_attention(checkpoint):
     rewrite_config(checkpoint, head_dim=48, hidden_size=96)
     with pytest.raises(CheckpointError):  # the tensors no longer fit either: named as such
         load_checkpoint(checkpoint)
+    from assignment import tasks
     from assignment.model import attention
 
+    causal_kernel = tasks.attention("t5")
     with pytest.raises(ValueError, match="head_dim 48"):
-        attention.get("t5", 48, "cuda")
+        attention.get(causal_kernel, 48, "cuda")
     with pytest.raises(ValueError, match="GPU"):
-        attention.get("t5", 64, "cpu")
-    with pytest.raises(ValueError, match="unknown"):
+        attention.get(causal_kernel, 64, "cpu")
+    with pytest.raises(ValueError, match="not one the model knows"):
         attention.get("flash", 64, "cpu")
 
 

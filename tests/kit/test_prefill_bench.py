@@ -25,7 +25,7 @@ TINY_PROMPTS = (16, 40)
 
 
 def tiny_rows(attention: str = "t8"):
-    return prefill_bench.ttft_cases(attention, prompts=TINY_PROMPTS, preset="llama-tiny", device="cpu")
+    return prefill_bench.ttft_cases(tasks.attention(attention), prompts=TINY_PROMPTS, preset="llama-tiny", device="cpu")
 
 
 def models_of(case) -> prefill_bench.PrefillModels:
@@ -36,7 +36,7 @@ def models_of(case) -> prefill_bench.PrefillModels:
 
 
 def test_the_rows_time_the_llama_3_2_1b_shape_in_bf16_at_1024_and_4096_tokens():
-    rows = prefill_bench.ttft_cases("t8")  # nothing is built or run until a row is timed
+    rows = prefill_bench.ttft_cases(tasks.attention("t8"))  # nothing is built or run until a row is timed
     config = models_of(rows[0]).config
     shape = {
         "hidden_size": 2048,
