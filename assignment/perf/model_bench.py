@@ -180,7 +180,7 @@ def _contenders(base, task: str) -> tuple[dict[str, Contender], dict[str, str]]:
     cache), and why any that cannot be set up is left out."""
     from assignment.model.attention import cache_class
     from assignment.model.presets import sharing_weights
-    from assignment.perf.cases import reference_kernels
+    from assignment.impl import has_solutions
 
     contenders: dict[str, Contender] = {}
     missing: dict[str, str] = {}
@@ -190,7 +190,7 @@ def _contenders(base, task: str) -> tuple[dict[str, Contender], dict[str, str]]:
         make=lambda max_len: lambda prompt, n, **kw: timed_generation(NaivePath(base, max_len), prompt, n, **kw),
     )
     for name, impl in (("student", None), ("reference", "solutions")):
-        if name == "reference" and reference_kernels() is None:
+        if name == "reference" and not has_solutions():
             continue  # a student bundle: no reference solutions, and nothing to say about it
         try:
             contenders[name] = _cached_contender(name, task, sharing_weights(base, task), cache_class(task, impl))
