@@ -49,9 +49,13 @@ def describe_import_error(path: Path, error: BaseException) -> str:
     return f"{type(error).__name__}: {error}{where}"
 
 
+def has_solutions() -> bool:
+    """An instructor checkout has the reference solutions (solutions/); a student bundle only starter/."""
+    return (REPO_ROOT / "solutions").is_dir()
+
+
 def default_impl() -> str:
-    # An instructor checkout has solutions/; a student bundle only starter/.
-    return "solutions" if (REPO_ROOT / "solutions").is_dir() else "starter"
+    return "solutions" if has_solutions() else "starter"
 
 
 def student_dir(impl: str | None = None) -> Path:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from assignment.cuda import kernels
+from assignment import kernels
 from assignment.registry import load_registry
 from assignment.testing import (
     SENTINEL,

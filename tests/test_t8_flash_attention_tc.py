@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from assignment.cuda import kernels
+from assignment import kernels
 from assignment.registry import load_registry
 from assignment.testing import (
     SENTINEL,

@@ -33,8 +33,9 @@ import sys
 from pathlib import Path
 
 from assignment import tasks
+from assignment.kernels import Kernels, reference_kernels
 from assignment.perf import targets
-from assignment.perf.cases import OUT_DIR, reference_kernels, run_case
+from assignment.perf.cases import OUT_DIR, run_case
 
 
 def _parser(with_bench: list[tasks.TaskCode]) -> argparse.ArgumentParser:
@@ -110,7 +111,6 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    from assignment.cuda.kernels import Kernels
     from assignment.impl import student_dir
     from assignment.perf.timing import copy_bandwidth, format_gpu_info, gpu_info
 

@@ -42,7 +42,7 @@ def _default_task() -> str | None:
 def launch_one(task: str) -> None:
     import torch
 
-    from assignment.cuda.kernels import Kernels
+    from assignment.kernels import Kernels
 
     profile, kernels = profile_of(task), Kernels()
     gen = torch.Generator().manual_seed(0)
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _prebuild(task: str) -> None:
     from assignment.cuda.compiler import build_library, build_module, require_implemented
-    from assignment.cuda.kernels import Kernels
+    from assignment.kernels import Kernels
 
     code = tasks.code(task)
     source = Kernels().source(code.cuda_file)

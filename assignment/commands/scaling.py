@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from assignment import tasks
-from assignment.cuda.kernels import Kernels
-from assignment.perf.cases import OUT_DIR, reference_kernels
+from assignment.kernels import Kernels, reference_kernels
+from assignment.perf.cases import OUT_DIR
 from assignment.perf.scaling import HEADS, plot, run_sweep, stem_of
 
 

@@ -104,17 +104,6 @@ GQA_SHAPES = [(1, 32, 8, 8192, 64), (1, 32, 8, 8192, 128)]
 GQA_SHAPES_QUICK = [(1, 32, 8, 2048, 64), (1, 32, 8, 2048, 128)]
 
 
-def reference_kernels():
-    """The reference solutions' kernels, or None in a student bundle (it has no solutions/)."""
-    from assignment.cuda.kernels import Kernels
-    from assignment.impl import ImplError, student_dir
-
-    try:
-        return Kernels(student_dir("solutions"))
-    except ImplError:
-        return None
-
-
 def repeat_kv(qkv):
     """(q, k, v) with K/V of H_kv heads repeated to q's H heads (a copy): the layout of libraries without GQA."""
     from assignment.model.attention import repeat_kv_heads

@@ -180,9 +180,9 @@ def _cached_contender(name: str, task: str, model, cache_cls) -> Contender:
 def _contenders(base, attention: ModelAttention) -> tuple[dict[str, Contender], dict[str, str]]:
     """The four paths over ``base``'s weights (the student's and the reference's through the task's ``attention``
     and cache), and why any that cannot be set up is left out."""
+    from assignment.impl import has_solutions
     from assignment.model.attention import cache_class
     from assignment.model.presets import sharing_weights
-    from assignment.perf.cases import reference_kernels
 
     contenders: dict[str, Contender] = {}
     missing: dict[str, str] = {}
@@ -192,7 +192,7 @@ def _contenders(base, attention: ModelAttention) -> tuple[dict[str, Contender], 
         make=lambda max_len: lambda prompt, n, **kw: timed_generation(NaivePath(base, max_len), prompt, n, **kw),
     )
     for name, impl in (("student", None), ("reference", "solutions")):
-        if name == "reference" and reference_kernels() is None:
+        if name == "reference" and not has_solutions():
             continue  # a student bundle: no reference solutions, and nothing to say about it
         try:
             twin = sharing_weights(base, attention)

@@ -7,7 +7,7 @@ the model attention it gives ``ATTN=<id>`` (``attention(name)``, what the model 
 ``make generate``, the student targets, the report's steps, the grader's prepare) loops over these and does not
 branch on a task id.
 
-A task's module imports nothing heavy at import time (torch inside its functions; ``assignment.cuda.kernels``, whose
+A task's module imports nothing heavy at import time (torch inside its functions; ``assignment.cuda.wrappers``, whose
 ``Export`` names its host functions, loads without torch), so a tool that only asks what a task needs (the handout, say)
 loads fast on any machine, torch or not.
 """
@@ -79,7 +79,7 @@ class Sanitize:
 class TaskCode:
     id: str
     cuda_file: str | None = None  # the CUDA file its kernels live in; None for a Python task
-    kernels: type | None = None  # its kernels' Python wrappers, methods of assignment.cuda.kernels.Kernels
+    kernels: type | None = None  # its kernels' Python wrappers, methods of assignment.kernels.Kernels
     builds_on: tuple[str, ...] = ()  # tasks whose regions (in the same file) must be written for it to run
     bench_needs: tuple[str, ...] = ()  # tasks whose student code its bench and scaling steps also run
     kit_companions: tuple[str, ...] = ()  # tasks whose kernels its checks call, run as the kit wrote them when

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ctypes import c_int64, c_void_p
 from typing import TYPE_CHECKING
 
-from assignment.cuda import kernels as kern
+from assignment.cuda import wrappers as kern
 from assignment.tasks import Profile, Sanitize, TaskCode
 
 if TYPE_CHECKING:  # torch is imported inside the functions: the module loads without it
@@ -16,7 +16,7 @@ SOFTMAX = kern.Export(CUDA_FILE, "t2_softmax_forward", (c_void_p, c_void_p, c_in
 
 
 class Kernels:
-    """t2's wrapper: a method of ``assignment.cuda.kernels.Kernels``."""
+    """t2's wrapper: a method of ``assignment.kernels.Kernels``."""
 
     def softmax(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Row softmax over the last dimension of ``x`` (any number of leading dims)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ctypes import c_float, c_int, c_int64, c_void_p
 from typing import TYPE_CHECKING
 
-from assignment.cuda import kernels as kern
+from assignment.cuda import wrappers as kern
 from assignment.tasks import Profile, Sanitize, TaskCode
 
 if TYPE_CHECKING:  # torch is imported inside the functions: the module loads without it
@@ -35,7 +35,7 @@ GEMM = kern.Export(
 
 
 class Kernels:
-    """t3's wrapper: a method of ``assignment.cuda.kernels.Kernels``."""
+    """t3's wrapper: a method of ``assignment.kernels.Kernels``."""
 
     def gemm(
         self,

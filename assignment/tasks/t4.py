@@ -9,7 +9,7 @@ from ctypes import c_float, c_int, c_void_p
 from functools import partial
 from typing import TYPE_CHECKING
 
-from assignment.cuda import kernels as kern
+from assignment.cuda import wrappers as kern
 from assignment.model.attention_choice import ModelAttention
 from assignment.tasks import BenchVariant, Leaderboard, Profile, Sanitize, TaskCode, t2, t3
 
@@ -41,7 +41,7 @@ CAUSAL_REGIONS = ("t4", "t5")  # a causal launch runs t5's regions of the same k
 
 
 class Kernels:
-    """t4's wrappers (t5 is their ``causal=True``): methods of ``assignment.cuda.kernels.Kernels``."""
+    """t4's wrappers (t5 is their ``causal=True``): methods of ``assignment.kernels.Kernels``."""
 
     def flash_attention(
         self,
@@ -158,11 +158,17 @@ def attention_forward(
     return o, lse
 
 
+class AttentionKernels(Kernels, kern.KernelsBase):
+    """t4's wrappers on their own, over one implementation's files: what the model's attention runs (every task's
+    ``Kernels``, assignment/kernels.py, sits above the task modules)."""
+
+
 def causal_model_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     """The model's attention through ``IMPL``'s causal kernel (t5's mask in this file's kernel): the cache's H_kv
     heads as they are (GQA, no repeat)."""
+    kernels = kern.under_test(AttentionKernels)
     # .contiguous() only packs the (B, H_kv, kv_len, d) slice of the cache's longer buffer.
-    out, _ = kern.flash_attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=True, scale=scale)
+    out, _ = kernels.flash_attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=True, scale=scale)
     return out
 
 

@@ -8,11 +8,12 @@ from ctypes import c_float, c_int, c_int64, c_void_p
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from assignment.cuda import kernels as kern
+from assignment.cuda import wrappers as kern
+from assignment.impl import student_dir
 from assignment.model.attention_choice import ModelAttention
 from assignment.tasks import BenchVariant, Leaderboard, Profile, Sanitize, TaskCode
-from assignment.tasks.t4 import causal_model_attention
-from assignment.tasks.t6_timing import kv_cache_class, timing_workload
+from assignment.tasks.t4 import AttentionKernels, causal_model_attention
+from assignment.tasks.t6_timing import load_kv_cache_class, timing_workload
 
 if TYPE_CHECKING:  # torch is imported inside the functions: the module loads without it
     import torch
@@ -50,7 +51,7 @@ DECODE_LENGTH_DTYPES = ("torch.int32", "torch.int64")  # the dtypes of lengths, 
 
 
 class Kernels:
-    """t6's wrappers: methods of ``assignment.cuda.kernels.Kernels``."""
+    """t6's wrappers: methods of ``assignment.kernels.Kernels``."""
 
     def decode_workspace(
         self, q: torch.Tensor, k_cache: torch.Tensor, num_splits: int | None = None
@@ -251,6 +252,18 @@ def _decode_shapes(kernel: str, q, k_cache, v_cache) -> tuple[int, int, int, int
             f"needs H_kv to divide H (query head h reads KV head h // (H // H_kv))"
         )
     return B, H, H_kv, L_max, d
+
+
+class CacheKernels(Kernels, AttentionKernels):
+    """What a t6_kv_cache.py calls, over one implementation's files: t4's ``flash_attention`` (its prefill) and this
+    task's ``decode_workspace`` and ``decode_attention`` (every task's ``Kernels``, assignment/kernels.py, sits above
+    the task modules)."""
+
+
+def kv_cache_class(impl: str | None = None) -> type:
+    """The ``KVCache`` class of t6_kv_cache.py in implementation ``impl`` (None: ``IMPL``), running that same
+    implementation's kernels."""
+    return load_kv_cache_class(impl, CacheKernels(student_dir(impl)))
 
 
 def bench_cases(student, reference, quick: bool, shapes=None) -> list:

@@ -1,12 +1,13 @@
 """t6's timed workloads (assignment/tasks/t6.py's ``timing_workload``): the decode kernel over a full cache, and one
 decode step of a 1B model with the student's cache, timed from the grader's process with the student's path in the
-sandboxed worker; and the ``KVCache`` class of an implementation's t6_kv_cache.py, which both use."""
+sandboxed worker; and the ``KVCache`` class of an implementation's t6_kv_cache.py on kernels it is handed, which both
+use."""
 
 from __future__ import annotations
 
 import time
+from types import ModuleType
 
-from assignment.cuda import kernels as kern
 from assignment.tasks import attention
 
 TASK_ID = "t6"
@@ -17,7 +18,7 @@ def timing_workload(rule, student, reference, tolerance, base: int, student_mode
     """The decode kernel over a full cache, or (a rule on ``model``) one decode step of the model, timed from the
     grader's process with the student's path in the sandboxed worker (``student_model``)."""
     if "model" in rule.shape:
-        return _decode_step_workload(rule, student_model, base)
+        return _decode_step_workload(rule, reference, student_model, base)
     return _decode_kernel_workload(rule, student, reference, tolerance, base)
 
 
@@ -59,11 +60,11 @@ def _decode_kernel_workload(rule, student, ref, tolerance, base: int):
     return Workload(make, student_call, reference_call, None, check, bytes_moved=2.0 * B * H_kv * L * d * 4)
 
 
-def _decode_step_workload(rule, student_model, base: int):
+def _decode_step_workload(rule, reference_kernels, student_model, base: int):
     """One decode step of a random model of the rule's preset at position ``context`` after a prompt of that many
     tokens (the same slot every call: the context stays fixed), against the naive path (a forward pass over all
-    context + 1 tokens with the reference attention, the last logits) and the reference (the kit's cache and
-    kernels, one captured step). Each call's token comes from its seed."""
+    context + 1 tokens with the reference attention, the last logits) and the reference (the kit's cache on
+    ``reference_kernels``, one captured step). Each call's token comes from its seed."""
     import torch
 
     from assignment.model.cuda_graph import GraphDecoder, SetupClock
@@ -86,7 +87,7 @@ def _decode_step_workload(rule, student_model, base: int):
     clock.step("model")
     with torch.no_grad():
         kit = sharing_weights(model, attention(TASK_ID))  # ATTN=t6: the kit's cache attends
-        kit.setup_caches(1, max_seq_len, cache_cls=kv_cache_class("solutions"))
+        kit.setup_caches(1, max_seq_len, cache_cls=load_kv_cache_class("solutions", reference_kernels))
         clock.step("caches")
         kit_runner = GraphDecoder(kit)
         clock.step("capture")
@@ -148,12 +149,13 @@ def _decode_step_workload(rule, student_model, base: int):
     )
 
 
-def kv_cache_class(impl: str | None = None) -> type:
-    """The ``KVCache`` class of t6_kv_cache.py in implementation ``impl`` (None: ``IMPL``), running that same
-    implementation's kernels (the module's ``kernels`` is pointed at its directory)."""
-    from assignment.impl import load_python, student_dir
+def load_kv_cache_class(impl: str | None, kernels) -> type:
+    """The ``KVCache`` class of t6_kv_cache.py in implementation ``impl`` (None: ``IMPL``), running ``kernels`` (that
+    same implementation's): the module's ``kernels``, the kit's module-level API (a module, the only one the file's
+    rules let it import: IMPL's kernels, whatever IMPL is), is pointed at them, once (a file is loaded once)."""
+    from assignment.impl import load_python
 
     module = load_python("t6_kv_cache.py", impl)
-    if getattr(module, "kernels", None) is kern:  # the module-level API (IMPL's kernels): bind it, once
-        module.kernels = kern.Kernels(student_dir(impl))
+    if isinstance(getattr(module, "kernels", None), ModuleType):
+        module.kernels = kernels
     return module.KVCache

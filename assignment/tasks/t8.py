@@ -8,7 +8,7 @@ from ctypes import c_float, c_int, c_void_p
 from functools import partial
 from typing import TYPE_CHECKING
 
-from assignment.cuda import kernels as kern
+from assignment.cuda import wrappers as kern
 from assignment.model.attention_choice import ModelAttention
 from assignment.tasks import BenchVariant, Leaderboard, Profile, Sanitize, TaskCode
 from assignment.tasks.t4 import attention_forward, check_timed_attention
@@ -30,7 +30,7 @@ FLASH_TC_CONFIG = kern.Export(CUDA_FILE, "t8_flash_attention_config", (c_int,) *
 
 
 class Kernels:
-    """t8's wrappers: methods of ``assignment.cuda.kernels.Kernels``."""
+    """t8's wrappers: methods of ``assignment.kernels.Kernels``."""
 
     def flash_attention_tc(
         self,
@@ -246,11 +246,17 @@ def _launch(kernels, shape, upload) -> None:
     kernels.flash_attention_tc(q, k, v, causal=shape["causal"])
 
 
+class TensorCoreKernels(Kernels, kern.KernelsBase):
+    """t8's wrappers on their own, over one implementation's files: what the model's attention runs (every task's
+    ``Kernels``, assignment/kernels.py, sits above the task modules)."""
+
+
 def model_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     """The model's attention (prefill and decode steps alike) through ``IMPL``'s t8 kernel: causal, bottom-right
     aligned (a decode step's one query sees the whole cache), the cache's H_kv heads as they are."""
+    kernels = kern.under_test(TensorCoreKernels)
     # .contiguous() only packs the (B, H_kv, kv_len, d) slice of the cache's longer buffer.
-    out, _ = kern.flash_attention_tc(q.contiguous(), k.contiguous(), v.contiguous(), causal=True, scale=scale)
+    out, _ = kernels.flash_attention_tc(q.contiguous(), k.contiguous(), v.contiguous(), causal=True, scale=scale)
     return out
 
 

@@ -116,7 +116,7 @@ def _check_host_memory_reach(result: Preflight) -> None:
     """Student kernels run in the checker's process (device code only, launched by the kit's host code). Where the
     driver lets a GPU dereference any host address (HMM, pageable memory access), a kernel could in principle reach
     the checker's own memory: say so, with the remedy."""
-    from assignment.cuda.kernels import _cudart
+    from assignment.cuda.wrappers import _cudart
 
     runtime = _cudart()
     if runtime is None:
@@ -138,7 +138,7 @@ def _check_host_memory_reach(result: Preflight) -> None:
 
 
 def _check_reference_speed(tasks: list[Task], gpu: str, result: Preflight) -> None:
-    from assignment.cuda.kernels import Kernels
+    from assignment.kernels import Kernels
     from assignment.perf.timing import measure
     from grader.hidden.workloads import workload
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from assignment import kernels
 from assignment.checks import require, same_bits
-from assignment.cuda import kernels
 from assignment.testing import SENTINEL, assert_close, assert_repeatable, reference_attention
 
 LAYOUT = "batch, head, query, dim"

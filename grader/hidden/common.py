@@ -13,7 +13,7 @@ import pytest
 from assignment.checks import require
 from assignment.commands import sanitize as sanitize_command
 from assignment.cuda import sanitize
-from assignment.cuda.kernels import Kernels
+from assignment.kernels import Kernels
 from assignment.pytest_plugin import grading_seed
 from assignment.registry import Task
 from assignment.testing import local_memory_of

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from assignment import kernels
 from assignment.checks import require, same_bits
-from assignment.cuda import kernels
 from assignment.registry import load_registry
 from assignment.testing import GUARD_HINT, SENTINEL, assert_close, assert_guards_intact, assert_repeatable, guarded
 from grader.hidden.common import cases, check_sanitizer, sanitizer_tools, time_rule

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from assignment import kernels
 from assignment.checks import require
-from assignment.cuda import kernels
 from assignment.registry import load_registry
 from assignment.testing import assert_close, assert_close_to_precision, reference_attention, same_precision_attention
 from grader.hidden import attention_checks as checks

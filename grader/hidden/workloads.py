@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 
 from assignment import tasks
-from assignment.cuda.kernels import Kernels
+from assignment.kernels import Kernels
 from assignment.perf.workload import StudentDecoder, Workload
 from assignment.registry import TimingRule
 

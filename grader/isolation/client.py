@@ -24,9 +24,10 @@ full text stays in ``str(failure)`` and ``detail``, for the checks and the instr
 ``student_module("x_cache.py", driver=Path(".../x_driver.py"), kernels=(...))`` stands for a kit driver instead:
 its functions are the scenarios of that file (the task's own, kept with its hidden suite), run around the student's
 module (a class with state that the kit's model drives). The file is copied into the worker's /kit, read-only, and
-each call names it by its module name (the file's stem); this layer never imports it. ``kernels`` names the CUDA files the worker's copy of the kit wrappers runs: the worker
-gets the kit's ``assignment.cuda`` package (the student's file imports it) and, on a GPU, the libraries this
-process built from ``IMPL``'s files (no sources, no nvcc in the sandbox).
+each call names it by its module name (the file's stem); this layer never imports it. ``kernels`` names the CUDA
+files the worker's copy of the kit wrappers runs: the worker gets the kit's ``assignment.kernels`` (the student's file
+imports it) with what it stands on and, on a GPU, the libraries this process built from ``IMPL``'s files (no sources,
+no nvcc in the sandbox).
 
 ``memory_probe`` measures, from outside the worker, how much memory one call made it use: it resets
 the worker's peak-RSS counter (``/proc/<pid>/clear_refs``) just before the call and reads it

@@ -19,8 +19,10 @@ from assignment.model import DEFAULT_CHECKPOINT
 WORKER_SOURCE = Path(__file__).resolve().parent / "worker.py"
 MODEL_PACKAGE = Path(model_package.__file__).resolve().parent
 ASSIGNMENT = MODEL_PACKAGE.parent
-# What `from assignment.cuda import kernels` needs (all shipped to students): the wrappers and their imports.
+# What `from assignment import kernels` needs (all shipped to students): the composed wrappers, the generic half they
+# stand on, and their imports; every task module beside them (worker_kit_dir), whose wrappers they compose.
 CUDA_WRAPPER_FILES = (
+    "kernels.py",
     "impl.py",
     "registry.py",
     "registry_schema.py",
@@ -33,7 +35,7 @@ CUDA_WRAPPER_FILES = (
     "cuda/confine.py",
     "cuda/reading.py",
     "cuda/toolchain.py",
-    "cuda/kernels.py",
+    "cuda/wrappers.py",
     "checks.py",
     "testing.py",
 )

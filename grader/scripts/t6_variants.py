@@ -90,7 +90,7 @@ def decode_calls(impl: str) -> None:
     """Two calls per B 1 shape at L 32768 (for ncu -k regex:decode_)."""
     import torch
 
-    from assignment.cuda.kernels import Kernels
+    from assignment.kernels import Kernels
 
     kernels = Kernels(impl)
     for B, H, H_kv, L, d in SHAPES[:2]:
@@ -148,7 +148,7 @@ def main() -> None:
 
     import torch
 
-    from assignment.cuda.kernels import Kernels
+    from assignment.kernels import Kernels
     from assignment.perf import timing
     from assignment.perf.cases import decode_inputs, decode_work
 

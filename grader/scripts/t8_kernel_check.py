@@ -1,7 +1,7 @@
 """t8 (FlashAttention-2 forward on tensor cores): the reference kernel checked and timed on a GPU, standalone.
 
 No registry entry for t8 exists yet, so this script loads solutions/t8_flash_attention_tc.cu itself, as the kit
-would (the file built as a device module and as the kit's host library, ``kernels.load_kernels``), and calls its
+would (the file built as a device module and as the kit's host library, ``wrappers.load_kernels``), and calls its
 KIT_API function with ctypes on torch tensors.
 
     python grader/scripts/t8_kernel_check.py --out DIR [--skip correctness,sanitize,bench,variants]
@@ -89,9 +89,9 @@ class T8:
     """The KIT_API functions of one build of the file."""
 
     def __init__(self, path: Path):
-        from assignment.cuda import kernels
+        from assignment.cuda import wrappers
 
-        loaded = kernels.load_kernels(path, kit=path)
+        loaded = wrappers.load_kernels(path, kit=path)
         self.module = loaded.module
         self.fwd = loaded.host.t8_flash_attention_forward
         self.fwd.argtypes = (c_void_p,) * 5 + (c_void_p,) + (c_int,) * 6 + (c_float, c_int, c_int, c_void_p)

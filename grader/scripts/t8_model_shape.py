@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from assignment.cuda import kernels as kern
+from assignment import kernels
 from assignment.tasks.t8 import model_attention, sdpa_backend
 
 
@@ -48,7 +48,7 @@ def rows(L: int, B: int = 1, H: int = 32, H_kv: int = 8, d: int = 64) -> dict:
     qc = q.contiguous()
     F = torch.nn.functional
     return {
-        "t8 kernel (contiguous q)": lambda: kern.flash_attention_tc(qc, k, v, causal=True),
+        "t8 kernel (contiguous q)": lambda: kernels.flash_attention_tc(qc, k, v, causal=True),
         "t8 model_attention (strided q)": lambda: model_attention(q, k, v, d**-0.5),
         "FA2 (SDPA FLASH_ATTENTION)": lambda: sdpa_backend("FLASH_ATTENTION", (qc, k, v), True),
         "cuDNN (SDPA CUDNN_ATTENTION)": lambda: sdpa_backend("CUDNN_ATTENTION", (qc, k, v), True),

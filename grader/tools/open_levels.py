@@ -195,7 +195,7 @@ def python_student_text(file: str, task: str, module_text: str, levels: dict[str
 def _check_values(kernels, task: str) -> str:
     """The task's quick values check (``TaskCode.quick_check``) on shapes that catch edge bugs; the hidden suite
     does the thorough one."""
-    from assignment.cuda.kernels import Kernels
+    from assignment.kernels import Kernels
     from assignment.tasks import code
 
     check = code(task).quick_check
@@ -208,7 +208,7 @@ def _check_values(kernels, task: str) -> str:
 def calibrate(
     task_id: str, repeats: int, registry: Registry, seed: int = 0, only: list[str] | None = None
 ) -> list[dict]:
-    from assignment.cuda.kernels import Kernels
+    from assignment.kernels import Kernels
     from assignment.perf.targets import is_model_rule
     from grader.hidden.workloads import workload
 

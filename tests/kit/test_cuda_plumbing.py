@@ -16,11 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from assignment import tasks
-
-from assignment.cuda import check_all
+from assignment import kernels, tasks
+from assignment.cuda import check_all, wrappers
 from assignment.cuda import compiler as cuda
-from assignment.cuda import kernels
 from assignment.perf import timing
 from assignment.testing import assert_repeatable
 
@@ -385,8 +383,8 @@ def test_wrappers_reject_bad_arguments_before_any_gpu_work(implemented, call, er
 @pytest.mark.kit
 def test_error_codes_become_runtime_errors_with_the_kernel_name():
     with pytest.raises(RuntimeError, match=r"^t3_gemm_batched failed: .*cudaError_t 700"):
-        kernels._check_status(700, "t3_gemm_batched")
-    kernels._check_status(0, "t3_gemm_batched")
+        wrappers._check_status(700, "t3_gemm_batched")
+    wrappers._check_status(0, "t3_gemm_batched")
 
 
 # --------------------------------------------------------------------------- timing statistics

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from assignment.cuda.compiler import load_library
-from assignment.cuda.kernels import load_kernels
+from assignment.cuda.wrappers import load_kernels
 from assignment.registry import load_registry
 from grader.hidden.attention_checks import BOUNDARY_GRIDS
 

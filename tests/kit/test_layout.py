@@ -32,9 +32,9 @@ def test_records_hold_no_code():
 # from a layer above, nor from another package of its own layer. `grader/scripts/` and `grader/notes/` are scripts
 # run by hand, `grader/fixtures/` submissions the tools read as text; `grader` and `assignment` alone are the
 # packages' (empty) __init__, so every other module of theirs must be placed here. Inside `assignment/`: the
-# commands a student runs (and the pytest plugin, the report, the submission) sit above the task modules, which sit
-# above the layers they plug into (the harness, the model, the test helpers, the CUDA plumbing), which sit above the
-# registry and the small modules everything reads.
+# commands a student runs (and the pytest plugin, the report, the submission) sit above the kernels composed of every
+# task's wrappers, above the task modules, which sit above the layers they plug into (the harness, the model, the test
+# helpers, the CUDA plumbing), which sit above the registry and the small modules everything reads.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("grader.scripts", "grader.notes", "grader.fixtures"),
     ("grader.tools",),  # instructor tools that exercise the grader
@@ -52,6 +52,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "assignment.pytest_plugin",
         "assignment.feedback_html",
     ),
+    ("assignment.kernels",),  # every task's wrappers composed: the kernels students, tests and the grader call
     ("assignment.tasks",),  # one module per task, on the layers below
     ("assignment.perf",),  # bench cases, timed workloads, the model bench, scaling, profile report, student targets
     # the model; the test helpers (they time with perf.timing); the feedback form; the theory questions
@@ -72,13 +73,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 ROOTS = ("assignment", "grader")  # a root names its __init__ alone: its modules are placed by their own packages
 # Upward imports the layers still carry, each with why it is not yet gone; the test fails on any other, and on one
 # of these once it is gone (strike it here then).
-PENDING: dict[tuple[str, str], str] = {
-    ("assignment.cuda.kernels", "assignment.tasks"): (
-        "Kernels is composed of the task modules' wrappers; the t6 worker's driver subclasses it as "
-        "assignment.cuda.kernels.Kernels, and grader/isolation/kit_folder.py ships the worker cuda/kernels.py and "
-        "the task modules but no module above them: it moves up with them"
-    ),
-}
+PENDING: dict[tuple[str, str], str] = {}
 SCANNED = ("assignment", "grader", "handout")
 
 

@@ -279,7 +279,7 @@ from __future__ import annotations
 
 from ctypes import c_float, c_int64, c_void_p
 
-from assignment.cuda import kernels as kern
+from assignment.cuda import wrappers as kern
 from assignment.tasks import TaskCode
 
 CUDA_FILE = "{CUDA_FILE}"
@@ -287,7 +287,7 @@ SCALE = kern.Export(CUDA_FILE, "{NEW}_scale_forward", (c_void_p, c_void_p, c_flo
 
 
 class Kernels:
-    """{NEW}'s wrapper: a method of ``assignment.cuda.kernels.Kernels``."""
+    """{NEW}'s wrapper: a method of ``assignment.kernels.Kernels``."""
 
     def scale(self, x, alpha: float):
         """alpha * x, a new tensor of x's shape."""
@@ -331,7 +331,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from assignment.cuda import kernels
+from assignment import kernels
 from assignment.registry import load_registry
 from assignment.testing import assert_close, check_todo_regions
 
@@ -359,8 +359,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from assignment import kernels
 from assignment.checks import require
-from assignment.cuda import kernels
 from assignment.registry import load_registry
 from grader.hidden.common import cases
 
@@ -396,8 +396,8 @@ CUDA_FILES = {
 # the starter's TODO stops it before any GPU is asked for.
 COMPOSED = f"""
 import torch
-from assignment.cuda import kernels
-assert "scale" in kernels.entry_points(), kernels.entry_points()
+from assignment import kernels
+assert "scale" in kernels.ENTRY_POINTS, kernels.ENTRY_POINTS
 assert callable(kernels.Kernels("starter").scale)
 try:
     kernels.scale(torch.ones(3), 2.0)

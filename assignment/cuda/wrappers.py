@@ -1,7 +1,8 @@
-"""Python wrappers around the students' CUDA kernels: the generic half, and the ``Kernels`` class composed of
-every task's own wrappers (``TaskCode.kernels`` in ``assignment/tasks/``: its methods, e.g. ``softmax``).
+"""What every task's Python wrappers around its CUDA kernels are made of: ``KernelsBase``, the argument checks, the
+loading and binding of a student's file, the launch. A task's wrapper class (``TaskCode.kernels`` in
+``assignment/tasks/``: its methods, e.g. ``softmax``) is written on these; ``assignment/kernels.py``, above the task
+modules, composes every task's into the ``Kernels`` that tests, benchmarks and the grader call.
 
-Tests, benchmarks and the grader call the kernels only through this module.
 Every wrapper, in this order:
   1. refuses a file whose task still has ``KIT_TODO`` (NotImplementedError, no GPU touched),
   2. checks dtype, shapes, contiguity, then device (TypeError / ValueError naming the argument),
@@ -11,8 +12,8 @@ Every wrapper, in this order:
   4. turns a non-zero cudaError_t into ``RuntimeError("<kernel> failed: <reason>")``.
 Steps 1 and 2 need no GPU, so a starter or a wrong call fails cleanly on any machine.
 
-The module-level functions test the implementation chosen by ``IMPL``;
-``Kernels("solutions")`` binds another one (the benchmark loads both).
+A call that names no implementation (``assignment.kernels.softmax(x)``, the model's attention through a task's
+kernel) runs ``IMPL``'s: ``under_test``.
 """
 
 from __future__ import annotations
@@ -291,72 +292,25 @@ def attention_shapes(kernel: str, q, k, v, dtypes: tuple | None = None) -> tuple
     return B, H, H_kv, Lq, Lk, d
 
 
-# --------------------------------------------------------------------------- every task's wrappers, composed
+# --------------------------------------------------------------------------- the implementation under test
+
+_under_test: KernelsBase | None = None  # run_under_test's kernels: the grader's t6 worker's prebuilt ones
 
 
-@functools.cache
-def _task_wrappers() -> tuple[type, ...]:
-    """Each task's wrapper class (``TaskCode.kernels``), once each, in task order. Found by listing the task
-    modules, not through the registry: the grader's worker carries this package without the registry's TOML.
-    The one import of the tasks below them (tests/kit/test_layout.py's PENDING says why it is still here)."""
-    import pkgutil
-
-    from assignment import tasks
-
-    found: list[type] = []
-    for info in sorted(pkgutil.iter_modules(tasks.__path__), key=lambda m: (len(m.name), m.name)):
-        wrappers = tasks.code(info.name).kernels if tasks.is_task_id(info.name) else None
-        if wrappers is not None and wrappers not in found:
-            found.append(wrappers)
-    return tuple(found)
-
-
-@functools.cache
-def composed_kernels() -> type:
-    """``Kernels``: every task's wrappers over ``KernelsBase``, made once, when first asked for (the task modules
-    import this module, so it cannot name them when it loads)."""
-
-    class Kernels(*_task_wrappers(), KernelsBase):
-        __doc__ = KernelsBase.__doc__
-        __qualname__ = "Kernels"
-
-    return Kernels
-
-
-@functools.cache
-def entry_points() -> tuple[str, ...]:
-    """The wrappers' names (``softmax``, ``flash_attention``, ...), also callable on this module (``IMPL``'s).
-    Found once: a module-level call (the model's attention, once per layer and token) only looks its name up."""
-    return tuple(
-        sorted(
-            name
-            for cls in _task_wrappers()
-            for name, value in vars(cls).items()
-            if not name.startswith("_") and callable(value)
-        )
-    )
-
-
-# The kernels the module-level functions run: IMPL's, made at their first call; the grader's t6 worker sets its own.
-_under_test: KernelsBase | None = None
-
-
-def under_test() -> KernelsBase:
+def run_under_test(kernels: KernelsBase) -> None:
+    """Every call of ``under_test`` in this process runs ``kernels`` from now on: the grader's t6 worker sets the
+    kit's wrappers over the builds it was given, as it has no compiler or source."""
     global _under_test
-    if _under_test is None:
-        _under_test = composed_kernels()()
-    return _under_test
+    _under_test = kernels
 
 
-def __getattr__(name: str):
-    """``Kernels`` (the composed class), and each wrapper as a module-level function of the implementation under
-    test (``IMPL``): ``kernels.softmax(x)`` is ``Kernels().softmax(x)``."""
-    if name == "Kernels":
-        return composed_kernels()
-    if name in entry_points():
-        return functools.partial(_call_under_test, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r} (its wrappers: {', '.join(entry_points())})")
+def under_test(wrappers: type[KernelsBase]) -> KernelsBase:
+    """The kernels a call that names no implementation runs (``kernels.softmax(x)`` of ``assignment/kernels.py``, the
+    model's attention through a task's kernel): ``IMPL``'s, through ``wrappers`` (a class over ``KernelsBase`` with the
+    methods the caller needs), unless ``run_under_test`` set others."""
+    return _under_test if _under_test is not None else _impl_kernels(wrappers)
 
 
-def _call_under_test(name: str, *args, **kwargs):
-    return getattr(under_test(), name)(*args, **kwargs)
+@functools.cache
+def _impl_kernels(wrappers: type[KernelsBase]) -> KernelsBase:
+    return wrappers()  # impl None: IMPL is looked up at each call, so one object serves any IMPL
