@@ -52,11 +52,12 @@ help:
 # after it. A fresh clone on a 2-core machine, its .venv made first: 7m14 (pytest 6m59 beside the builds); about
 # 7m30 with check-cuda first (2m10 alone).
 TEST_MARKS = $(if $(T),$(T) and not slow,not slow)
+XDIST = $(if $(TEST_JOBS), -n $(TEST_JOBS) --dist loadfile,)
 test: $(SETUP) $(if $(T),check-T,) check-starter
 	@mkdir -p build
 	@$(if $(HAVE_NVCC),$(PY) -m assignment.cuda.check_all --jobs 1 > build/check-cuda.log 2>&1 & cuda=$$!;) \
-	echo "$(PY) -m pytest tests $(if $(HAVE_HIDDEN),grader/hidden,) -m \"$(TEST_MARKS) and not whole_host\"$(if $(HAVE_NVCC), (make check-cuda beside it),)"; \
-	$(PY) -m pytest tests $(if $(HAVE_HIDDEN),grader/hidden,) -m "$(TEST_MARKS) and not whole_host"; status=$$?; \
+	echo "$(PY) -m pytest tests $(if $(HAVE_HIDDEN),grader/hidden,) -m \"$(TEST_MARKS) and not whole_host\"$(XDIST)$(if $(HAVE_NVCC), (make check-cuda beside it),)"; \
+	$(PY) -m pytest tests $(if $(HAVE_HIDDEN),grader/hidden,) -m "$(TEST_MARKS) and not whole_host"$(XDIST); status=$$?; \
 	$(if $(HAVE_NVCC),echo "make check-cuda (run beside pytest):"; wait $$cuda || status=1; cat build/check-cuda.log;) \
 	$(if $(T),,$(PY) -m pytest tests/kit -m "not slow and whole_host" -q || status=1;) \
 	exit $$status
@@ -65,11 +66,11 @@ test: $(SETUP) $(if $(T),check-T,) check-starter
 check-T: $(SETUP)
 	@$(PY) -m assignment.pytest_plugin "$(T)"
 
-# TEST_JOBS=n: the slow tests in n processes, a test file each (pytest-xdist, which .ci/run installs; not a
-# dependency of the kit): the other files run beside the adversarial fixtures' (single runs on a 2-core machine: 7m15
-# against 8m54 and 9m30 in one process).
+# TEST_JOBS=n (make test and make test-slow): the tests in n processes, a test file each (pytest-xdist, which
+# .ci/run installs; not a dependency of the kit). make test-slow's other files run beside the adversarial fixtures'
+# (single runs on a 2-core machine: 7m15 against 8m54 and 9m30 in one process).
 test-slow: $(SETUP)
-	$(PY) -m pytest tests -m "slow$(if $(T), and $(T),)" $(if $(TEST_JOBS),-n $(TEST_JOBS) --dist loadfile)
+	$(PY) -m pytest tests -m "slow$(if $(T), and $(T),)"$(XDIST)
 
 # Lint: ruff with the project's settings (pyproject.toml [tool.ruff]), installed into the .venv on first use.
 RUFF_VERSION ?= 0.17.6
