@@ -72,6 +72,10 @@ class GradeConfig:
     # Who the submission belongs to for its hidden seeds (the roster's SID, else email; Gradescope's submitter);
     # None: student_id, else the theory answers' student_id, else the submission's name (grader/grade/seeds.py).
     grading_id: str | None = None
+    # Where the grading's private working folder (the collected submission, the checks' files) is made; None: the
+    # system's temporary folder. Its path is in every sandboxed worker's command line, so a grading given a folder of
+    # its own can tell its processes from another grading's (the kit's adversarial fixtures: no worker left behind).
+    work_root: Path | None = None
 
     @property
     def submission_cache_root(self) -> Path:

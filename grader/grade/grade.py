@@ -133,7 +133,7 @@ def grade_submission(
     # The theory answers are read even when not graded (their student_id names the submission), and the leaderboard
     # opt-in; neither is ever put where student code runs.
     extra_files = ((registry.theory.answers_file,) if registry.theory else ()) + (OPT_IN_FILE,)
-    with tempfile.TemporaryDirectory(prefix="kit-grade-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="kit-grade-", dir=config.work_root) as tmp:
         workdir = Path(tmp)
         try:
             collected = collect(Path(source), workdir, registry, extra_files=extra_files)

@@ -213,7 +213,8 @@ def build_submission(fixture: Fixture, root: Path) -> Path:
 # --------------------------------------------------------------------------- judging the result
 
 
-def _processes_with(marker: str) -> list[str]:
+def _processes_with(*markers: str) -> list[str]:
+    """The processes whose command line holds every one of ``markers``."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
@@ -221,13 +222,14 @@ def _processes_with(marker: str) -> list[str]:
                 cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if marker in cmdline:
+            if all(marker in cmdline for marker in markers):
                 found.append(f"{entry.name}: {cmdline.strip()}")
     return found
 
 
-def judge(fixture: Fixture, result: SubmissionScore, out: Path) -> list[str]:
-    """What went wrong (empty: the grader did what the fixture expects)."""
+def judge(fixture: Fixture, result: SubmissionScore, out: Path, work_root: Path | None = None) -> list[str]:
+    """What went wrong (empty: the grader did what the fixture expects). ``work_root``: the grading's working
+    folder, what ``@WORK@`` stands for in a ``no_process`` entry."""
     expect = fixture.expect
     (ts,) = [t for t in result.tasks if t.task.id == fixture.task]
     problems = []
@@ -273,8 +275,11 @@ def judge(fixture: Fixture, result: SubmissionScore, out: Path) -> list[str]:
             problems.append(f"the student's report leaks {text!r}")
     if "note" in expect and expect["note"] not in notes:
         problems.append(f"no note containing {expect['note']!r} (notes: {notes[:300]!r})")
-    for marker in expect.get("no_process", []):
-        left = _processes_with(marker)
+    for entry in expect.get("no_process", []):  # a marker, or markers a process's command line holds all of
+        markers = [entry] if isinstance(entry, str) else list(entry)
+        if any("@WORK@" in m for m in markers) and work_root is None:
+            raise ValueError(f"{fixture.name}: @WORK@ in no_process needs the grading's working folder")
+        left = _processes_with(*(m.replace("@WORK@", str(work_root)) for m in markers))
         if left:
             problems.append(f"processes left behind: {left[:3]}")
     for path in (p.replace("@REPO@", str(REPO_ROOT)) for p in expect.get("no_file", [])):
@@ -354,10 +359,14 @@ def run_fixture(fixture: Fixture, config: GradeConfig, work: Path, host) -> Verd
     )
     if fixture.expect.get("regrade_same"):  # seeds derived from the salt, as a course grades, not the runner's seed
         fixture_config = replace(fixture_config, seed=None, grading_id=REGRADE_IDS[0])
+    # The grading works in a folder of its own, whose path every worker it starts carries on its command line: a
+    # worker left behind is told from those of gradings running beside this one (another test process, say).
+    fixture_config = replace(fixture_config, work_root=root / "work")
+    fixture_config.work_root.mkdir(exist_ok=True)
     out = root / "out"
     result = grade_submission(submission, out, fixture_config, log=lambda *a, **k: None, host=host)
     (ts,) = [t for t in result.tasks if t.task.id == fixture.task]
-    problems = judge(fixture, result, out)
+    problems = judge(fixture, result, out, fixture_config.work_root)
     if fixture.expect.get("regrade_same"):
         problems += _regrade_problems(fixture, result, fixture_config, root, host)
     return Verdict(fixture, problems, f"{ts.score:g}/{ts.max_score:g} {ts.status}", time.monotonic() - started)
