@@ -50,7 +50,7 @@ help:
 # 22 builds, one at a time, on the core pytest's one process leaves free; its report follows pytest's, and either
 # failing fails the target). The tests that read every process of the host (whole_host: an nvcc left behind) run
 # after it. A fresh clone on a 2-core machine, its .venv made first: 7m14 (pytest 6m59 beside the builds); about
-# 7m30 with check-cuda first (2m10 alone); CI's TEST_JOBS=2 (below): 6m54 (pytest 6m41), 5m19 with the builds cached.
+# 7m30 with check-cuda first (2m10 alone); CI's TEST_JOBS=2 (below): 6m54-7m33 (two runs), 5m19 with the builds cached.
 TEST_MARKS = $(if $(T),$(T) and not slow,not slow)
 XDIST = $(if $(TEST_JOBS), -n $(TEST_JOBS) --dist loadfile,)
 test: $(SETUP) $(if $(T),check-T,) check-starter
