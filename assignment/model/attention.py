@@ -76,7 +76,8 @@ def attends_on_cache(choice: Choice) -> bool:
 
 
 def cache_class(choice: Choice, impl: str | None = None) -> type:
-    """The cache class of attention ``choice`` (one whose cache attends), in implementation ``impl`` (None: ``IMPL``)."""
+    """The cache class of attention ``choice`` (one whose cache attends), in implementation ``impl`` (None:
+    ``IMPL``)."""
     spec = task_attention(choice)
     if spec is None or spec.cache_class is None:
         raise ValueError(f"attention {name_of(choice)!r} has no cache of its own (the model's KVCache serves it)")

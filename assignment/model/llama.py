@@ -224,10 +224,10 @@ class Transformer(nn.Module):
 
     @attention_impl.setter
     def attention_impl(self, choice: attention.Choice) -> None:
-        attention.task_attention(choice)  # one the seam knows, or ValueError saying what it takes
+        cache_attends = attention.attends_on_cache(choice)  # ValueError for one the seam does not know, saying why
         self._attention_impl = choice
         for layer in self.layers:
-            layer.self_attn.cache_attends = attention.attends_on_cache(choice)
+            layer.self_attn.cache_attends = cache_attends
 
     @property
     def attention_name(self) -> str:

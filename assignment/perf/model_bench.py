@@ -46,7 +46,6 @@ from typing import Any
 import torch
 
 from assignment.model.attention_choice import ModelAttention
-
 from assignment.perf.model_paths import (
     CachedPath,
     Generation,
@@ -227,8 +226,8 @@ def run(
     preset: str = PRESET,
     device: str = "cuda",
 ) -> dict:
-    """Time the four paths of the model table of ``attention``'s task (its cache's), print it, write the plots under ``out``; the report
-    (JSON-ready).
+    """Time the four paths of the model table of ``attention``'s task (its cache's), print it, write the plots under
+    ``out``; the report (JSON-ready).
 
     One path at a time, its prompts and then its sweep, the student's last: a crash in the student's code (an
     illegal address ends the CUDA context) cannot spoil the others' figures. ``preset`` and ``device`` are for

@@ -3,9 +3,9 @@
 The registry (``assignment/tasks.toml``) holds a task's data: points, files, tolerances, shapes, the timing
 rubric. ``assignment/tasks/<id>.py`` holds its code, as ``CODE``, a ``TaskCode``: which tasks it builds on, its
 CUDA file, its bench table, each timing rule as a student measures it, its profile launch, its sanitizer target,
-the model attention it gives ``ATTN=<id>`` (``attention(name)``, what the model is handed). The rest of the kit (``make bench``, ``make profile``, ``make sanitize``,
-``make generate``, the student targets, the report's steps, the grader's prepare) loops over these and does not
-branch on a task id.
+the model attention it gives ``ATTN=<id>`` (``attention(name)``, what the model is handed). The rest of the kit
+(``make bench``, ``make profile``, ``make sanitize``, ``make generate``, the student targets, the report's steps,
+the grader's prepare) loops over these and does not branch on a task id.
 
 A task's module imports nothing heavy at import time (torch inside its functions; ``assignment.cuda.wrappers``, whose
 ``Export`` names its host functions, loads without torch), so a tool that only asks what a task needs (the handout, say)

@@ -246,9 +246,9 @@ class TaskPhase:
         return True
 
     def wait_timed(self, seconds: float | None = None) -> bool:
-        """A timing phase given its turn: wait at most ``seconds`` (None: the phase's budget) until its checker has timed every rule and handed
-        the GPU on (the ``timing_done`` event: its sandboxed workers ended, its GPU work drained, its gates let go),
-        then end what it recorded of its sandboxes here too; whether it got there. False when the checker ended, hung
+        """A timing phase given its turn: wait at most ``seconds`` (None: the phase's budget) until its checker has
+        timed every rule and handed the GPU on (the ``timing_done`` event: its sandboxed workers ended, its GPU work
+        drained, its gates let go), then end what it recorded of its sandboxes here too; whether it got there. False when the checker ended, hung
         or ran out of time first: ``finish`` then runs the phase to its end before the next task's turn."""
         self.turn_at = time.monotonic()
         until = self.turn_at + (self.task.grading.timeout_s * self.scale if seconds is None else seconds)

@@ -227,7 +227,7 @@ def _processes_with(*markers: str) -> list[str]:
     return found
 
 
-def judge(fixture: Fixture, result: SubmissionScore, out: Path, work_root: Path | None = None) -> list[str]:
+def judge(fixture: Fixture, result: SubmissionScore, out: Path, work_root: Path) -> list[str]:
     """What went wrong (empty: the grader did what the fixture expects). ``work_root``: the grading's working
     folder, what ``@WORK@`` stands for in a ``no_process`` entry."""
     expect = fixture.expect
@@ -277,8 +277,6 @@ def judge(fixture: Fixture, result: SubmissionScore, out: Path, work_root: Path 
         problems.append(f"no note containing {expect['note']!r} (notes: {notes[:300]!r})")
     for entry in expect.get("no_process", []):  # a marker, or markers a process's command line holds all of
         markers = [entry] if isinstance(entry, str) else list(entry)
-        if any("@WORK@" in m for m in markers) and work_root is None:
-            raise ValueError(f"{fixture.name}: @WORK@ in no_process needs the grading's working folder")
         left = _processes_with(*(m.replace("@WORK@", str(work_root)) for m in markers))
         if left:
             problems.append(f"processes left behind: {left[:3]}")
@@ -356,13 +354,13 @@ def run_fixture(fixture: Fixture, config: GradeConfig, work: Path, host) -> Verd
         python_rules=fixture.rules,
         cuda_rules=fixture.rules,
         timeout_scale=config.timeout_scale * fixture.timeout_scale,
+        # The grading works in a folder of its own, whose path every worker it starts carries on its command line:
+        # a worker left behind is told from those of gradings running beside this one (another test process, say).
+        work_root=root / "work",
     )
+    fixture_config.work_root.mkdir(exist_ok=True)
     if fixture.expect.get("regrade_same"):  # seeds derived from the salt, as a course grades, not the runner's seed
         fixture_config = replace(fixture_config, seed=None, grading_id=REGRADE_IDS[0])
-    # The grading works in a folder of its own, whose path every worker it starts carries on its command line: a
-    # worker left behind is told from those of gradings running beside this one (another test process, say).
-    fixture_config = replace(fixture_config, work_root=root / "work")
-    fixture_config.work_root.mkdir(exist_ok=True)
     out = root / "out"
     result = grade_submission(submission, out, fixture_config, log=lambda *a, **k: None, host=host)
     (ts,) = [t for t in result.tasks if t.task.id == fixture.task]
