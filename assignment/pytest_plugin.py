@@ -22,6 +22,7 @@ from functools import lru_cache
 
 import pytest
 
+from assignment.cuda.toolchain import hopper_absent
 from assignment.impl import StudentImportError, default_impl, student_dir
 from assignment.registry import RegistryError, check_markers, load_registry
 from assignment.markers import STUB_MESSAGE
@@ -111,6 +112,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         needs_gpu = "gpu" in names or ("cpu" not in names and any(registry.task(t).needs_gpu for t in task_ids))
         if needs_gpu and not has_gpu:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU: torch.cuda.is_available() is False here"))
+        elif has_gpu and "cpu" not in names and (hopper := [t for t in task_ids if registry.task(t).needs_hopper]):
+            if absent := _hopper_absent():
+                item.add_marker(pytest.mark.skip(reason=f"{hopper[0]} is not available on this GPU: {absent}"))
+
+
+@lru_cache(maxsize=1)
+def _hopper_absent() -> str:
+    return hopper_absent()
 
 
 @lru_cache(maxsize=1)

@@ -22,7 +22,7 @@ from assignment.registry_keys import RegistryError, registry_key  # noqa: F401 -
 ASSIGNMENT_DIR = Path(__file__).resolve().parent
 REGISTRY_PATH = ASSIGNMENT_DIR / "tasks.toml"
 TASK_ID_PATTERN = re.compile(r"^t[1-9][0-9]*$")
-DEVICES = ("any", "gpu")
+DEVICES = ("any", "gpu", "hopper")  # "hopper": a GPU of compute capability 9.0 (H100, H200) only
 SCAFFOLDING = ("guided", "open")
 METRICS = ("time_vs_reference", "speedup_vs_naive")
 
@@ -36,8 +36,8 @@ class Threshold:
 
 
 # What a student's `make bench` can time without the reference kernels: the device copy bandwidth, cuBLAS
-# and SDPA through PyTorch, and the model's naive path.
-STUDENT_BASELINES = ("copy", "cuBLAS", "SDPA", "naive path")
+# and SDPA through PyTorch (its cuDNN backend too), and the model's naive path.
+STUDENT_BASELINES = ("copy", "cuBLAS", "SDPA", "SDPA cuDNN", "naive path")
 # "instructor": this repository's registry; "student": the bundle's copy (no hidden shapes, no reasoning), which
 # grader/release/student_edition.py writes.
 EDITIONS = ("instructor", "student")
@@ -269,7 +269,12 @@ class Task:
 
     @property
     def needs_gpu(self) -> bool:
-        return self.device == "gpu"
+        return self.device in ("gpu", "hopper")
+
+    @property
+    def needs_hopper(self) -> bool:
+        """Whether its code runs only on a Hopper GPU (sm_90a: wgmma, TMA, setmaxnreg)."""
+        return self.device == "hopper"
 
     @property
     def number(self) -> int:

@@ -59,8 +59,9 @@ class KitFacts:
 
     @property
     def sm_numbers(self) -> tuple[str, ...]:
-        """('8.0', '9.0') for ('sm_80', 'sm_90'): compute capabilities as NVIDIA's tables write them."""
-        return tuple(f"{arch[3:-1]}.{arch[-1]}" for arch in self.check_archs)
+        """('8.0', '9.0') for ('sm_80', 'sm_90a'): compute capabilities as NVIDIA's tables write them."""
+        numbers = (arch[3:].rstrip("abcdefghijklmnopqrstuvwxyz") for arch in self.check_archs)
+        return tuple(f"{number[:-1]}.{number[-1]}" for number in numbers)
 
 
 def _version_after(text: str, pattern: str, where: Path) -> str:

@@ -33,6 +33,8 @@ import sys
 from pathlib import Path
 
 from assignment import tasks
+from assignment.cuda.toolchain import hopper_absent
+from assignment.registry import load_registry
 from assignment.kernels import Kernels, reference_kernels
 from assignment.perf import targets
 from assignment.perf.cases import OUT_DIR, run_case
@@ -111,13 +113,14 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if load_registry().task(args.task).needs_hopper and (absent := hopper_absent()):
+        print(f"make bench T={args.task}: {args.task} is not available on this GPU: {absent}.", file=sys.stderr)
+        return 0
     from assignment.impl import student_dir
     from assignment.perf.timing import copy_bandwidth, format_gpu_info, gpu_info
 
     torch.backends.cuda.matmul.allow_tf32 = False  # an fp32 contest: cuBLAS and SDPA may not use TF32
     torch.backends.cudnn.allow_tf32 = False
-    from assignment.registry import load_registry
-
     registry = load_registry()
     student, reference = Kernels(), reference_kernels()
     quick_settings = args.quick or (variant is not None and variant.quick_settings)

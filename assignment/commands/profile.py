@@ -17,6 +17,8 @@ import subprocess
 import sys
 
 from assignment import tasks
+from assignment.cuda.toolchain import hopper_absent
+from assignment.registry import load_registry
 from assignment.impl import REPO_ROOT
 from assignment.perf.profile import explain_failure, metrics_for, parse_ncu_csv_kernels, report
 
@@ -95,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("make profile needs a CUDA GPU, and PyTorch sees none. Run it on a GPU node.", file=sys.stderr)
         return 2
+    if load_registry().task(args.task).needs_hopper and (absent := hopper_absent()):
+        print(f"make profile T={args.task}: {args.task} is not available on this GPU: {absent}.", file=sys.stderr)
+        return 0
     if args.launch_one:
         launch_one(args.launch_one)
         return 0

@@ -1,5 +1,5 @@
 """``make check-cuda``: every .cu file as the kit builds it, its TODO regions checked by the grader's rules first
-(without nvcc too), then its builds for sm_80 and sm_90; a table of what passed.
+(without nvcc too), then its builds for sm_80 and sm_90a (Hopper's own target); a table of what passed.
 
     python -m assignment.cuda.check_all [DIR ...]   # default: solutions/, starter/ and the kit's assignment/model/
 """

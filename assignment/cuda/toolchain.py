@@ -15,7 +15,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 INCLUDE_DIR = PACKAGE_DIR / "include"
 KIT_HEADER = INCLUDE_DIR / "kit.cuh"
 NVCC_FLAGS = ("-O3", "-std=c++17", "-lineinfo")  # every build of a task's file: optimised, with line numbers
-CHECK_ARCHS = ("sm_80", "sm_90")
+CHECK_ARCHS = ("sm_80", "sm_90a")  # sm_90 GPUs are built for sm_90a (normalize_arch)
 # The CUDA toolkits (major versions) the kit is built and tested with; the handout quotes them.
 TOOLKIT_MAJORS = (12, 13)
 
@@ -56,13 +56,17 @@ def nvcc_real_path() -> str:
 
 
 def normalize_arch(arch: str) -> str:
-    """'sm_90', '90', '9.0' or 'compute_90' -> 'sm_90'."""
+    """'sm_80', '80', '8.0' or 'compute_80' -> 'sm_80'; Hopper's 'sm_90' (or '90', '9.0') -> 'sm_90a'.
+
+    The kit builds sm_90 GPUs' code for sm_90a, the target with Hopper's own instructions (wgmma, setmaxnreg: t9).
+    Its machine code runs on every sm_90 GPU, as sm_90's does, and on no other, as a cubin for sm_90 would not."""
     text = arch.strip().lower()
     match = re.fullmatch(r"(?:sm_|compute_)?(\d+)\.?(\d)?([a-z]?)", text)
     if not match:
         raise CudaToolkitError(f"KIT_CUDA_ARCH={arch!r} is not an architecture (expected e.g. sm_80 or sm_90)")
     major, minor, suffix = match.groups()
-    return f"sm_{major}{minor or ''}{suffix}"
+    number = f"{major}{minor or ''}"
+    return f"sm_{number}{suffix or ('a' if number == '90' else '')}"
 
 
 def detect_arch() -> str:
@@ -76,7 +80,7 @@ def detect_arch() -> str:
             "no CUDA GPU visible to PyTorch; set KIT_CUDA_ARCH=sm_90 (for example) to compile without one"
         )
     major, minor = torch.cuda.get_device_capability()
-    return f"sm_{major}{minor}"
+    return normalize_arch(f"sm_{major}{minor}")
 
 
 def preprocess_arch() -> str:
@@ -96,3 +100,22 @@ def include_headers() -> list[Path]:
 def include_text() -> str:
     """Every kit header, named and in order: a build depends on all of them."""
     return "".join(f"{p.name}\0{p.read_text(encoding='utf-8')}\0" for p in include_headers())
+
+
+HOPPER_CAPABILITY = (9, 0)  # H100 and H200: the only GPUs that run sm_90a code (a task with device = "hopper")
+
+
+def hopper_absent() -> str:
+    """'' when the current CUDA GPU is a Hopper GPU (compute capability 9.0: H100, H200), else why a Hopper task's
+    code cannot run here (no GPU, or which GPU it is instead)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no CUDA GPU is visible to PyTorch"
+    if torch.cuda.get_device_capability() == HOPPER_CAPABILITY:
+        return ""
+    major, minor = torch.cuda.get_device_capability()
+    return (
+        f"this GPU, {torch.cuda.get_device_name()}, has compute capability {major}.{minor}: the task uses Hopper's own "
+        "instructions (wgmma, TMA, setmaxnreg), which only compute capability 9.0 (H100, H200) runs"
+    )

@@ -64,11 +64,11 @@ class Kernels:
             lse,
             head_dims=HEAD_DIMS,
             dtypes=DTYPES,
-            last_args=_is_bfloat16,
+            last_args=bf16_flag,
         )
 
 
-def _is_bfloat16(q: torch.Tensor) -> tuple[int]:
+def bf16_flag(q: torch.Tensor) -> tuple[int]:
     """The launch's last argument: which of the kernel's two element types q holds (0: fp16, 1: bf16)."""
     import torch
 
@@ -109,7 +109,11 @@ QUICK_SHAPES = [(2, 16, 16, 2048, 64), (2, 16, 16, 2048, 128), (1, 32, 8, 2048, 
 BENCH_MAX_RELATIVE_ERROR = 2e-2
 
 
-def attention_case(student, reference, B, H, H_kv, L, d, causal: bool, dtype: str):
+def attention_case(
+    student, reference, B, H, H_kv, L, d, causal: bool, dtype: str, method="flash_attention_tc", baseline="SDPA"
+):
+    """One row of the table: the kernels' ``method`` (t8's, or t9's of the same signature) against PyTorch's, in
+    percent of ``baseline`` (FlashAttention-2, "SDPA"; or cuDNN, "SDPA cuDNN")."""
     from assignment.perf.cases import Case, attention_work, randn
 
     def make(i):
@@ -119,10 +123,10 @@ def attention_case(student, reference, B, H, H_kv, L, d, causal: bool, dtype: st
     candidates = {
         "SDPA": partial(sdpa_backend, "FLASH_ATTENTION", causal=causal),  # the baseline: FlashAttention-2
         "SDPA cuDNN": partial(sdpa_backend, "CUDNN_ATTENTION", causal=causal),
-        "student": lambda qkv: student.flash_attention_tc(*qkv, causal=causal)[0],
+        "student": lambda qkv: getattr(student, method)(*qkv, causal=causal)[0],
     }
     if reference is not None:
-        candidates["reference"] = lambda qkv: reference.flash_attention_tc(*qkv, causal=causal)[0]
+        candidates["reference"] = lambda qkv: getattr(reference, method)(*qkv, causal=causal)[0]
     flops, bytes_moved = attention_work(B, H, L, L, d, causal, H_kv, element_bytes=2)
     name = "bf16" if dtype == "bfloat16" else "fp16"
     label = f"{'causal ' if causal else ''}{name} attention B{B} H{H} H_kv{H_kv} L{L} d{d}"
@@ -133,43 +137,60 @@ def attention_case(student, reference, B, H, H_kv, L, d, causal: bool, dtype: st
         flops,
         bytes_moved,
         metric="TFLOP/s",
-        percent_of="SDPA",
+        percent_of=baseline,
         notes=["SDPA: PyTorch's FlashAttention-2 (backend FLASH_ATTENTION); SDPA cuDNN: the CUDNN_ATTENTION backend"],
         max_relative_error=BENCH_MAX_RELATIVE_ERROR,
         tensor_cores=True,
     )
 
 
-def bench_cases(dtype, student, reference, quick: bool) -> list:
-    """The kernel rows in ``dtype``, then the model's time to first token in bf16 (``ttft_cases``)."""
+def bench_cases(
+    dtype, student, reference, quick: bool, method="flash_attention_tc", code=None, baseline="SDPA"
+) -> list:
+    """The kernel rows in ``dtype``, then the model's time to first token in bf16 (``ttft_cases``); ``method``,
+    ``code`` and ``baseline``: another task's kernel of the same signature (t9's), its TaskCode, its baseline."""
     shapes = QUICK_SHAPES if quick else BENCH_SHAPES
     kernel_rows = [
-        attention_case(student, reference, *shape, causal=causal, dtype=dtype)
+        attention_case(student, reference, *shape, causal=causal, dtype=dtype, method=method, baseline=baseline)
         for shape in shapes
         for causal in (False, True)
     ]
-    return kernel_rows + ttft_cases(student, reference, quick)
+    return kernel_rows + ttft_cases(student, reference, quick, code=code)
 
 
-def ttft_cases(student, reference, quick: bool) -> list:
+def ttft_cases(student, reference, quick: bool, code=None) -> list:
     """Time to first token of the Llama-3.2-1B shape in bf16 at prompts of 1024 and 4096 tokens, batch 1: the kit's
-    model with ATTN=t8 (this kernel under IMPL in every layer's prefill) and with ATTN=sdpa, against transformers'
-    LlamaForCausalLM with SDPA on the same weights (assignment/perf/prefill_bench.py)."""
+    model with ATTN=t8 (or ``code``'s task: this kernel under IMPL in every layer's prefill) and with ATTN=sdpa,
+    against transformers' LlamaForCausalLM with SDPA on the same weights (assignment/perf/prefill_bench.py)."""
     from assignment.perf.prefill_bench import ttft_cases as model_rows
 
-    return model_rows(CODE.model_attention)
+    return model_rows((code or CODE).model_attention)
 
 
-def rule_case(rule, student, reference):
+def rule_case(rule, student, reference, method="flash_attention_tc", task="t8", baseline="SDPA"):
     s = rule.shape
     case = attention_case(
-        student, reference, s["B"], s["H"], s.get("H_kv", s["H"]), s["L"], s["d"], bool(s["causal"]), s["dtype"]
+        student,
+        reference,
+        s["B"],
+        s["H"],
+        s.get("H_kv", s["H"]),
+        s["L"],
+        s["d"],
+        bool(s["causal"]),
+        s["dtype"],
+        method=method,
+        baseline=baseline,
     )
-    case.label = f"t8 rule: {case.label}"
+    case.label = f"{task} rule: {case.label}"
     return case
 
 
-def timing_workload(rule, student, reference, tolerance, base: int, student_model=None):
+def timing_workload(
+    rule, student, reference, tolerance, base: int, student_model=None, method="flash_attention_tc", task="t8"
+):
+    """A timing rule's workload: ``method`` of the student's and the reference's kernels (t8's, or t9's of the same
+    signature) on fresh inputs, every timed O and LSE checked against the reference's."""
     import torch
 
     from assignment.perf.workload import Workload, generator
@@ -179,7 +200,7 @@ def timing_workload(rule, student, reference, tolerance, base: int, student_mode
     causal = bool(s["causal"])
     dtype = getattr(torch, s["dtype"])
     H_kv = s.get("H_kv", s["H"])
-    lse_tolerance = load_registry().task(CODE.id).tol("lse")  # float32 from both kernels: the values checks' bound
+    lse_tolerance = load_registry().task(task).tol("lse")  # float32 from both kernels: the values checks' bound
 
     def make(i):
         gen = generator(base + i)
@@ -190,14 +211,14 @@ def timing_workload(rule, student, reference, tolerance, base: int, student_mode
 
     def check(name, qkv, output):
         if name == "student":
-            expected = reference.flash_attention_tc(*qkv, causal=causal)
+            expected = getattr(reference, method)(*qkv, causal=causal)
             check_timed_attention(output, expected, tolerance, lse_tolerance)
 
     flops = 4.0 * s["B"] * s["H"] * s["L"] * s["L"] * s["d"] * (0.5 if causal else 1.0)
     return Workload(
         make,
-        lambda qkv: student.flash_attention_tc(*qkv, causal=causal),
-        lambda qkv: reference.flash_attention_tc(*qkv, causal=causal),
+        lambda qkv: getattr(student, method)(*qkv, causal=causal),
+        lambda qkv: getattr(reference, method)(*qkv, causal=causal),
         partial(sdpa_backend, "FLASH_ATTENTION", causal=causal),
         check,
         flops=flops,
@@ -209,7 +230,7 @@ def timing_workload(rule, student, reference, tolerance, base: int, student_mode
 QUICK_CHECK_SHAPES = [(1, 2, 1, 150, 70, 64), (2, 6, 2, 77, 200, 128), (1, 1, 1, 1, 129, 64), (1, 4, 4, 300, 257, 128)]
 
 
-def quick_check(student, reference) -> None:
+def quick_check(student, reference, method: str = "flash_attention_tc", task: str = "t8") -> None:
     """O and LSE against the reference on shapes that catch edge bugs, fp16 and bf16, causal and not: what
     grader/tools/open_levels.py checks before timing an open-level kernel (the bounds: the registry's timing check
     for O, its LSE bound for the LSE)."""
@@ -218,32 +239,33 @@ def quick_check(student, reference) -> None:
     from assignment.registry import load_registry
     from assignment.testing import assert_close
 
-    task = load_registry().task("t8")
+    bounds = load_registry().task(task)
     gen = torch.Generator(device="cuda").manual_seed(8)
     for B, H, H_kv, Lq, Lk, d in QUICK_CHECK_SHAPES:
         for dtype in (torch.float16, torch.bfloat16):
             q = torch.randn(B, H, Lq, d, device="cuda", generator=gen).to(dtype)
             k, v = (torch.randn(B, H_kv, Lk, d, device="cuda", generator=gen).to(dtype) for _ in range(2))
             for causal in (False, True):
-                out, lse = student.flash_attention_tc(q, k, v, causal=causal)
-                expected, expected_lse = reference.flash_attention_tc(q, k, v, causal=causal)
+                out, lse = getattr(student, method)(q, k, v, causal=causal)
+                expected, expected_lse = getattr(reference, method)(q, k, v, causal=causal)
                 what = f" (B {B} H {H} H_kv {H_kv} Lq {Lq} Lk {Lk} d {d} {dtype} causal {causal})"
-                assert_close(out, expected, **task.timed_tolerance(), name="O" + what)
-                assert_close(lse, expected_lse, **task.tol("lse"), name="LSE" + what)
+                assert_close(out, expected, **bounds.timed_tolerance(), name="O" + what)
+                assert_close(lse, expected_lse, **bounds.tol("lse"), name="LSE" + what)
 
 
-def _ideal_bytes(shape) -> float:
+def ideal_bytes(shape) -> float:
     from assignment.perf.cases import attention_ideal_bytes
 
     return attention_ideal_bytes(shape, element_bytes=2)  # Q, K, V, O in 2 bytes; LSE in 4
 
 
-def _launch(kernels, shape, upload) -> None:
+def launch_attention(kernels, shape, upload, method: str = "flash_attention_tc") -> None:
+    """The profiler's launch: ``method`` (t8's kernel, or t9's) once on ``shape`` in bf16."""
     import torch
 
     B, H, Lq, Lk, d = (shape[k] for k in ("B", "H", "Lq", "Lk", "d"))
     q, k, v = (upload(B, H, n, d, dtype=torch.bfloat16) for n in (Lq, Lk, Lk))
-    kernels.flash_attention_tc(q, k, v, causal=shape["causal"])
+    getattr(kernels, method)(q, k, v, causal=shape["causal"])
 
 
 class TensorCoreKernels(Kernels, kern.KernelsBase):
@@ -274,8 +296,8 @@ CODE = TaskCode(
     timing_workload=timing_workload,
     profile=Profile(
         {"B": 4, "H": 16, "Lq": 4096, "Lk": 4096, "d": 128, "causal": False},
-        _ideal_bytes,
-        _launch,
+        ideal_bytes,
+        launch_attention,
         extra_metrics={
             "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor pipe active (%)",
             "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum": "shared-memory bank conflicts",

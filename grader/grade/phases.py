@@ -33,6 +33,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 
+from assignment.cuda.toolchain import hopper_absent
 from assignment.registry import Task
 from grader.grade.checker_plugin import CHECKS, TIMING
 from grader.grade.config import GradeConfig
@@ -144,6 +145,8 @@ def run_tasks(
     # Every checker at once (the host has the width): a task's checkers start now, and pay for their start-up (Python,
     # torch, collection, the CUDA context) while the task builds; they wait at its build gate for the build.
     early = has_gpu and width >= wanted
+    # A Hopper task (sm_90a code) on another GPU is not run: "not available on this GPU", never a failure.
+    not_hopper = hopper_absent() if has_gpu and any(task.needs_hopper for task in tasks) else ""
     log(f"building and checking {' '.join(t.id for t in tasks)}: {width} checkers at a time")
 
     def phase(item: PreparedTask, name: str, **options) -> TaskPhase:
@@ -166,7 +169,7 @@ def run_tasks(
     def start_early(line: _TaskLine) -> None:
         """A CUDA task's checkers, started now behind its build gate (a task without a build checks at once)."""
         task = line.task
-        if not early or not any(name.endswith(".cu") for name in task.files):
+        if not early or not any(name.endswith(".cu") for name in task.files) or (task.needs_hopper and not_hopper):
             return
         line.expected = expected = expected_preparation(task, workdir)
         line.gate = HeldFile(workdir / f"built-{task.id}")
@@ -196,6 +199,9 @@ def run_tasks(
             return []
         if task.needs_gpu and not has_gpu and not has_cpu_checks(task):
             line.run = TaskRun(task.id, "not_run", "this grading host has no CUDA GPU", notes=item.notes)
+            return []
+        if task.needs_hopper and not_hopper:
+            line.run = TaskRun(task.id, "not_run", f"not available on this GPU: {not_hopper}", notes=item.notes)
             return []
         if line.early:
             for checker in [*line.early, line.timing]:

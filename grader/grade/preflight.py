@@ -18,6 +18,7 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 
+from assignment.cuda.toolchain import hopper_absent
 from assignment.registry import Task, load_registry
 from grader.grade.config import THEORY, GradeConfig
 from grader.grade.runner import gpu_available
@@ -107,6 +108,11 @@ def run_preflight(tasks: list[Task], config: GradeConfig, *, time_reference: boo
     gpu = torch.cuda.get_device_name()
     result.facts["gpu"] = gpu
     _check_host_memory_reach(result)
+    if absent := hopper_absent():  # a Hopper task is reported "not available on this GPU" by its grading
+        hopper = [t.id for t in gpu_tasks if t.needs_hopper]
+        if hopper:
+            result.notes.append(f"{', '.join(hopper)} not available on this GPU: {absent}")
+        gpu_tasks = [t for t in gpu_tasks if not t.needs_hopper]
     if time_reference and not result.problems:
         _check_reference_speed(gpu_tasks, gpu, result)
     return result

@@ -332,7 +332,8 @@ def sanitize_launch() -> int:
     return 0
 
 
-def sanitize(log) -> bool:
+def sanitize(log, script: str = __file__) -> bool:
+    """compute-sanitizer memcheck and racecheck over ``script --sanitize-launch`` (t9's check reuses this)."""
     env = {**os.environ, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
     ok_all = True
     for tool in ("memcheck", "racecheck"):
@@ -343,7 +344,7 @@ def sanitize(log) -> bool:
             "--error-exitcode",
             "9",
             sys.executable,
-            __file__,
+            script,
             "--sanitize-launch",
         ]
         start = time.perf_counter()

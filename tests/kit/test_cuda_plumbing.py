@@ -116,7 +116,9 @@ def test_cache_key_changes_with_every_input():
 def test_arch_from_environment(monkeypatch):
     monkeypatch.setenv("KIT_CUDA_ARCH", "8.0")
     assert cuda.detect_arch() == "sm_80"
-    assert cuda.normalize_arch("compute_90") == "sm_90"
+    assert cuda.normalize_arch("compute_90") == "sm_90a"  # Hopper's own target (wgmma, setmaxnreg)
+    assert cuda.normalize_arch("9.0") == cuda.normalize_arch("sm_90a") == "sm_90a"
+    assert cuda.normalize_arch("sm_100") == "sm_100"
     with pytest.raises(cuda.CudaToolkitError, match="not an architecture"):
         cuda.normalize_arch("hopper")
 
@@ -507,8 +509,8 @@ def test_check_all_compiles_every_file_for_both_archs_and_fails_on_one_error(tmp
     assert check_all.main([str(sources)]) == 1
     out, err = capsys.readouterr()
     table = [line.split() for line in out.splitlines()]
-    assert sorted(row[1] for row in table if row[0].endswith("good.cu") and row[-1] == "ok") == ["sm_80", "sm_90"]
-    assert sorted(row[1] for row in table if row[0].endswith("broken.cu") and row[-1] == "FAILED") == ["sm_80", "sm_90"]
+    assert sorted(row[1] for row in table if row[0].endswith("good.cu") and row[-1] == "ok") == ["sm_80", "sm_90a"]
+    assert sorted(row[1] for row in table if row[0].endswith("broken.cu") and row[-1] == "FAILED") == ["sm_80", "sm_90a"]
     assert "broken.cu:3: error:" in err
     (sources / "nested" / "broken.cu").unlink()
     assert check_all.main([str(sources)]) == 0  # the good file now comes from the cache

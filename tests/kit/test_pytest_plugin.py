@@ -59,20 +59,20 @@ def test_todo_failures_are_summed_up_per_task_and_still_fail_the_run(tmp_path):
 @pytest.mark.parametrize(
     "command",
     [
-        ["make", "--no-print-directory", "test", "T=t9", f"PY={sys.executable}"],
-        [sys.executable, "-m", "pytest", "tests", "-m", "t9 and not slow", "-p", "no:cacheprovider"],
+        ["make", "--no-print-directory", "test", "T=t10", f"PY={sys.executable}"],
+        [sys.executable, "-m", "pytest", "tests", "-m", "t10 and not slow", "-p", "no:cacheprovider"],
     ],
     ids=["make", "pytest"],
 )
 def test_an_unknown_task_is_named_with_the_valid_ids(command):
-    """make test T=t9 (a task that does not exist) says so and lists the tasks, instead of pytest's marker error;
+    """make test T=t10 (a task that does not exist) says so and lists the tasks, instead of pytest's marker error;
     before the CUDA checks make test runs first."""
     from assignment.registry import load_registry
 
     env = {k: v for k, v in os.environ.items() if k != "IMPL"}
     proc = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=300)
     out = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and "'t9' is not a task of this assignment" in out, out[-2000:]
+    assert proc.returncode != 0 and "'t10' is not a task of this assignment" in out, out[-2000:]
     assert ", ".join(load_registry().ids) in out and "make test T=t1" in out
     assert "Unknown marker" not in out and "Traceback" not in out and "builds succeeded" not in out
 

@@ -32,7 +32,7 @@ def write_variant(tmp_path: Path, old: str, new: str, count: int = 1) -> Path:
 
 def test_real_registry_is_valid_and_complete():
     registry = load_registry()
-    assert registry.ids == ("t1", "t2", "t3", "t4", "t5", "t6", "t7", "t8")
+    assert registry.ids == ("t1", "t2", "t3", "t4", "t5", "t6", "t7", "t8", "t9")
     regular = sum(t.points.total for t in registry.tasks if not t.bonus)
     assert regular + registry.theory.regular_points == registry.total_points
     assert registry.task("t1").available
@@ -51,7 +51,7 @@ def test_unknown_task_id_is_rejected(tmp_path):
 
 
 def test_gap_in_task_ids_is_rejected(tmp_path):
-    path = write_variant(tmp_path, 'id = "t7"', 'id = "t9"')
+    path = write_variant(tmp_path, 'id = "t7"', 'id = "t10"')
     with pytest.raises(RegistryError, match=r"without gaps"):
         load_registry(path)
 
@@ -100,14 +100,14 @@ def test_invalid_toml_is_reported(tmp_path):
 
 
 def test_marker_with_no_task():
-    with pytest.raises(RegistryError, match=r"marker 't9' used by tests/x.py::test_a has no task"):
-        check_markers({"t9", "parametrize"}, load_registry(), "tests/x.py::test_a")
+    with pytest.raises(RegistryError, match=r"marker 't10' used by tests/x.py::test_a has no task"):
+        check_markers({"t10", "parametrize"}, load_registry(), "tests/x.py::test_a")
     check_markers({"t1", "gpu", "kit"}, load_registry(), "ok")
 
 
 def test_pytest_rejects_a_test_with_an_unknown_task_marker(tmp_path):
     test_file = tmp_path / "test_bad_marker.py"
-    test_file.write_text("import pytest\n\n@pytest.mark.t9\ndef test_x():\n    pass\n")
+    test_file.write_text("import pytest\n\n@pytest.mark.t10\ndef test_x():\n    pass\n")
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
         [
@@ -128,7 +128,7 @@ def test_pytest_rejects_a_test_with_an_unknown_task_marker(tmp_path):
         cwd=root,
     )
     assert proc.returncode != 0
-    assert re.search(r"'t9'", proc.stdout + proc.stderr), proc.stdout + proc.stderr
+    assert re.search(r"'t10'", proc.stdout + proc.stderr), proc.stdout + proc.stderr
 
 
 def test_hidden_shapes_are_fixed_edge_cases_plus_shapes_drawn_from_the_seed():

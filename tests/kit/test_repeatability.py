@@ -105,7 +105,7 @@ def test_bad_input_is_a_clear_error(tmp_path):
     assert run.returncode != 0 and "not a graded submission" in run.stderr
     run = _cli(tmp_path / "missing")
     assert run.returncode == 2 and "no such submission" in run.stderr
-    run = _cli(REPO / "solutions", "--task", "t9")
+    run = _cli(REPO / "solutions", "--task", "t10")
     assert run.returncode == 2 and "unknown task" in run.stderr
 
 

@@ -386,7 +386,7 @@ def test_the_grading_counts_t8s_questions_as_the_task_counts(bonus, tmp_path):
 
 def test_a_kind_must_name_a_task_of_the_registry(tmp_path):
     text = REGISTRY_PATH.read_text()
-    for bad, why in (('task = "t9"', "names no task of the registry"), ("task = 8", "names no task of the registry")):
+    for bad, why in (('task = "t10"', "names no task of the registry"), ("task = 8", "names no task of the registry")):
         path = tmp_path / "tasks.toml"
         path.write_text(text.replace('rtol = 0, task = "t8" }', f"rtol = 0, {bad} }}", 1))
         with pytest.raises(RegistryError, match=rf"field 'theory.questions.fragments.task': {why}"):
