@@ -374,6 +374,30 @@ def assert_close_to_precision(
     return assert_close(actual, expected, atol=bound, rtol=0.0, name=named, hint=hint, layout=layout)
 
 
+def check_low_precision_attention(kernel, task, q, k, v, causal, scale=None, hint="", what="", minus_inf_rows=None):
+    """A tensor-core kernel's (t8's, t9's) O and LSE, outputs pre-filled with SENTINEL, against float64 on the same
+    fp16/bf16 inputs: O within ``task``'s precision rule, the LSE within its ``lse`` bound. ``minus_inf_rows``: query
+    rows with -inf in dimension 0 (every score -inf), expected to give O = 0, LSE = -inf."""
+    out, lse = torch.full_like(q, SENTINEL), torch.full(q.shape[:3], SENTINEL, device=q.device)
+    kernel(q, k, v, causal=causal, scale=scale, out=out, lse=lse)
+    torch.cuda.synchronize()
+    finite = q
+    if minus_inf_rows is not None:  # the references run on finite inputs, those rows are then set by hand
+        finite = q.clone()
+        finite[:, :, minus_inf_rows, 0] = 0.0
+    expected, expected_lse = reference_attention(finite, k, v, causal=causal, scale=scale)
+    same = same_precision_attention(finite, k, v, causal=causal, scale=scale)
+    if minus_inf_rows is not None:
+        expected[:, :, minus_inf_rows], expected_lse[:, :, minus_inf_rows] = 0.0, -math.inf
+        same[:, :, minus_inf_rows] = 0.0
+    dtype = str(q.dtype).replace("torch.", "")
+    assert out.dtype == q.dtype, f"O must keep the input dtype {q.dtype}, got {out.dtype}"
+    layout = "batch, head, query, dim"
+    assert_close_to_precision(out, expected, same, **task.tol(dtype), name=f"O{what}", layout=layout, hint=hint)
+    lse_hint = "LSE = m + ln(l) per query row in natural-log units: m kept in base 2 must be multiplied by ln(2)."
+    assert_close(lse, expected_lse, **task.tol("lse"), name=f"LSE{what}", layout="batch, head, query", hint=lse_hint)
+
+
 def assert_repeatable(run, repeats: int, message: str) -> None:
     """Call ``run`` 1 + ``repeats`` times; every result (a tensor or a tuple of tensors) must be bitwise equal
     to the first. A race in a kernel shows up as a result that moves between identical calls."""

@@ -16,9 +16,8 @@ from assignment import kernels
 from assignment.registry import load_registry
 from assignment.testing import (
     SENTINEL,
-    assert_close,
-    assert_close_to_precision,
     assert_repeatable,
+    check_low_precision_attention,
     check_todo_regions,
     edge_case_hint,
     local_memory_of,
@@ -27,7 +26,6 @@ from assignment.testing import (
     passes,
     random_qkv,
     reference_attention,
-    same_precision_attention,
 )
 
 pytestmark = pytest.mark.t8
@@ -36,7 +34,6 @@ FILE = "t8_flash_attention_tc.cu"
 SHAPE_ID = "B{B}H{H}Hkv{H_kv}Lq{Lq}Lk{Lk}"
 DTYPES = [pytest.param(torch.float16, id="fp16"), pytest.param(torch.bfloat16, id="bf16")]
 MASKS = [pytest.param(False, id="full"), pytest.param(True, id="causal")]
-LAYOUT = "batch, head, query, dim"
 GQA_HINT = (
     "K and V have H_kv heads: query head h reads KV head h / (H / H_kv), and K/V of batch b start at "
     "head b * H_kv, not b * H."
@@ -54,28 +51,8 @@ def run_flash(q, k, v, causal=False, scale=None):
 def check(q, k, v, causal, scale=None, hint="", what="", minus_inf_rows=None):
     """The kernel's O and LSE against float32 arithmetic (float64, in fact) on the same fp16/bf16 inputs.
     ``minus_inf_rows``: query rows with -inf in dimension 0 (every score -inf), expected to give O = 0, LSE = -inf."""
-    out, lse = run_flash(q, k, v, causal, scale)
-    finite = q
-    if minus_inf_rows is not None:  # the references run on finite inputs, those rows are then set by hand
-        finite = q.clone()
-        finite[:, :, minus_inf_rows, 0] = 0.0
-    expected, expected_lse = reference_attention(finite, k, v, causal=causal, scale=scale)
-    same = same_precision_attention(finite, k, v, causal=causal, scale=scale)
-    if minus_inf_rows is not None:
-        expected[:, :, minus_inf_rows], expected_lse[:, :, minus_inf_rows] = 0.0, -math.inf
-        same[:, :, minus_inf_rows] = 0.0
-    dtype = str(q.dtype).replace("torch.", "")
-    assert out.dtype == q.dtype, f"O must keep the input dtype {q.dtype}, got {out.dtype}"
-    assert_close_to_precision(
-        out, expected, same, **TASK.tol(dtype), name=f"O{what}", layout=LAYOUT, hint=hint or TASK.hint
-    )
-    assert_close(
-        lse,
-        expected_lse,
-        **TASK.tol("lse"),
-        name=f"LSE{what}",
-        layout="batch, head, query",
-        hint="LSE = m + ln(l) per query row in natural-log units: m kept in base 2 must be multiplied by ln(2).",
+    check_low_precision_attention(
+        kernels.flash_attention_tc, TASK, q, k, v, causal, scale, hint or TASK.hint, what, minus_inf_rows
     )
 
 

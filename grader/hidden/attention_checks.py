@@ -1,5 +1,5 @@
 """Checks shared by the hidden attention suites: t4 and t5 (the same kernel, with and without the causal mask), and
-t8 (its tensor-core kernel in fp16/bf16: ``kernel`` and ``dtype``).
+t8 and t9 (their tensor-core kernels in fp16/bf16: ``kernel`` and ``dtype``).
 
 Inputs live on the host; the kernel gets device copies; expected values are computed after the
 student's launch has finished, from the host copies, so no stray device write can reach them.
@@ -11,7 +11,14 @@ import torch
 
 from assignment import kernels
 from assignment.checks import require, same_bits
-from assignment.testing import SENTINEL, assert_close, assert_repeatable, reference_attention
+from assignment.testing import (
+    SENTINEL,
+    assert_close,
+    assert_close_to_precision,
+    assert_repeatable,
+    reference_attention,
+    same_precision_attention,
+)
 
 LAYOUT = "batch, head, query, dim"
 # Rows whose scores are all -inf (``with_rows_of_minus_inf``): a small grid, and one large enough for the reference's
@@ -159,3 +166,29 @@ def check_repeatable(causal, seed, repeats=20, dtype=None, kernel=None, message=
         repeats,
         message or "O or LSE changed between identical runs: a race (a missing __syncthreads?)",
     )
+
+
+def check_low_precision_values(task, kernel, shape, d, dtype, causal, seed, magnitude=1.0, scale=None, minus_inf=False):
+    """A tensor-core kernel's fp16/bf16 O within ``task``'s precision rule and its LSE against float64 (t8, t9);
+    ``minus_inf``: some rows' scores all -inf (with_rows_of_minus_inf), which must give O = 0 and LSE = -inf."""
+    q, k, v = qkv_on_gpu(
+        shape["B"], shape["H"], shape["Lq"], shape["Lk"], d, seed, magnitude, shape["H_kv"], dtype=dtype
+    )
+    rows = None
+    if minus_inf:
+        q, k, rows = with_rows_of_minus_inf(q, k)
+    out, lse, hosts = run_flash(q, k, v, causal, scale, kernel=kernel)
+    on_gpu = tuple(t.cuda() for t in hosts)
+    if rows is not None:
+        on_gpu = (finite_rows(on_gpu[0], rows), *on_gpu[1:])
+    expected, expected_lse = reference_attention(*on_gpu, causal=causal, scale=scale)
+    same = same_precision_attention(*on_gpu, causal=causal, scale=scale)
+    if rows is not None:
+        as_rows_that_see_nothing(expected, expected_lse, rows)
+        same[:, :, rows] = 0.0
+    require(out.dtype == dtype, "dtype", f"O must keep the input dtype {dtype}, got {out.dtype}")
+    hint = MINUS_INF_HINT if minus_inf else ""
+    assert_close_to_precision(
+        out, expected, same, **task.tol(str(dtype).replace("torch.", "")), name="O", layout=LAYOUT, hint=hint
+    )
+    assert_close(lse, expected_lse, **task.tol("lse"), name="LSE", layout="batch, head, query", hint=hint)

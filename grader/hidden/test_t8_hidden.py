@@ -10,9 +10,7 @@ import pytest
 import torch
 
 from assignment import kernels
-from assignment.checks import require
 from assignment.registry import load_registry
-from assignment.testing import assert_close, assert_close_to_precision, reference_attention, same_precision_attention
 from grader.hidden import attention_checks as checks
 from grader.hidden.common import cases, check_local_memory, check_sanitizer, sanitizer_tools, time_rule
 
@@ -27,29 +25,9 @@ PUBLIC = "make test T=t8"
 
 
 def check_values(shape, d, dtype, causal, seed, magnitude=1.0, scale=None, minus_inf_rows=False):
-    """O within the precision rule and the LSE against float64; ``minus_inf_rows``: some rows' scores all -inf
-    (attention_checks.with_rows_of_minus_inf), which must give O = 0 and LSE = -inf."""
-    q, k, v = checks.qkv_on_gpu(
-        shape["B"], shape["H"], shape["Lq"], shape["Lk"], d, seed, magnitude, shape["H_kv"], dtype=dtype
+    checks.check_low_precision_values(
+        TASK, kernels.flash_attention_tc, shape, d, dtype, causal, seed, magnitude, scale, minus_inf_rows
     )
-    rows = None
-    if minus_inf_rows:
-        q, k, rows = checks.with_rows_of_minus_inf(q, k)
-    out, lse, hosts = checks.run_flash(q, k, v, causal, scale, kernel=kernels.flash_attention_tc)
-    on_gpu = tuple(t.cuda() for t in hosts)
-    if rows is not None:
-        on_gpu = (checks.finite_rows(on_gpu[0], rows), *on_gpu[1:])
-    expected, expected_lse = reference_attention(*on_gpu, causal=causal, scale=scale)
-    same = same_precision_attention(*on_gpu, causal=causal, scale=scale)
-    if rows is not None:
-        checks.as_rows_that_see_nothing(expected, expected_lse, rows)
-        same[:, :, rows] = 0.0
-    require(out.dtype == dtype, "dtype", f"O must keep the input dtype {dtype}, got {out.dtype}")
-    hint = checks.MINUS_INF_HINT if minus_inf_rows else ""
-    assert_close_to_precision(
-        out, expected, same, **TASK.tol(str(dtype).replace("torch.", "")), name="O", layout=checks.LAYOUT, hint=hint
-    )
-    assert_close(lse, expected_lse, **TASK.tol("lse"), name="LSE", layout="batch, head, query", hint=hint)
 
 
 @pytest.mark.reproduce(f"{PUBLIC} (test_matches_float32_within_the_dtypes_own_error)")

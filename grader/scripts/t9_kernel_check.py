@@ -43,8 +43,11 @@ VARIANTS = {
     "no_pingpong": {64: {"PINGPONG": "false"}, 128: {"PINGPONG": "false"}},
     "no_overlap": {64: {"OVERLAP": "false"}, 128: {"OVERLAP": "false"}},
     "plain": {64: {"PINGPONG": "false", "OVERLAP": "false"}, 128: {"PINGPONG": "false", "OVERLAP": "false"}},
-    "c3_d64": {64: {"NCWG": "3", "CONSUMER_REGS": "160"}},
+    "c2_d64": {64: {"NCWG": "2", "CONSUMER_REGS": "240"}},
     "s2_d64": {64: {"STAGES": "2"}},
+    "s3_d128": {128: {"STAGES": "3"}},
+    "no_l2_groups": {64: {"L2_MB": "100000"}, 128: {"L2_MB": "100000"}},
+    "l2_12mb": {64: {"L2_MB": "12"}, 128: {"L2_MB": "12"}},
 }
 
 
