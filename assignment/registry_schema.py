@@ -295,7 +295,8 @@ class Task:
             raise KeyError(f"registry: task {self.id} has no tolerance {name!r} ([task.tolerance])") from None
 
 
-# The theory part's kinds of numeric question (assignment/theory/kinds.py and kinds_tensor_cores.py word and draw each one).
+# The theory part's kinds of numeric question (assignment/theory/kinds.py, kinds_tensor_cores.py and
+# kinds_hopper.py word and draw each one).
 THEORY_KINDS = (
     "hbm",
     "smem",
@@ -305,6 +306,9 @@ THEORY_KINDS = (
     "fragments",
     "bank_conflicts",
     "attention_intensity",
+    "pipeline_depth",
+    "register_budget",
+    "fp8_intensity",
 )
 
 

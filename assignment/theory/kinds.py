@@ -4,7 +4,8 @@ A kind is a function of a ``Draw`` (a stream of integers from SHA-256 of the cou
 kind and its instance) that returns the question's numbers (``params``, which the grader's answer key reads), its
 statement and its parts (a prompt and a unit each). The numbers' ranges, the hardware and model tables they are
 drawn from, and the wording live here; the registry gives each kind its points and tolerance. The tensor-core
-kinds are kinds_tensor_cores.py's; questions.py numbers them all and prints them. Nothing here computes an answer.
+kinds are kinds_tensor_cores.py's, the Hopper ones kinds_hopper.py's; questions.py numbers them all and prints
+them. Nothing here computes an answer.
 """
 
 from __future__ import annotations

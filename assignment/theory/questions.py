@@ -4,7 +4,7 @@ Every number of a question is drawn from the student's id and the course's salt 
 registry) through SHA-256, never Python's ``hash()`` or ``random``: the same id gets the same questions on
 every machine and Python version, and two ids get different numbers. The kinds, their points and tolerances
 come from the registry; the questions' wording and the ranges their numbers are drawn from are the kinds'
-(kinds.py, and kinds_tensor_cores.py for the tensor-core ones).
+(kinds.py, and kinds_tensor_cores.py and kinds_hopper.py for the tensor-core and Hopper ones).
 
 This package ships to students, so it only *asks*: it computes no answer (nor anything a question could be
 checked against). The answer key is the grader's (``grader/grade/theory.py``, instructor-only), computed from the
@@ -20,6 +20,7 @@ from typing import Any
 
 from assignment.registry import Registry, Theory
 from assignment.theory.kinds import COURSE_KINDS, Draw, number_text
+from assignment.theory.kinds_hopper import HOPPER_KINDS
 from assignment.theory.kinds_tensor_cores import TENSOR_CORE_KINDS
 
 ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._@+-]{0,63}$")
@@ -92,7 +93,7 @@ l_j~=~Σ~e^(s~−~m_j) and acc_j~=~Σ~e^(s~−~m_j)~·~v_s, both sums over S_1~�
 acc_J~/~l_J is the softmax-weighted average of the values and that m_J~+~ln~l_J~=~ln~Σ~e^s, and say why no
 exponent in the updates is ever positive. Half a page at most; plain text or LaTeX."""
 
-GENERATORS = {**COURSE_KINDS, **TENSOR_CORE_KINDS}
+GENERATORS = {**COURSE_KINDS, **TENSOR_CORE_KINDS, **HOPPER_KINDS}
 
 
 def questions_for(student_id: str, theory: Theory) -> list[Question]:

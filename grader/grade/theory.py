@@ -43,6 +43,7 @@ from assignment.theory.questions import (
     tolerance_text,
 )
 from grader.grade.scored import ScoredTest
+from grader.grade.theory_hopper import fp8_intensity_key, pipeline_depth_key, register_budget_key
 
 TAG = "theory"
 MANUAL_TAG = "manual"
@@ -222,6 +223,9 @@ KEYS = {
     "fragments": fragments_key,
     "bank_conflicts": bank_conflicts_key,
     "attention_intensity": attention_intensity_key,
+    "pipeline_depth": pipeline_depth_key,
+    "register_budget": register_budget_key,
+    "fp8_intensity": fp8_intensity_key,
 }
 
 

@@ -160,7 +160,8 @@ def test_the_keys_are_finite_and_in_range_for_many_ids():
                     <= question.params["per_block"]
                     < smem_footprint(question.params, largest + 16)
                 )
-            elif question.kind in ("fragments", "bank_conflicts"):  # lanes, indices, banks: exact, 0 included
+            elif question.kind in ("fragments", "bank_conflicts", "pipeline_depth", "register_budget"):
+                # lanes, indices, banks, stages, parities, registers: exact integers, 0 included
                 assert all(v == int(v) and 0 <= v for v in key.values()), (sid, question.kind, key)
             else:  # away from 0, so that a relative tolerance means something
                 assert all(v >= 0.05 for v in key.values()), (sid, question.kind, key)
@@ -503,7 +504,7 @@ def test_make_submit_warns_about_missing_and_unreadable_theory_answers(tmp_path)
 
 def test_the_student_side_computes_no_answer():
     """assignment/theory ships; the key is grader/grade/theory.py's, which no bundle holds."""
-    for name in ("questions.py", "kinds.py", "kinds_tensor_cores.py", "answers.py"):
+    for name in ("questions.py", "kinds.py", "kinds_tensor_cores.py", "kinds_hopper.py", "answers.py"):
         assert release.shipped(f"assignment/theory/{name}"), f"assignment/theory/{name} is not in the student bundle"
     assert not release.shipped("grader/grade/theory.py")
     rubric = {s.text for s in release.secrets(REPO) if s.what == "the theory proof's rubric"}
