@@ -258,14 +258,14 @@ __global__ void __launch_bounds__(Layout<D>::THREADS, 1)
             kit::tma_prefetch_map(&v_map);
             kit::mbarrier_arrive_expect_tx(&bars.q_full, L::Q_ELEMS * 2);
             for (int c = 0; c < D / 64; ++c) kit::tma_load_3d(sQ + c * BM * 64, &q_map, &bars.q_full, c * 64, m0, bh);
-            // BEGIN SOLUTION t9: the producer's schedule: key tile j of pass it into stage it % STAGES, K then V
-            // PLAN: for it = 0 .. n_tiles - 1 the consumers read key tile j = n_tiles - 1 - it (last tile first) from
-            // PLAN: stage s = it % STAGES, in pass it / STAGES. For K, then V: wait until the stage is empty
-            // PLAN: (mbarrier_wait on k_empty[s] with the parity of the pass before: (it / STAGES & 1) ^ 1, which a fresh
-            // PLAN: barrier passes at once), announce the bytes coming (mbarrier_arrive_expect_tx on k_full[s]:
-            // PLAN: L::KV_ELEMS * 2), then one tma_load_3d per column block c of 64: into the stage's block c
-            // PLAN: (c * BN * 64 elements in), from column c * 64, row j * BN, head bh_kv of k_map.
             for (int it = 0; it < n_tiles; ++it) {
+                // BEGIN SOLUTION t9: the producer's schedule: key tile j of pass it into stage it % STAGES, K then V
+                // PLAN: the consumers read key tile j = n_tiles - 1 - it (last tile first) from stage s = it % STAGES,
+                // PLAN: in pass it / STAGES. For K, then V: wait until the stage is empty (mbarrier_wait on k_empty[s]
+                // PLAN: with the parity of the pass before, (it / STAGES & 1) ^ 1, which a fresh barrier passes at
+                // PLAN: once), announce the bytes coming (mbarrier_arrive_expect_tx on k_full[s]: L::KV_ELEMS * 2),
+                // PLAN: then one tma_load_3d per column block c of 64: into the stage's block c (c * BN * 64 elements
+                // PLAN: in), from column c * 64, row j * BN, head bh_kv of k_map.
                 const int j = n_tiles - 1 - it, s = it % STAGES;
                 const uint32_t phase = (it / STAGES) & 1;
                 T* k_tile = sK + s * L::KV_ELEMS;
@@ -278,8 +278,8 @@ __global__ void __launch_bounds__(Layout<D>::THREADS, 1)
                 kit::mbarrier_arrive_expect_tx(&bars.v_full[s], L::KV_ELEMS * 2);
                 for (int c = 0; c < D / 64; ++c)
                     kit::tma_load_3d(v_tile + c * BN * 64, &v_map, &bars.v_full[s], c * 64, j * BN, bh_kv);
+                // END SOLUTION
             }
-            // END SOLUTION
         }
         return;
     }

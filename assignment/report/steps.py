@@ -501,6 +501,11 @@ def run_steps(
             result.reason = todo[step.task]
         elif step.gpu and gpu_name is None:
             result.reason = no_gpu_reason(gpu)
+        elif step.gpu and registry.task(step.task).needs_hopper and gpu.get("capability") != "sm_90":
+            result.reason = (
+                f"{step.task} is not available on this GPU: it runs on Hopper GPUs only (compute capability 9.0: H100, "
+                f"H200), and this one is {gpu_name} ({gpu.get('capability', 'capability unknown')})"
+            )
         elif step.kind == "profile" and not have_ncu:
             result.reason = (
                 "ncu (Nsight Compute) is not on PATH: the profiler table needs it (it ships with the CUDA toolkit)"

@@ -44,7 +44,7 @@ def test_values(shape, d, dtype, causal, seed):
     check_values(shape, d, dtype, causal, seed)
 
 
-@pytest.mark.reproduce(f"{PUBLIC} (test_large_logits, test_custom_scale)")
+@pytest.mark.reproduce(f"{PUBLIC} (test_large_logits_and_a_custom_scale)")
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("d", DIMS)
 def test_large_logits_and_custom_scale(d, dtype, seed):

@@ -510,7 +510,10 @@ def test_check_all_compiles_every_file_for_both_archs_and_fails_on_one_error(tmp
     out, err = capsys.readouterr()
     table = [line.split() for line in out.splitlines()]
     assert sorted(row[1] for row in table if row[0].endswith("good.cu") and row[-1] == "ok") == ["sm_80", "sm_90a"]
-    assert sorted(row[1] for row in table if row[0].endswith("broken.cu") and row[-1] == "FAILED") == ["sm_80", "sm_90a"]
+    assert sorted(row[1] for row in table if row[0].endswith("broken.cu") and row[-1] == "FAILED") == [
+        "sm_80",
+        "sm_90a",
+    ]
     assert "broken.cu:3: error:" in err
     (sources / "nested" / "broken.cu").unlink()
     assert check_all.main([str(sources)]) == 0  # the good file now comes from the cache

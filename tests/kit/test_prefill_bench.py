@@ -79,18 +79,20 @@ def test_prefill_flops_count_every_linear_layer_per_token_the_causal_pairs_and_o
     assert 2.0e12 < prefill_bench.prefill_flops(config, 1024) < 2.1e12  # about 2 TFLOP: 2 N T and a little more
 
 
-def test_t8s_tables_end_with_the_ttft_rows_and_ttft_is_a_flag_of_t8():
+@pytest.mark.parametrize("task", ["t8", "t9"])
+def test_the_tensor_core_tables_end_with_their_own_ttft_rows_and_ttft_is_their_flag(task):
     from assignment.commands import bench
 
-    code = tasks.code("t8")
+    code = tasks.code(task)
     for table in (code.bench_cases, *(v.cases for v in code.bench_variants)):
         rows = table(None, None, False)  # nothing runs: the kernel rows' inputs and candidates are made when timed
         labels = [r.label for r in rows]
         assert [label.startswith("time to first token") for label in labels[-2:]] == [True, True], labels
         assert [r.record["model"]["prompt"] for r in rows[-2:]] == [1024, 4096]
+        assert all(f"ATTN={task} " in " ".join(r.notes) for r in rows[-2:]), "the rows must time this task's kernel"
     only = next(v for v in code.bench_variants if v.option == "ttft")
     assert len(only.cases(None, None, True)) == 2
-    assert bench._variants(tasks.with_bench())["ttft"][1] == ["t8"]
+    assert bench._variants(tasks.with_bench())["ttft"][1] == ["t8", "t9"]
 
 
 # --------------------------------------------------------------------------- the paths over the same weights

@@ -44,7 +44,7 @@ T2_SHARDS = "shards = 2\n"
             "public_seed = 1234.5",
             r"field 'course\.public_seed': must be a whole number, got 1234\.5",
         ),
-        ('device = "gpu"', "device = 1", r"task t2: field 'device': must be one of \('any', 'gpu'\), got 1"),
+        ('device = "gpu"', "device = 1", r"task t2: field 'device': must be one of \('any', 'gpu', 'hopper'\), got 1"),
         ('files = ["t2_softmax.cu"]', 'files = "t2_softmax.cu"', r"task t2: field 'files': must be a non-empty list"),
         # Out of range.
         (T4_RULE1, T4_RULE1.replace("points = 4", "points = -4"), r"thresholds\[0\]\.points': must be a number >= 0"),

@@ -57,7 +57,7 @@ COPY_GBPS = 2970.0
 GENERATED = " FlashAttention keeps each tile of K and V in shared memory and never writes the score matrix."
 GPU_STEPS = [
     *("bench_t2", "bench_t3", "bench_t4", "scaling_t4", "profile_t4", "bench_t5", "scaling_t5", "bench_t6"),
-    *("bench_t8", "profile_t8"),
+    *("bench_t8", "profile_t8", "bench_t9", "profile_t9"),
 ]
 ALL_STEPS = [*GPU_STEPS, "generate_t7"]
 
@@ -386,6 +386,15 @@ def test_model_and_rule_constants_match_what_the_bench_runs():
 # --------------------------------------------------------------------------- skips and failures
 
 
+def test_on_a_gpu_that_is_not_hopper_t9s_steps_are_skipped_and_say_why(tmp_path, impl):
+    runner = FakeRunner()
+    a100 = {**GPU, "name": "NVIDIA A100-SXM4-80GB", "capability": "sm_80"}
+    md, _, said = make(tmp_path, impl, runner, gpu=a100)
+    assert runner.calls == [step for step in ALL_STEPS if not step.endswith("_t9")]
+    skipped = [line for line in said if "_t9: skipped" in line]
+    assert len(skipped) == 2 and all("not available on this GPU" in line and "sm_80" in line for line in skipped), said
+
+
 def test_without_a_gpu_the_gpu_steps_are_skipped_and_t7_runs_for_real(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("IMPL", "solutions")
     code = cli.main(
@@ -489,6 +498,7 @@ def test_a_partly_done_task_runs_what_is_done(tmp_path, impl):
     runner = FakeRunner()
     md, _, _ = make(tmp_path, impl, runner)
     written = ["bench_t2", "bench_t3", "bench_t4", "scaling_t4", "profile_t4", "bench_t6", "bench_t8", "profile_t8"]
+    written += ["bench_t9", "profile_t9"]
     assert runner.calls == [*written, "generate_t7"]
     assert "t5 not implemented (TODO regions left)" in md and "**7.78×**" in md
     assert "Not measured: t5 not implemented (TODO regions left)" in md

@@ -22,7 +22,8 @@ from grader.isolation import sandbox
 pytestmark = pytest.mark.kit
 REPO = Path(__file__).resolve().parents[2]
 REGISTRY = load_registry()
-ARCH = "sm_90"  # one architecture keeps the builds short; without it a host with no GPU checks every one
+ARCH = "sm_90a"  # one architecture keeps the builds short (sm_90 GPUs build for sm_90a); without it a host
+# with no GPU checks every one
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH: no CUDA file can be compiled")
 
 
