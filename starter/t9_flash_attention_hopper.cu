@@ -358,8 +358,14 @@ static int launch(const void* q, const void* k, const void* v, void* o, float* l
     if (e == cudaSuccess) e = kit::tensor_map_3d(&v_map, v, bf16, B * H_kv, map_rows, D, BN);
     if (e != cudaSuccess) return (int)e;
     auto kern = flash_fwd_hopper_kernel<T, D, CAUSAL>;
-    e = kit::set_attribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES);
+    int dev = 0;
+    e = cudaGetDevice(&dev);
     if (e != cudaSuccess) return (int)e;
+    // The kernel's shared memory allowed once per device and module (kit::memo): the model calls this per layer.
+    const int set = kit::memo(reinterpret_cast<const void*>(kern), dev, [&] {
+        return -(int)kit::set_attribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES);
+    });
+    if (set < 0) return -set;
     const long long blocks = (long long)kit_ceil_div(Lq, BM) * B * H;
     if (blocks > 0x7fffffffLL) return (int)cudaErrorInvalidValue;
     // Query heads per group: as many as share K and V of about kL2Budget bytes (whole groups of grouped heads).
@@ -372,12 +378,16 @@ static int launch(const void* q, const void* k, const void* v, void* o, float* l
 }
 
 // Whether the current device runs this file's kernels: compute capability 9.0 exactly (sm_90a code runs there only).
+// Asked once per device and module (kit::memo): 1 yes, 2 no.
 static bool hopper_device() {
-    int device = 0, major = 0, minor = 0;
+    int device = 0;
     if (cudaGetDevice(&device) != cudaSuccess) return false;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-    return major == 9 && minor == 0;
+    return kit::memo(reinterpret_cast<const void*>(&hopper_device), device, [device] {
+               int major = 0, minor = 0;
+               cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+               cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+               return major == 9 && minor == 0 ? 1 : 2;
+           }) == 1;
 }
 
 }  // namespace t9fa

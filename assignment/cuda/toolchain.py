@@ -8,7 +8,7 @@ import os
 import re
 import shutil
 import subprocess
-from functools import lru_cache
+from functools import lru_cache, cache
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -107,15 +107,22 @@ HOPPER_CAPABILITY = (9, 0)  # H100 and H200: the only GPUs that run sm_90a code 
 
 def hopper_absent() -> str:
     """'' when the current CUDA GPU is a Hopper GPU (compute capability 9.0: H100, H200), else why a Hopper task's
-    code cannot run here (no GPU, or which GPU it is instead)."""
+    code cannot run here (no GPU, or which GPU it is instead). Asked once per device (the model asks per layer)."""
     import torch
 
     if not torch.cuda.is_available():
         return "no CUDA GPU is visible to PyTorch"
-    if torch.cuda.get_device_capability() == HOPPER_CAPABILITY:
+    return _hopper_absent_on(torch.cuda.current_device())
+
+
+@cache
+def _hopper_absent_on(device: int) -> str:
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device)
+    if (major, minor) == HOPPER_CAPABILITY:
         return ""
-    major, minor = torch.cuda.get_device_capability()
     return (
-        f"this GPU, {torch.cuda.get_device_name()}, has compute capability {major}.{minor}: the task uses Hopper's own "
+        f"this GPU, {torch.cuda.get_device_name(device)}, has compute capability {major}.{minor}: the task uses Hopper's own "
         "instructions (wgmma, TMA, setmaxnreg), which only compute capability 9.0 (H100, H200) runs"
     )

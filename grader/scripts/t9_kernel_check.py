@@ -201,6 +201,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "t9_check")
     parser.add_argument("--skip", default="", help="comma-separated: correctness,sanitize,bench,variants")
     parser.add_argument("--variants", default=",".join(v for v in VARIANTS if v != "base"))
+    parser.add_argument(
+        "--compare", type=Path, action="append", default=[], help="another version of the file, timed beside (variants)"
+    )
     parser.add_argument("--sanitize-launch", action="store_true")
     parser.add_argument("--prebuild", action="store_true", help="build base and variants into the cache (no GPU)")
     args = parser.parse_args(argv)
@@ -208,11 +211,10 @@ def main(argv=None) -> int:
     if args.prebuild:
         from assignment.cuda import compiler
 
-        for name in ["base", *names]:
-            path = variant_source(name)
+        for path in [*(variant_source(name) for name in ["base", *names]), *args.compare]:
             compiler.build_module(path, ARCH, kit=path, source_rules=False, quiet=True)
             compiler.build_library(path, ARCH, trusted=True, quiet=True)
-            print(f"built {name}", flush=True)
+            print(f"built {path}", flush=True)
         return 0
     if args.sanitize_launch:
         return sanitize_launch()
@@ -249,6 +251,8 @@ def main(argv=None) -> int:
     if "variants" not in skip:
         log(f"\n===== variants (fp16): {', '.join(f'{n}: {VARIANTS[n]}' for n in names)}")
         built = {"base": t9}
+        for other in args.compare:  # a whole other version of the file (its folder's name names it)
+            built[other.parent.name] = T9(other)
         for name in names:
             try:
                 variant = T9(variant_source(name))
