@@ -48,6 +48,8 @@ VARIANTS = {
     "s3_d128": {128: {"STAGES": "3"}},
     "no_l2_groups": {64: {"L2_MB": "100000"}, 128: {"L2_MB": "100000"}},
     "l2_12mb": {64: {"L2_MB": "12"}, 128: {"L2_MB": "12"}},
+    "persistent": {64: {"PERSISTENT": "true"}},
+    "per_tile": {128: {"PERSISTENT": "false"}},
 }
 
 

@@ -104,7 +104,7 @@ def test_the_stage_phase_and_parity_keys_follow_a_model_of_the_barriers(stages):
         assert full[stage].completed == phases and full[stage].passes((phases - 1) % 2)
         empty[stage].completed += 1  # the consumers release the stage
     # The solution waits with the same parities.
-    assert "const uint32_t phase = (it / STAGES) & 1;" in SOLUTION
+    assert "const uint32_t phase = (k / STAGES) & 1;" in SOLUTION  # k: the block's key tile count so far
     assert "kit::mbarrier_wait(&bars.k_empty[s], phase ^ 1);" in SOLUTION
     assert "kit::mbarrier_wait(&bars.k_full[s], phase);" in SOLUTION
 
