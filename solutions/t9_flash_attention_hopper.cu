@@ -58,9 +58,9 @@ struct Cfg;
 // L2_MB: the K and V of the heads whose blocks run together should fit in about this much of L2 (the launch groups
 // the heads accordingly; 50 MB on an H100, 60 on an H200, shared with the streaming Q and O). PERSISTENT: one block
 // per SM that takes work tile after work tile (its next Q and K load while it stores this tile's O), or one block
-// per work tile, which the hardware hands to whichever SM frees first. Measured on an H200 (grader/records/
-// t9_kernel_h200.txt): persistent blocks from 6% slower to 8% faster at d 128 (by shape), 8-16% slower at d 64
-// causal (192-row tiles of unequal length, dealt round-robin, leave SMs idle at the end).
+// per work tile, which the hardware hands to whichever SM frees first. Measured on an H200: persistent blocks from
+// 6% slower to 8% faster at d 128 (by shape), 8-16% slower at d 64 causal (192-row tiles of unequal length, dealt
+// round-robin, leave SMs idle at the end).
 template <>
 struct Cfg<64> {
     static constexpr int NCWG = 3, BN = 128, STAGES = 4, CONSUMER_REGS = 160, PRODUCER_REGS = 24, L2_MB = 24;
