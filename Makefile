@@ -47,10 +47,11 @@ help:
 
 # The test command CI runs: generated files in sync, then pytest without the slow end-to-end tests (make test-slow
 # runs them; CI runs both: .ci/run) and, beside it where nvcc is, make check-cuda (every .cu checked and compiled:
-# 22 builds, one at a time, on the core pytest's one process leaves free; its report follows pytest's, and either
+# 26 builds, one at a time, on the core pytest's one process leaves free; its report follows pytest's, and either
 # failing fails the target). The tests that read every process of the host (whole_host: an nvcc left behind) run
 # after it. A fresh clone on a 2-core machine, its .venv made first: 7m14 (pytest 6m59 beside the builds); about
-# 7m30 with check-cuda first (2m10 alone); CI's TEST_JOBS=2 (below): 6m54-7m33 (two runs), 5m19 with the builds cached.
+# 7m30 with check-cuda first (2m10 alone); CI's TEST_JOBS=2 (below): 6m54-7m33 (two runs), 5m19 with the builds cached;
+# with t9 (2026-11-29): pytest 8m01 in CI's two processes, and .ci/run 16m21 in all on this 2-core machine.
 TEST_MARKS = $(if $(T),$(T) and not slow,not slow)
 XDIST = $(if $(TEST_JOBS), -n $(TEST_JOBS) --dist loadfile,)
 test: $(SETUP) $(if $(T),check-T,) check-starter
