@@ -113,13 +113,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if needs_gpu and not has_gpu:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU: torch.cuda.is_available() is False here"))
         elif has_gpu and "cpu" not in names and (hopper := [t for t in task_ids if registry.task(t).needs_hopper]):
-            if absent := _hopper_absent():
+            if absent := hopper_absent():  # asked once per device (toolchain caches it)
                 item.add_marker(pytest.mark.skip(reason=f"{hopper[0]} is not available on this GPU: {absent}"))
-
-
-@lru_cache(maxsize=1)
-def _hopper_absent() -> str:
-    return hopper_absent()
 
 
 @lru_cache(maxsize=1)

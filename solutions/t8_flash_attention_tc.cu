@@ -837,20 +837,12 @@ KIT_API int t8_flash_attention_config(int B, int H, int Lq, int d, int causal, i
 
 // make sanitize T=t8 and the grader run this under compute-sanitizer memcheck and racecheck: every kernel
 // instance (fp16 and bf16, d 64 and 128, causal or not) on ragged shapes, rows that see no key (Lq > Lk, causal),
-// grouped-query heads and a one-row edge; each buffer exactly its size. The elements are 2 bytes: a Buffer of
-// n / 2 floats holds n of them (n is even: d is), as arbitrary bit patterns (memory and races do not depend on
-// the values). `variant` is unused. Returns the number of failed launches.
+// grouped-query heads and a one-row edge; each buffer exactly its size (kit::sanitize::attention_launch). `variant`
+// is unused. Returns the number of failed launches.
 KIT_API int t8_sanitize(void* module, int variant) {
     (void)variant;
     auto run = [&](int B, int H, int H_kv, int Lq, int Lk, int d, int causal, int bf16) {
-        using kit::sanitize::Buffer;
-        Buffer q((size_t)B * H * Lq * d / 2, 6), k((size_t)B * H_kv * Lk * d / 2, 7);
-        Buffer v((size_t)B * H_kv * Lk * d / 2, 8), o((size_t)B * H * Lq * d / 2, 9), lse((size_t)B * H * Lq, 10);
-        char what[128];
-        std::snprintf(what, sizeof what, "t8 B %d H %d H_kv %d Lq %d Lk %d d %d causal %d bf16 %d", B, H, H_kv, Lq,
-                      Lk, d, causal, bf16);
-        return kit::sanitize::check(what, t8_flash_attention_forward(module, q.ptr, k.ptr, v.ptr, o.ptr, lse.ptr, B, H,
-                                                                     H_kv, Lq, Lk, d, 0.125f, causal, bf16, nullptr));
+        return kit::sanitize::attention_launch("t8", t8_flash_attention_forward, module, B, H, H_kv, Lq, Lk, d, causal, bf16);
     };
     int failures = 0;
     for (int bf16 : {0, 1})

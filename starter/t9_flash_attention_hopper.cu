@@ -170,6 +170,21 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&p)[
     // END TODO(t9)
 }
 
+// O += P V alone, waited for: its V stage's wait, the product, the wait for it (the schedule without the overlap,
+// and the last tile's). The caller releases the stage.
+template <class T, int D, int BN>
+__device__ __forceinline__ void pv_and_wait(float (&o)[D / 2], uint32_t (&p)[BN / 16][4], uint32_t v_tile,
+                                            uint64_t* v_full, uint32_t parity) {
+    kit::mbarrier_wait(v_full, parity);
+    kit::wgmma_fence();
+    issue_pv<T, D, BN>(o, p, v_tile);
+    kit::wgmma_commit();
+    kit::wgmma_hold(o);
+    kit::wgmma_hold(p);
+    kit::wgmma_wait<0>();
+    kit::wgmma_hold(o);
+}
+
 template <class T, int D, bool CAUSAL>
 __global__ void __launch_bounds__(Layout<D>::THREADS, 1)
     flash_fwd_hopper_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
@@ -333,14 +348,7 @@ __global__ void __launch_bounds__(Layout<D>::THREADS, 1)
                     kit::wgmma_hold(o_acc);
                     kit::wgmma_hold(p);
                 } else {
-                    kit::mbarrier_wait(&bars.v_full[sp], phase_prev);
-                    kit::wgmma_fence();
-                    issue_pv<T, D, BN>(o_acc, p, v_base + sp * L::KV_ELEMS * 2);
-                    kit::wgmma_commit();
-                    kit::wgmma_hold(o_acc);
-                    kit::wgmma_hold(p);
-                    kit::wgmma_wait<0>();
-                    kit::wgmma_hold(o_acc);
+                    pv_and_wait<T, D, BN>(o_acc, p, v_base + sp * L::KV_ELEMS * 2, &bars.v_full[sp], phase_prev);
                 }
                 __syncwarp();
                 if (lane_releases) kit::mbarrier_arrive(&bars.v_empty[sp]);
@@ -349,14 +357,8 @@ __global__ void __launch_bounds__(Layout<D>::THREADS, 1)
             }
             // The last tile's P V.
             const int sl = (done + n_tiles - 1) % STAGES;
-            kit::mbarrier_wait(&bars.v_full[sl], ((done + n_tiles - 1) / STAGES) & 1);
-            kit::wgmma_fence();
-            issue_pv<T, D, BN>(o_acc, p, v_base + sl * L::KV_ELEMS * 2);
-            kit::wgmma_commit();
-            kit::wgmma_hold(o_acc);
-            kit::wgmma_hold(p);
-            kit::wgmma_wait<0>();
-            kit::wgmma_hold(o_acc);
+            pv_and_wait<T, D, BN>(o_acc, p, v_base + sl * L::KV_ELEMS * 2, &bars.v_full[sl],
+                                  ((done + n_tiles - 1) / STAGES) & 1);
             __syncwarp();
             if (lane_releases) {
                 kit::mbarrier_arrive(&bars.v_empty[sl]);
@@ -484,14 +486,7 @@ KIT_API int t9_flash_attention_forward(void* module, const void* q, const void* 
 KIT_API int t9_sanitize(void* module, int variant) {
     (void)variant;
     auto run = [&](int B, int H, int H_kv, int Lq, int Lk, int d, int causal, int bf16) {
-        using kit::sanitize::Buffer;
-        Buffer q((size_t)B * H * Lq * d / 2, 6), k((size_t)B * H_kv * Lk * d / 2, 7);
-        Buffer v((size_t)B * H_kv * Lk * d / 2, 8), o((size_t)B * H * Lq * d / 2, 9), lse((size_t)B * H * Lq, 10);
-        char what[128];
-        std::snprintf(what, sizeof what, "t9 B %d H %d H_kv %d Lq %d Lk %d d %d causal %d bf16 %d", B, H, H_kv, Lq,
-                      Lk, d, causal, bf16);
-        return kit::sanitize::check(what, t9_flash_attention_forward(module, q.ptr, k.ptr, v.ptr, o.ptr, lse.ptr, B, H,
-                                                                     H_kv, Lq, Lk, d, 0.125f, causal, bf16, nullptr));
+        return kit::sanitize::attention_launch("t9", t9_flash_attention_forward, module, B, H, H_kv, Lq, Lk, d, causal, bf16);
     };
     int failures = 0;
     for (int bf16 : {0, 1})

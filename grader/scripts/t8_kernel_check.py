@@ -490,6 +490,27 @@ def gpu_line() -> str:
     return f"{smi} | torch {torch.__version__} cuda {torch.version.cuda} cudnn {torch.backends.cudnn.version()}"
 
 
+def open_log(path: Path):
+    """float32 matmuls in full precision (no TF32), and a log function that prints and appends to ``path``, after a
+    header line (the time, the command) and the GPU's (t9's check uses it too)."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    logfile = open(path, "a")
+
+    def log(text: str) -> None:
+        print(text, flush=True)
+        logfile.write(text + "\n")
+        logfile.flush()
+
+    log(f"===== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(sys.argv)}")
+    log(gpu_line())
+    return log
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "t8_check")
@@ -506,20 +527,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
     skip = set(filter(None, args.skip.split(",")))
-    args.out.mkdir(parents=True, exist_ok=True)
-    logfile = open(args.out / "t8_check.log", "a")
-
-    def log(text: str) -> None:
-        print(text, flush=True)
-        logfile.write(text + "\n")
-        logfile.flush()
-
-    log(f"===== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(sys.argv)}")
-    log(gpu_line())
+    log = open_log(args.out / "t8_check.log")
     start = time.perf_counter()
     t8 = T8(SOURCE)
     log(f"loaded {SOURCE.name} in {time.perf_counter() - start:.1f} s")

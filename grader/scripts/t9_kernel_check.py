@@ -223,20 +223,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
     skip = set(filter(None, args.skip.split(",")))
-    args.out.mkdir(parents=True, exist_ok=True)
-    logfile = open(args.out / "t9_check.log", "a")
-
-    def log(text: str) -> None:
-        print(text, flush=True)
-        logfile.write(text + "\n")
-        logfile.flush()
-
-    log(f"===== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(sys.argv)}")
-    log(t8check.gpu_line())
+    log = t8check.open_log(args.out / "t9_check.log")
     start = time.perf_counter()
     t9 = T9(SOURCE)
     log(f"loaded {SOURCE.name} in {time.perf_counter() - start:.1f} s")

@@ -66,5 +66,20 @@ inline int check(const char* what, int status) {
     return 0;
 }
 
+// One launch of a two-byte attention forward (t8's and t9's KIT_API signature) on its own exactly-sized buffers:
+// q, o (B, H, Lq, d), k, v (B, H_kv, Lk, d) of fp16/bf16 as arbitrary bit patterns (memory and races do not depend
+// on the values; n two-byte elements are n / 2 floats, n even since d is), lse (B, H, Lq) fp32. 1 if it failed.
+template <class Forward>
+int attention_launch(const char* task, Forward forward, void* module, int B, int H, int H_kv, int Lq, int Lk, int d,
+                     int causal, int bf16) {
+    Buffer q((size_t)B * H * Lq * d / 2, 6), k((size_t)B * H_kv * Lk * d / 2, 7);
+    Buffer v((size_t)B * H_kv * Lk * d / 2, 8), o((size_t)B * H * Lq * d / 2, 9), lse((size_t)B * H * Lq, 10);
+    char what[128];
+    std::snprintf(what, sizeof what, "%s B %d H %d H_kv %d Lq %d Lk %d d %d causal %d bf16 %d", task, B, H, H_kv, Lq,
+                  Lk, d, causal, bf16);
+    return check(what, forward(module, q.ptr, k.ptr, v.ptr, o.ptr, lse.ptr, B, H, H_kv, Lq, Lk, d, 0.125f, causal,
+                               bf16, nullptr));
+}
+
 }  // namespace sanitize
 }  // namespace kit
